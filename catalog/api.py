@@ -1,0 +1,162 @@
+"""The Python client: `Catalog.open(path)`, `.sql(query)`, `.tensor(row_id)`, `.ingest(dump_dir)`.
+
+A Catalog holds an in-memory DuckDB connection whose views point at the catalog's committed
+parquet files. Before each query it checks (one stat call) whether a writer has committed a new
+snapshot and, if so, redefines the views, so a long-lived client always sees a consistent,
+current catalog without ever taking a lock.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from catalog.tensor_index import TensorIndex, TensorLocation
+from catalog.views import define_views
+from ingest.pipeline import IngestSummary, ingest_dump
+from ingest.store import CatalogError, CatalogStore
+
+__all__ = ["Catalog", "CatalogError", "TensorNotFoundError"]
+
+DUCKDB_CONFIG = {
+    # Only the extensions built into the wheel load here; never try to download others.
+    "autoinstall_known_extensions": "false",
+    "autoload_known_extensions": "false",
+}
+
+
+class TensorNotFoundError(LookupError):
+    """No tensor with this row id in the catalog."""
+
+
+class Catalog:
+    """A dumpcat catalog directory, opened for queries (and ingest)."""
+
+    def __init__(self, store: CatalogStore) -> None:
+        self.store = store
+        self.path = store.root
+        self._con = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
+        self._lock = threading.RLock()
+        self._token: tuple[int, int] | None = None
+        self._files: dict[str, list[str]] = {}
+        self._index = TensorIndex()
+        self._roots: dict[str, str] = {}
+
+    # -- opening ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, *, create: bool = False) -> Catalog:
+        """Open an existing catalog (or create an empty one with create=True)."""
+        return cls(CatalogStore(path, create=create))
+
+    def close(self) -> None:
+        self._con.close()
+
+    def __enter__(self) -> Catalog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Redefine the views if a writer committed since the last query."""
+        with self._lock:
+            token = self.store.snapshot_token()
+            if token == self._token:
+                return
+            self._files = self.store.table_files()
+            define_views(self._con, self._files)
+            self._roots = {}
+            self._token = token
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A DuckDB cursor over the current views; use one per thread."""
+        self.refresh()
+        return self._con.cursor()
+
+    def sql(self, query: str, params: list | tuple | dict | None = None) -> pa.Table:
+        """Run one SQL statement against the catalog's views and return the result."""
+        cur = self.cursor()
+        try:
+            return (
+                cur.execute(query, params).to_arrow_table()
+                if params is not None
+                else cur.sql(query).to_arrow_table()
+            )
+        finally:
+            cur.close()
+
+    def views(self) -> list[str]:
+        """Names of the views users query."""
+        from catalog.views import USER_VIEWS
+
+        return list(USER_VIEWS)
+
+    # -- tensors ---------------------------------------------------------------------------
+
+    def locate(self, row_id: int) -> tuple[Path, TensorLocation]:
+        """Absolute file path and layout of a tensor, or TensorNotFoundError."""
+        self.refresh()
+        with self._lock:
+            self._index.sync(self._files["tensors"])
+            loc = self._index.find(int(row_id))
+            if loc is None:
+                raise TensorNotFoundError(f"no tensor with row id {row_id} in catalog {self.path}")
+            if loc.run not in self._roots:
+                rows = self._con.execute("SELECT run, dump_root FROM raw_runs").fetchall()
+                self._roots = dict(rows)
+            root = self._roots.get(loc.run)
+        if root is None:
+            raise CatalogError(f"run {loc.run!r} of row id {row_id} has no dump root in the catalog")
+        return Path(root) / loc.rel_path, loc
+
+    def tensor(self, row_id: int) -> np.ndarray:
+        """The tensor's data in its dumped shape and stored dtype, memory-mapped read-only.
+
+        bfloat16 tensors are stored as float32 and int4 as int8 by MindSpore; the array has the
+        stored dtype (the `dtype` column of `tensors` says the original one).
+        """
+        from ingest.tensor_stats import open_tensor
+
+        path, loc = self.locate(row_id)
+        try:
+            return open_tensor(path, loc.data_offset, loc.stored_dtype, loc.shape)
+        except FileNotFoundError as exc:
+            raise TensorNotFoundError(f"tensor {row_id} was cataloged but its file is gone: {path}") from exc
+
+    # -- ingest ----------------------------------------------------------------------------
+
+    def ingest(
+        self,
+        dump_dir: str | os.PathLike,
+        run: str | None = None,
+        *,
+        compute_stats: bool = True,
+        md5: bool = False,
+        workers: int | None = None,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> IngestSummary:
+        """Ingest (or incrementally re-ingest) a dump tree into this catalog."""
+        summary = ingest_dump(
+            self.path, dump_dir, run, compute_stats=compute_stats, md5=md5, workers=workers,
+            on_progress=on_progress,
+        )  # fmt: skip
+        self.refresh()
+        return summary
+
+    def __repr__(self) -> str:
+        return f"Catalog({str(self.path)!r})"
+
+
+def as_records(table: pa.Table) -> list[dict[str, Any]]:
+    """Rows of a result as dicts (for callers that do not want Arrow)."""
+    return table.to_pylist()

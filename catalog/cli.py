@@ -1,0 +1,173 @@
+"""The `dumpcat` command line: a thin shell over the Python API (every command is one call).
+
+Errors the user can act on (missing dump root, unusable catalog, bad SQL, unknown row id) are
+one line on stderr and exit status 1; problems inside a dump never fail an ingest, they are
+counted and listed in `ingest_errors`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+import duckdb
+import numpy as np
+
+from catalog.api import Catalog, TensorNotFoundError
+from catalog.output import write_table
+from ingest.pipeline import DumpRootError
+from ingest.store import CatalogError
+
+
+def _fail(message: str) -> None:
+    click.echo(f"dumpcat: error: {message}", err=True)
+    sys.exit(1)
+
+
+def _open(path: str) -> Catalog:
+    try:
+        return Catalog.open(path)
+    except CatalogError as exc:
+        _fail(str(exc))
+        raise  # unreachable
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option("0.1.0", prog_name="dumpcat")
+def main() -> None:
+    """dumpcat: a SQL catalog of deep-learning framework dumps."""
+
+
+@main.command()
+@click.argument("dump_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--catalog",
+    "-c",
+    "catalog_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Catalog directory (created if missing).",
+)
+@click.option("--run", "run", default=None, help="Run name (default: the dump folder's name).")
+@click.option(
+    "--stats/--no-stats",
+    "compute_stats",
+    default=True,
+    help="Compute statistics from tensor data where statistic.csv has none (default: on).",
+)
+@click.option("--md5", is_flag=True, help="Also compute the md5 of tensors whose statistics are computed.")
+@click.option("--workers", type=int, default=None, help="Threads computing statistics (default: all cores).")
+@click.option(
+    "--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal)."
+)
+def ingest(
+    dump_dirs: tuple[Path, ...],
+    catalog_path: Path,
+    run: str | None,
+    compute_stats: bool,
+    md5: bool,
+    workers: int | None,
+    progress: bool | None,
+) -> None:
+    """Catalog one or more dump trees (DUMP_DIR: the dump `path`, holding rank_N/)."""
+    from tqdm import tqdm
+
+    if run is not None and len(dump_dirs) > 1:
+        _fail("--run names a single dump; give one DUMP_DIR per run or leave --run out")
+    try:
+        cat = Catalog.open(catalog_path, create=True)
+    except CatalogError as exc:
+        _fail(str(exc))
+    disable = None if progress is None else not progress
+    for dump_dir in dump_dirs:
+        with tqdm(
+            desc=f"ingest {dump_dir.name}", unit=" files", disable=disable, file=sys.stderr, leave=False
+        ) as bar:
+            try:
+                s = cat.ingest(
+                    dump_dir,
+                    run,
+                    compute_stats=compute_stats,
+                    md5=md5,
+                    workers=workers,
+                    on_progress=bar.update,
+                )
+            except (DumpRootError, CatalogError) as exc:
+                _fail(str(exc))
+            except OSError as exc:
+                _fail(f"cannot write catalog {catalog_path}: {exc}")
+        rate = s.files_seen / s.seconds if s.seconds > 0 else 0.0
+        click.echo(
+            f"run {s.run!r} ({s.dump_root}): {s.files_seen} files seen, {s.tensors} new tensors, "
+            f"{s.stat_rows} statistic rows, {s.computed_stats} computed stats, {s.ops} ops, "
+            f"{s.errors} errors in {s.seconds:.2f} s ({rate:,.0f} files/s)"
+        )
+        if s.errors:
+            click.echo(f'  see: dumpcat sql {catalog_path} "SELECT * FROM ingest_errors"')
+
+
+@main.command()
+@click.argument("catalog_path", metavar="CAT")
+@click.argument("query")
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True
+)
+def sql(catalog_path: str, query: str, fmt: str) -> None:
+    """Run a SQL QUERY against the catalog's views (stats, tensors, ops, ...)."""
+    cat = _open(catalog_path)
+    try:
+        result = cat.sql(query)
+    except duckdb.Error as exc:
+        _fail(" ".join(str(exc).split()))
+    write_table(result, sys.stdout, fmt)
+
+
+@main.command()
+@click.argument("catalog_path", metavar="CAT")
+@click.argument("row_id", type=int)
+@click.option(
+    "--out",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the tensor to this .npy file.",
+)
+def tensor(catalog_path: str, row_id: int, out: Path | None) -> None:
+    """Fetch the tensor with ROW_ID: print it, or save it with --out."""
+    cat = _open(catalog_path)
+    try:
+        path, _ = cat.locate(row_id)
+        array = cat.tensor(row_id)
+    except (TensorNotFoundError, CatalogError) as exc:
+        _fail(str(exc))
+    except ValueError as exc:
+        _fail(f"cannot read tensor {row_id}: {exc}")
+    if out is not None:
+        np.save(out, np.asarray(array))
+        click.echo(f"wrote {out} (shape {tuple(array.shape)}, {array.dtype})")
+        return
+    click.echo(f"# {path}")
+    click.echo(f"# shape {tuple(array.shape)}, dtype {array.dtype}")
+    with np.printoptions(threshold=200, edgeitems=3):
+        click.echo(np.array2string(np.asarray(array)))
+
+
+@main.command()
+@click.argument("catalog_path", metavar="CAT")
+def views(catalog_path: str) -> None:
+    """List the views and their columns."""
+    from catalog.views import USER_VIEWS
+
+    cat = _open(catalog_path)
+    for name, description in USER_VIEWS.items():
+        cols = cat.sql(f"DESCRIBE {name}")
+        click.echo(f"{name}: {description}")
+        for col, typ in zip(
+            cols.column("column_name").to_pylist(), cols.column("column_type").to_pylist(), strict=True
+        ):
+            click.echo(f"    {col} {typ}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Define the catalog's DuckDB views on a connection.
+
+Python only says which parquet files are live (the `raw_<table>` views, one per table of
+`ingest.schema`); every relational step users query — name resolution, unions, joins — is in
+`sql/*.sql`, run in file-name order, so it can be read and run by hand in the DuckDB shell.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import duckdb
+import pyarrow as pa
+
+from ingest.schema import TABLES
+
+_DUCK_TYPES = {
+    pa.int64(): "BIGINT",
+    pa.int32(): "INTEGER",
+    pa.string(): "VARCHAR",
+    pa.float64(): "DOUBLE",
+    pa.bool_(): "BOOLEAN",
+    pa.list_(pa.int64()): "BIGINT[]",
+    pa.timestamp("us", tz="UTC"): "TIMESTAMPTZ",
+}
+
+
+def _quote_literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def raw_view_sql(table: str, files: list[str]) -> str:
+    """SQL for `raw_<table>`: the table's live parquet files, or an empty typed relation."""
+    if files:
+        listing = ", ".join(_quote_literal(f) for f in files)
+        return (
+            f"CREATE OR REPLACE VIEW raw_{table} AS "
+            f"SELECT * FROM read_parquet([{listing}], union_by_name = true, hive_partitioning = false)"
+        )
+    cols = ", ".join(f"CAST(NULL AS {_DUCK_TYPES[f.type]}) AS {f.name}" for f in TABLES[table])
+    return f"CREATE OR REPLACE VIEW raw_{table} AS SELECT {cols} WHERE false"
+
+
+def view_sql_files() -> list[tuple[str, str]]:
+    """(name, text) of every sql/*.sql file, in order."""
+    root = resources.files("sql")
+    files = sorted((p for p in root.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name)
+    return [(p.name, p.read_text(encoding="utf-8")) for p in files]
+
+
+def define_views(con: duckdb.DuckDBPyConnection, table_files: dict[str, list[str]]) -> None:
+    """(Re)create all views for the given live files."""
+    for table in TABLES:
+        con.execute(raw_view_sql(table, table_files.get(table, [])))
+    for _name, text in view_sql_files():
+        con.execute(text)
+
+
+# Views users query, with one line each; the README documents their columns.
+USER_VIEWS = {
+    "stats": "one row per tensor statistic (statistic.csv or computed from the data)",
+    "tensors": "one row per tensor file",
+    "ops": "kernels of every graph in execution order",
+    "graph_runs": "global execution history: which iterations each graph ran",
+    "runs": "one row per ingested dump tree",
+    "rank_metadata": ".dump_metadata of each rank",
+    "kernel_args": "kernel arguments (save_kernel_args)",
+    "ingest_errors": "files or lines that could not be cataloged, and why",
+}

@@ -1,0 +1,112 @@
+"""Read only the header of an `.npy` file: stored dtype, shape and where the data starts.
+
+Ingest touches millions of files, so this reads one small block per file and parses the header
+dict with a regular expression (the exact form numpy and MindSpore's `npy_header.cc` write),
+falling back to numpy's own parser for anything unusual.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+MAGIC = b"\x93NUMPY"
+_FAST = re.compile(
+    r"^\{'descr': '(?P<descr>[^']+)', 'fortran_order': (?P<fortran>False|True), "
+    r"'shape': \((?P<shape>[0-9, ]*)\), \}\s*$"
+)
+_READ_SIZE = 512
+
+
+class NpyHeaderError(ValueError):
+    """The file is not a readable npy file (bad magic, garbled header, truncated data)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NpyHeader:
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    fortran_order: bool
+    data_offset: int
+
+    @property
+    def nbytes(self) -> int:
+        n = self.dtype.itemsize
+        for d in self.shape:
+            n *= d
+        return n
+
+
+def _descr_to_dtype(descr: object) -> np.dtype:
+    if descr == "<E2":  # MindSpore's bfloat16 descr; numpy cannot read it
+        raise NpyHeaderError("bfloat16 data ('<E2'), which numpy cannot read")
+    try:
+        return np.lib.format.descr_to_dtype(descr)
+    except Exception as exc:
+        raise NpyHeaderError(f"unknown dtype descr {descr!r}") from exc
+
+
+def parse_header_block(block: bytes) -> NpyHeader:
+    """Parse the header from the first bytes of a file (must include the whole header)."""
+    if len(block) < 10 or not block.startswith(MAGIC):
+        raise NpyHeaderError("not an npy file (bad magic)")
+    major = block[6]
+    if major == 1:
+        (hlen,) = struct.unpack_from("<H", block, 8)
+        start = 10
+    elif major in (2, 3):
+        if len(block) < 12:
+            raise NpyHeaderError("truncated npy header")
+        (hlen,) = struct.unpack_from("<I", block, 8)
+        start = 12
+    else:
+        raise NpyHeaderError(f"unsupported npy version {major}")
+    end = start + hlen
+    if len(block) < end:
+        raise NpyHeaderError("truncated npy header")
+    text = block[start:end].decode("latin1" if major < 3 else "utf8")
+    m = _FAST.match(text)
+    if m:
+        descr = m.group("descr")
+        fortran = m.group("fortran") == "True"
+        dims = m.group("shape").replace(" ", "")
+        shape = tuple(int(d) for d in dims.split(",") if d)
+    else:
+        try:
+            d = ast.literal_eval(text)
+        except (ValueError, SyntaxError) as exc:
+            raise NpyHeaderError("garbled npy header") from exc
+        if not isinstance(d, dict) or not {"descr", "fortran_order", "shape"} <= d.keys():
+            raise NpyHeaderError("npy header lacks descr/fortran_order/shape")
+        descr, fortran, shape = d["descr"], bool(d["fortran_order"]), d["shape"]
+        if not isinstance(shape, tuple) or not all(isinstance(x, int) and x >= 0 for x in shape):
+            raise NpyHeaderError(f"bad shape {shape!r} in npy header")
+    return NpyHeader(_descr_to_dtype(descr), shape, fortran, end)
+
+
+def read_npy_header(path: str | os.PathLike) -> tuple[NpyHeader, int]:
+    """Return (header, file size). Raise NpyHeaderError when the file is corrupt or truncated."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        block = os.read(fd, _READ_SIZE)
+        if len(block) >= 10 and block.startswith(MAGIC) and block[6] == 1:
+            (hlen,) = struct.unpack_from("<H", block, 8)
+            if 10 + hlen > len(block):
+                block += os.read(fd, 10 + hlen - len(block))
+        elif len(block) >= 12 and block.startswith(MAGIC) and block[6] in (2, 3):
+            (hlen,) = struct.unpack_from("<I", block, 8)
+            if 12 + hlen > len(block):
+                block += os.read(fd, 12 + hlen - len(block))
+        size = os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+    header = parse_header_block(block)
+    expected = header.data_offset + header.nbytes
+    if size < expected:
+        raise NpyHeaderError(f"truncated: header promises {expected} bytes, file has {size}")
+    return header, size

@@ -1,0 +1,116 @@
+"""Parse MindSpore tensor file names (v1.3 onwards) into their fields.
+
+Names are parsed from the right, as MindSpore's own `ProcessNPYFilePool` does, because op names
+may contain dots (v1.3-2.2 parameter names such as `conv1.weight`, GE names):
+
+    {op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}.{input|output}.{slot}.{format}[.{dtype}].npy
+
+The dtype token appeared in v2.4 and is lowercase on Ascend/GPU (`float32`) and capitalised on
+CPU (`Float32`). The name is never "un-sanitised" here: resolving the full scope name is a join
+against the execution order (see sql/).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# dtype tokens MindSpore writes into file names (compared case-insensitively).
+DTYPE_TOKENS = frozenset(
+    {
+        "bool",
+        "int2",
+        "int4",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint1",
+        "uint2",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float8_e4m3fn",
+        "float8_e5m2",
+        "hifloat8",
+        "float16",
+        "float32",
+        "float64",
+        "bfloat16",
+        "complex64",
+        "complex128",
+        "string",
+    }
+)
+
+# Root scopes that start a v2.3+ sanitised full name (`Default/...` -> `Default_...`).
+_V23_SCOPE = re.compile(r"^(?:Default|Gradients|Expand|recompute_Default|Inference|Parallel)_")
+_DIGITS = re.compile(r"^[0-9]+$")
+
+
+class TensorNameError(ValueError):
+    """A file name that fits no tensor-name pattern."""
+
+
+@dataclass(frozen=True, slots=True)
+class TensorName:
+    op_type: str
+    op_name: str
+    task_id: int
+    stream_id: int
+    timestamp_us: int
+    io: str
+    slot: int
+    format: str
+    dtype: str | None  # lowercased dtype token, None when the name has none (<= v2.3)
+    era: str  # 'v2.4+' | 'v2.3' | 'v1.3-2.2'
+
+
+def parse_tensor_name(name: str) -> TensorName:
+    """Parse one `.npy` tensor file name; raise TensorNameError with the reason when it does not fit."""
+    if not name.endswith(".npy"):
+        raise TensorNameError("not a .npy file")
+    parts = name[:-4].split(".")
+    dtype: str | None = None
+    if len(parts) >= 9 and parts[-1].lower() in DTYPE_TOKENS:
+        dtype = parts.pop().lower()
+    if len(parts) < 8:
+        raise TensorNameError(f"expected at least 8 dot-separated fields before .npy, found {len(parts)}")
+    fmt, slot, io, ts, stream, task = parts[-1], parts[-2], parts[-3], parts[-4], parts[-5], parts[-6]
+    if io not in ("input", "output"):
+        raise TensorNameError(f"field {io!r} where 'input' or 'output' was expected")
+    for label, value in (("slot", slot), ("timestamp", ts), ("stream id", stream), ("task id", task)):
+        if not _DIGITS.match(value):
+            raise TensorNameError(f"{label} {value!r} is not a decimal number")
+    if not fmt:
+        raise TensorNameError("empty format field")
+    op_type = parts[0]
+    op_name = ".".join(parts[1:-6])
+    if not op_type or not op_name:
+        raise TensorNameError("empty op type or op name")
+    if dtype is not None:
+        era = "v2.4+"
+    elif _V23_SCOPE.match(op_name):
+        era = "v2.3"
+    else:
+        era = "v1.3-2.2"
+    return TensorName(op_type, op_name, int(task), int(stream), int(ts), io, int(slot), fmt, dtype, era)
+
+
+def sanitize_v23(full_name: str) -> str:
+    """The v2.3+ file-name form of a full scope name (`GetFileKernelName`): `/ \\ . space` -> `_`."""
+    return full_name.replace("/", "_").replace("\\", "_").replace(".", "_").replace(" ", "_")
+
+
+def short_name(full_name: str) -> str:
+    """The v1.3-2.2 file-name form of a full scope name: its last scope component."""
+    return full_name.rsplit("/", 1)[-1]
+
+
+_OP_INDEX = re.compile(r"-op\d+$")
+
+
+def op_type_of(full_name: str) -> str:
+    """Kernel type from a full scope name: `.../Conv2D-op12` -> `Conv2D`."""
+    return _OP_INDEX.sub("", short_name(full_name))

@@ -1,0 +1,628 @@
+"""Ingest a MindSpore dump tree into a catalog: walk, parse, batch, commit.
+
+The walk streams one directory at a time and flushes a batch to the catalog whenever enough rows
+are pending, so memory stays bounded however large the dump is. Every parser is a pure function
+(see the sibling modules); this module only routes files to them, turns their output into rows,
+and records anything that could not be read as an `ingest_errors` row instead of stopping.
+
+Re-ingest is incremental: a tensor file whose row id is already in the catalog is skipped, and
+append-only files (statistic.csv, the execution-order csvs) resume after the last complete line
+already ingested.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ingest import execution_order, kernel_args, mapping_csv, metadata
+from ingest.ids import stat_row_id, tensor_row_id
+from ingest.npy_header import NpyHeaderError, read_npy_header
+from ingest.npy_name import (
+    TensorName,
+    TensorNameError,
+    op_type_of,
+    parse_tensor_name,
+    sanitize_v23,
+    short_name,
+)
+from ingest.schema import TABLES
+from ingest.store import CatalogError, CatalogStore
+
+RANK_DIR = re.compile(r"^rank_(\d+)$")
+MAPPED_NAME = re.compile(r"^\d+\.npy$")
+VERSION = "0.1.0"
+
+
+class DumpRootError(Exception):
+    """The dump directory cannot be ingested at all (missing, unreadable, not a dump)."""
+
+
+@dataclass
+class IngestSummary:
+    run: str
+    dump_root: str
+    files_seen: int = 0
+    files_new: int = 0
+    tensors: int = 0
+    stat_rows: int = 0
+    computed_stats: int = 0
+    ops: int = 0
+    errors: int = 0
+    batches: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class _Pending:
+    """Rows waiting for the next commit, per table, plus stat jobs for new tensors."""
+
+    rows: dict[str, list[tuple]] = field(default_factory=lambda: {name: [] for name in TABLES})
+    stat_jobs: list = field(default_factory=list)
+    stat_keys: dict[int, tuple[str, tuple]] = field(default_factory=dict)
+
+    def size(self) -> int:
+        return len(self.rows["tensors"]) + len(self.rows["stat_rows"]) + len(self.rows["manifest"])
+
+
+def find_dump_root(path: str | os.PathLike) -> tuple[Path, list[Path]]:
+    """(dump root, rank directories) for a dump root or a single rank_N directory."""
+    p = Path(path)
+    if not p.exists():
+        raise DumpRootError(f"dump directory {p} does not exist")
+    if not p.is_dir():
+        raise DumpRootError(f"{p} is not a directory")
+    p = p.resolve()
+    if RANK_DIR.match(p.name):
+        return p.parent, [p]
+    try:
+        ranks = sorted(
+            (Path(e.path) for e in os.scandir(p) if e.is_dir() and RANK_DIR.match(e.name)),
+            key=lambda q: int(RANK_DIR.match(q.name).group(1)),
+        )
+    except OSError as exc:
+        raise DumpRootError(f"cannot read dump directory {p}: {exc.strerror}") from exc
+    if not ranks:
+        raise DumpRootError(
+            f"{p} is not a MindSpore dump: no rank_N directories (expected {{path}}/rank_N/{{net}}/...)"
+        )
+    return p, ranks
+
+
+def _rows_to_table(rows: list[tuple], schema: pa.Schema) -> pa.Table:
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
+    return pa.Table.from_arrays(
+        [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)], schema=schema
+    )
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Ingester:
+    """One ingest of one dump root into one run of a catalog. Use `ingest_dump` to run it."""
+
+    def __init__(
+        self,
+        store: CatalogStore,
+        run: str,
+        dump_root: Path,
+        ranks: list[Path],
+        *,
+        compute_stats: bool = True,
+        md5: bool = False,
+        workers: int | None = None,
+        batch_rows: int = 200_000,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.run = run
+        self.root = dump_root
+        self.ranks = ranks
+        self.compute_stats = compute_stats
+        self.md5 = md5
+        self.workers = workers
+        self.batch_rows = batch_rows
+        self.on_progress = on_progress or (lambda n: None)
+        self.summary = IngestSummary(run=run, dump_root=str(dump_root))
+        self.pending = _Pending()
+        self.known_tensors: set[int] = set()
+        self.manifest: dict[str, tuple] = {}  # rel_path -> (size, consumed_bytes, consumed_lines, status)
+
+    # -- catalog state ---------------------------------------------------------------------
+
+    def _load_state(self) -> None:
+        """Row ids of tensors already cataloged for this run, and the non-tensor manifest."""
+        snap = self.store.snapshot()
+        roots = set()
+        for batch in snap["batches"]:
+            if batch["run"] != self.run:
+                continue
+            bdir = self.store.root / batch["path"]
+            if "tensors" in batch["tables"]:
+                ids = pq.read_table(bdir / "tensors.parquet", columns=["row_id"]).column(0)
+                self.known_tensors.update(ids.to_pylist())
+            if "manifest" in batch["tables"]:
+                t = pq.read_table(
+                    bdir / "manifest.parquet",
+                    columns=["rel_path", "file_size", "consumed_bytes", "consumed_lines", "status"],
+                )
+                cols = [t.column(i).to_pylist() for i in range(5)]
+                for rel, size, cb, cl, status in zip(*cols, strict=True):
+                    self.manifest[rel] = (size, cb, cl, status)
+            if "runs" in batch["tables"]:
+                roots.update(
+                    pq.read_table(bdir / "runs.parquet", columns=["dump_root"]).column(0).to_pylist()
+                )
+        if roots and str(self.root) not in roots:
+            raise CatalogError(
+                f"run {self.run!r} already holds dump {sorted(roots)[0]}; "
+                f"ingest {self.root} under another name with --run"
+            )
+        if not roots:
+            self._add("runs", (self.run, str(self.root), _now(), VERSION))
+
+    # -- bookkeeping -----------------------------------------------------------------------
+
+    def _add(self, table: str, row: tuple) -> None:
+        self.pending.rows[table].append(row)
+
+    def _rel(self, path: str) -> str:
+        return os.path.relpath(path, self.root).replace(os.sep, "/")
+
+    def _error(self, rel: str, stage: str, reason: str, size: int | None = None) -> None:
+        self._add("ingest_errors", (self.run, rel, stage, reason, size, _now()))
+        self.summary.errors += 1
+
+    def _record(self, rel: str, kind: str, size: int, consumed: int, lines: int, status: str) -> None:
+        self.manifest[rel] = (size, consumed, lines, status)
+        self._add("manifest", (self.run, rel, kind, size, consumed, lines, status, _now()))
+
+    def _is_unchanged(self, rel: str, size: int) -> bool:
+        prev = self.manifest.get(rel)
+        return prev is not None and prev[0] == size
+
+    # -- walk ------------------------------------------------------------------------------
+
+    def run_ingest(self) -> IngestSummary:
+        started = time.perf_counter()
+        with self.store.writer_lock():
+            self._load_state()
+            for rank_dir in self.ranks:
+                self._ingest_rank(rank_dir)
+            self._flush()
+        self.summary.seconds = time.perf_counter() - started
+        return self.summary
+
+    def _scandir(self, path: str) -> list[os.DirEntry] | None:
+        try:
+            with os.scandir(path) as it:
+                return sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            self._error(self._rel(path), "walk", f"unreadable directory: {exc.strerror}")
+            return None
+
+    def _ingest_rank(self, rank_dir: Path) -> None:
+        rank = int(RANK_DIR.match(rank_dir.name).group(1))
+        entries = self._scandir(str(rank_dir))
+        if entries is None:
+            return
+        for entry in entries:
+            if entry.name == ".dump_metadata" and entry.is_dir():
+                self._ingest_metadata(rank, entry.path)
+            elif entry.name == "execution_order" and entry.is_dir():
+                self._ingest_execution_order(rank, entry.path)
+            elif entry.name == "graphs" and entry.is_dir():
+                continue  # graph IR / .pb: parsed by the IR ingester, not by this one
+            elif entry.is_dir():
+                self._ingest_net(rank, entry.name, entry.path)
+            else:
+                self.summary.files_seen += 1
+                self._error(self._rel(entry.path), "walk", "unexpected file at rank level")
+
+    def _ingest_net(self, rank: int, net: str, net_path: str) -> None:
+        for gentry in self._scandir(net_path) or []:
+            if not (gentry.is_dir() and gentry.name.isdigit()):
+                self._error(self._rel(gentry.path), "walk", "expected a graph-id directory (digits)")
+                continue
+            graph_id = int(gentry.name)
+            for ientry in self._scandir(gentry.path) or []:
+                if ientry.is_dir() and ientry.name.isdigit():
+                    self._ingest_leaf(rank, net, graph_id, int(ientry.name), "iteration", ientry.path)
+                elif ientry.is_dir() and ientry.name == "constants":
+                    self._ingest_leaf(rank, net, graph_id, None, "constants", ientry.path)
+                else:
+                    self._error(
+                        self._rel(ientry.path),
+                        "walk",
+                        "expected an iteration directory (digits) or constants/",
+                    )
+
+    # -- leaf directories (tensors, statistic.csv, mapping.csv, kernel args) ----------------
+
+    def _ingest_leaf(
+        self, rank: int, net: str, graph_id: int, iteration: int | None, dir_kind: str, path: str
+    ) -> None:
+        entries = self._scandir(path)
+        if entries is None:
+            return
+        self.summary.files_seen += len(entries)
+        self.on_progress(len(entries))
+        rel_dir = self._rel(path)
+        by_name = {e.name: e for e in entries}
+
+        mapping: dict[str, str] = {}
+        if "mapping.csv" in by_name:
+            mapping = self._read_mapping(rel_dir, by_name["mapping.csv"])
+
+        stat_table = None
+        if "statistic.csv" in by_name:
+            stat_table = self._read_statistic_csv(
+                rank, net, graph_id, iteration, rel_dir, by_name["statistic.csv"]
+            )
+
+        # Names of every tensor file in the directory (not only new ones): statistic rows are
+        # matched against all of them, so a csv that grew later still finds its tensors.
+        parsed: dict[str, TensorName | TensorNameError] = {}
+        for entry in entries:
+            name = entry.name
+            if not name.endswith(".npy"):
+                continue
+            original = mapping.get(name) if MAPPED_NAME.match(name) else None
+            try:
+                parsed[name] = parse_tensor_name(original or name)
+            except TensorNameError as exc:
+                parsed[name] = exc
+
+        matched: set[int] = set()
+        if stat_table is not None and stat_table.num_rows:
+            matched = self._match_stat_rows(rel_dir, stat_table, parsed)
+
+        for entry in entries:
+            name = entry.name
+            if name in ("statistic.csv", "mapping.csv"):
+                continue
+            if name.endswith(".npy"):
+                self._ingest_tensor(
+                    rank, net, graph_id, iteration, dir_kind, entry, parsed[name], mapping.get(name), matched
+                )
+            elif name.endswith(".json"):
+                self._ingest_kernel_args(rank, net, graph_id, iteration, entry)
+            else:
+                rel = f"{rel_dir}/{name}"
+                if rel not in self.manifest:
+                    self._error(
+                        rel, "walk", "unrecognised file (not .npy, statistic.csv, mapping.csv or .json)"
+                    )
+                    self._record(rel, "unknown", -1, 0, 0, "error")
+        if self.pending.size() >= self.batch_rows:
+            self._flush()
+
+    def _ingest_tensor(
+        self,
+        rank: int,
+        net: str,
+        graph_id: int,
+        iteration: int | None,
+        dir_kind: str,
+        entry: os.DirEntry,
+        name: TensorName | TensorNameError,
+        original: str | None,
+        matched: set[int],
+    ) -> None:
+        rel = self._rel(entry.path)
+        row_id = tensor_row_id(self.run, rel)
+        if row_id in self.known_tensors:
+            return
+        prev = self.manifest.get(rel)
+        if isinstance(name, TensorNameError):
+            if prev is None:
+                self._error(rel, "name", f"file name fits no tensor pattern: {name}")
+                self._record(rel, "tensor", -1, 0, 0, "error")
+            return
+        try:
+            header, size = read_npy_header(entry.path)
+        except (NpyHeaderError, OSError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            size = _size_or_none(entry)
+            if prev is None or prev[0] != size:
+                self._error(rel, "npy_header", reason, size)
+                self._record(rel, "tensor", size if size is not None else -1, 0, 0, "error")
+            return
+        self.summary.files_new += 1
+        stored = header.dtype.name
+        shape = list(header.shape)
+        self.known_tensors.add(row_id)
+        self.summary.tensors += 1
+        self._add(
+            "tensors",
+            (
+                row_id, self.run, rank, net, graph_id, iteration, dir_kind, rel, entry.name, original,
+                name.op_type, name.op_name, name.task_id, name.stream_id, name.timestamp_us, name.io,
+                name.slot, name.format, name.dtype or stored, stored, shape, header.data_offset,
+                header.nbytes, size, name.era,
+            ),
+        )  # fmt: skip
+        if prev is not None:  # an earlier error for this file is now resolved
+            self._record(rel, "tensor", size, size, 0, "ok")
+        if self.compute_stats and row_id not in matched:
+            from ingest.tensor_stats import StatJob
+
+            self.pending.stat_jobs.append(
+                StatJob(row_id, entry.path, header.data_offset, stored, tuple(header.shape))
+            )
+            self.pending.stat_keys[row_id] = rel, (
+                self.run, rank, net, graph_id, iteration, name.op_type, name.op_name, name.timestamp_us,
+                name.io, name.slot, name.dtype or stored, shape, header.nbytes,
+            )  # fmt: skip
+
+    def _read_mapping(self, rel_dir: str, entry: os.DirEntry) -> dict[str, str]:
+        rel = f"{rel_dir}/mapping.csv"
+        try:
+            mapping, errors = mapping_csv.read_mapping_csv(entry.path)
+        except OSError as exc:
+            self._error(rel, "mapping_csv", f"unreadable: {exc.strerror}")
+            return {}
+        size = _size_or_none(entry) or 0
+        if not self._is_unchanged(rel, size):
+            for line_no, reason in errors:
+                self._error(f"{rel}:{line_no}", "mapping_csv", reason)
+            self._record(rel, "mapping_csv", size, size, 0, "ok")
+        return mapping
+
+    def _read_statistic_csv(
+        self, rank: int, net: str, graph_id: int, iteration: int | None, rel_dir: str, entry: os.DirEntry
+    ) -> pa.Table | None:
+        from ingest.statistic_csv import read_statistic_csv
+
+        rel = f"{rel_dir}/statistic.csv"
+        size = _size_or_none(entry)
+        prev = self.manifest.get(rel)
+        start_offset, start_line = (prev[1], prev[2]) if prev and prev[3] == "ok" else (0, 0)
+        if size is not None and size <= start_offset:
+            return None
+        try:
+            result = read_statistic_csv(entry.path, start_offset=start_offset, start_line=start_line)
+        except OSError as exc:
+            self._error(rel, "statistic_csv", f"unreadable: {exc.strerror}", size)
+            return None
+        for line_no, reason in result.errors:
+            self._error(f"{rel}:{line_no}", "statistic_csv", reason, size)
+        self._record(rel, "statistic_csv", size or 0, result.end_offset, result.end_line, "ok")
+        table = result.table
+        n = table.num_rows
+        if n == 0:
+            return table
+        line_nos = table.column("line_no").to_pylist()
+        table = table.append_column(
+            "stat_id", pa.array([stat_row_id(self.run, rel, ln) for ln in line_nos], pa.int64())
+        )
+        consts = {
+            "run": (self.run, pa.string()),
+            "rank": (rank, pa.int32()),
+            "net": (net, pa.string()),
+            "graph_id": (graph_id, pa.int32()),
+            "iteration": (iteration, pa.int64()),
+            "csv_path": (rel, pa.string()),
+        }
+        for col, (value, typ) in consts.items():
+            table = table.append_column(col, pa.array([value] * n, typ))
+        self.summary.stat_rows += n
+        return table
+
+    def _match_stat_rows(
+        self, rel_dir: str, table: pa.Table, parsed: dict[str, TensorName | TensorNameError]
+    ) -> set[int]:
+        """Give each statistic row the row id of its tensor file; queue the rows for commit.
+
+        Host-mode rows carry the same timestamp as the file name, so (op, io, slot, timestamp)
+        matches exactly; device-stat rows have their own timestamp, so fall back to (op, io, slot)
+        when exactly one file in the directory has it.
+        """
+        exact: dict[tuple, int] = {}
+        loose: dict[tuple, list[int]] = {}
+        for fname, tn in parsed.items():
+            if isinstance(tn, TensorNameError):
+                continue
+            rid = tensor_row_id(self.run, f"{rel_dir}/{fname}")
+            exact[(tn.op_type, tn.op_name, tn.io, tn.slot, tn.timestamp_us)] = rid
+            loose.setdefault((tn.op_type, tn.op_name, tn.io, tn.slot), []).append(rid)
+        cols = {
+            c: table.column(c).to_pylist() for c in ("op_type", "file_op_name", "io", "slot", "timestamp_us")
+        }
+        row_ids: list[int | None] = []
+        for op_type, op, io, slot, ts in zip(*cols.values(), strict=True):
+            rid = exact.get((op_type, op, io, slot, ts))
+            if rid is None:
+                cands = loose.get((op_type, op, io, slot), [])
+                rid = cands[0] if len(cands) == 1 else None
+            row_ids.append(rid)
+        table = table.append_column("row_id", pa.array(row_ids, pa.int64()))
+        schema = TABLES["stat_rows"]
+        self.pending.rows["stat_rows"].append(table.select(schema.names).cast(schema))
+        return {r for r in row_ids if r is not None}
+
+    def _ingest_kernel_args(
+        self, rank: int, net: str, graph_id: int, iteration: int | None, entry: os.DirEntry
+    ) -> None:
+        rel = self._rel(entry.path)
+        size = _size_or_none(entry) or 0
+        if self._is_unchanged(rel, size):
+            return
+        try:
+            op_type, op_name = kernel_args.parse_kernel_args_name(entry.name)
+            args = kernel_args.read_kernel_args(entry.path)
+        except (kernel_args.KernelArgsError, OSError, UnicodeDecodeError) as exc:
+            self._error(rel, "kernel_args", str(exc), size)
+            self._record(rel, "kernel_args", size, 0, 0, "error")
+            return
+        for arg, value in args:
+            self._add(
+                "kernel_args", (self.run, rank, net, graph_id, iteration, rel, op_type, op_name, arg, value)
+            )
+        self._record(rel, "kernel_args", size, size, 0, "ok")
+
+    # -- rank-level metadata -------------------------------------------------------------
+
+    def _ingest_metadata(self, rank: int, path: str) -> None:
+        values: dict[str, str | None] = {
+            "device_target": None,
+            "ms_version": None,
+            "dump": None,
+            "hccl": None,
+        }
+        changed = False
+        for entry in self._scandir(path) or []:
+            self.summary.files_seen += 1
+            rel = self._rel(entry.path)
+            size = _size_or_none(entry) or 0
+            changed |= not self._is_unchanged(rel, size)
+            try:
+                if entry.name == "config.json":
+                    values.update(metadata.read_config_json(entry.path))
+                elif entry.name == "data_dump.json":
+                    values["dump"] = metadata.read_json_text(entry.path)
+                elif entry.name == "hccl.json":
+                    values["hccl"] = metadata.read_json_text(entry.path)
+                else:
+                    continue
+            except (metadata.MetadataError, OSError, UnicodeDecodeError) as exc:
+                if not self._is_unchanged(rel, size):
+                    self._error(rel, "metadata", str(exc), size)
+                    self._record(rel, "metadata", size, 0, 0, "error")
+                continue
+            if not self._is_unchanged(rel, size):
+                self._record(rel, "metadata", size, size, 0, "ok")
+        if changed:
+            self._add(
+                "rank_meta",
+                (self.run, rank, str(self.root), values["device_target"], values["ms_version"],
+                 values["dump"], values["hccl"]),
+            )  # fmt: skip
+
+    def _ingest_execution_order(self, rank: int, path: str) -> None:
+        for entry in self._scandir(path) or []:
+            self.summary.files_seen += 1
+            rel = self._rel(entry.path)
+            m_exec = execution_order.EXEC_ORDER_FILE.match(entry.name)
+            m_glob = execution_order.GLOBAL_ORDER_FILE.match(entry.name)
+            if not (m_exec or m_glob):
+                if rel not in self.manifest:
+                    self._error(rel, "execution_order", "unrecognised file in execution_order/")
+                    self._record(rel, "unknown", -1, 0, 0, "error")
+                continue
+            size = _size_or_none(entry) or 0
+            prev = self.manifest.get(rel)
+            start_offset, start_line = (prev[1], prev[2]) if prev else (0, 0)
+            if size <= start_offset:
+                continue
+            graph_id = int((m_exec or m_glob).group(1))
+            parse = execution_order.parse_exec_order if m_exec else execution_order.parse_global_order
+            try:
+                result = parse(entry.path, start_offset, start_line)
+            except OSError as exc:
+                self._error(rel, "execution_order", f"unreadable: {exc.strerror}", size)
+                continue
+            for line_no, reason in result.errors:
+                self._error(f"{rel}:{line_no}", "execution_order", reason, size)
+            for index, text in result.values:
+                if m_exec:
+                    self.summary.ops += 1
+                    self._add(
+                        "ops",
+                        (self.run, rank, graph_id, index, text, sanitize_v23(text), short_name(text),
+                         op_type_of(text)),
+                    )  # fmt: skip
+                else:
+                    self._add("graph_runs", (self.run, rank, graph_id, index, int(text)))
+            kind = "exec_order" if m_exec else "global_order"
+            self._record(rel, kind, size, result.end_offset, result.end_line, "ok")
+
+    # -- commit ----------------------------------------------------------------------------
+
+    def _compute_pending_stats(self) -> None:
+        jobs = self.pending.stat_jobs
+        if not jobs:
+            return
+        from ingest.tensor_stats import compute_stats_many
+
+        for row_id, stats, error in compute_stats_many(jobs, md5=self.md5, workers=self.workers):
+            rel, keys = self.pending.stat_keys.pop(row_id)
+            if error is not None:
+                self._error(rel, "tensor_stats", error)
+                continue
+            self.summary.computed_stats += 1
+            self._add(
+                "tensor_stats",
+                (row_id, *keys, stats["max"], stats["min"], stats["avg"], stats["count"], stats["neg_count"],
+                 stats["pos_count"], stats["nan_count"], stats["neg_inf_count"], stats["pos_inf_count"],
+                 stats["zero_count"], stats["l2norm"], stats.get("md5")),
+            )  # fmt: skip
+        self.pending.stat_jobs = []
+        self.pending.stat_keys = {}
+
+    def _flush(self) -> None:
+        self._compute_pending_stats()
+        tables: dict[str, pa.Table] = {}
+        for name, rows in self.pending.rows.items():
+            if not rows:
+                continue
+            if name == "stat_rows":
+                tables[name] = pa.concat_tables(rows)
+            else:
+                tables[name] = _rows_to_table(rows, TABLES[name])
+        if tables and self.store.commit_batch(self.run, tables):
+            self.summary.batches += 1
+        self.pending = _Pending()
+
+
+def _size_or_none(entry: os.DirEntry) -> int | None:
+    try:
+        return entry.stat().st_size
+    except OSError:
+        return None
+
+
+def ingest_dump(
+    catalog: str | os.PathLike,
+    dump_dir: str | os.PathLike,
+    run: str | None = None,
+    *,
+    compute_stats: bool = True,
+    md5: bool = False,
+    workers: int | None = None,
+    batch_rows: int = 200_000,
+    on_progress: Callable[[int], None] | None = None,
+) -> IngestSummary:
+    """Ingest one dump tree into a catalog (created if missing) under a run name.
+
+    Raises DumpRootError or CatalogError when the dump root or the catalog is unusable; any
+    problem with an individual file becomes an `ingest_errors` row instead.
+    """
+    root, ranks = find_dump_root(dump_dir)
+    store = CatalogStore(catalog, create=True)
+    run_name = run or root.name
+    ingester = Ingester(
+        store, run_name, root, ranks, compute_stats=compute_stats, md5=md5, workers=workers,
+        batch_rows=batch_rows, on_progress=on_progress,
+    )  # fmt: skip
+    return ingester.run_ingest()
+
+
+def ingest_many(
+    catalog: str | os.PathLike, dump_dirs: Iterable[str | os.PathLike], **kwargs
+) -> list[IngestSummary]:
+    """Ingest several dump trees, each as its own run named after its folder."""
+    return [ingest_dump(catalog, d, **kwargs) for d in dump_dirs]

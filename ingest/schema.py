@@ -1,0 +1,209 @@
+"""Arrow schemas of every catalog table: the one place that says what a row holds.
+
+The ingest side builds records as plain dicts keyed by these field names; the writer turns
+batches of them into parquet with exactly these types, so every batch file of a table
+has the same schema and DuckDB can read them all with one `read_parquet` list.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SHAPE = pa.list_(pa.int64())
+
+# One row per tensor file (npy) found in the dump.
+TENSORS = pa.schema(
+    [
+        ("row_id", pa.int64()),
+        ("run", pa.string()),
+        ("rank", pa.int32()),
+        ("net", pa.string()),
+        ("graph_id", pa.int32()),
+        ("iteration", pa.int64()),  # NULL for constants/
+        ("dir_kind", pa.string()),  # 'iteration' | 'constants'
+        ("rel_path", pa.string()),  # relative to the run's dump root, '/'-separated
+        ("file_name", pa.string()),
+        ("original_name", pa.string()),  # from mapping.csv when the file was renamed to digits
+        ("op_type", pa.string()),
+        ("file_op_name", pa.string()),  # op name exactly as written in the file name
+        ("task_id", pa.int64()),
+        ("stream_id", pa.int64()),
+        ("timestamp_us", pa.int64()),
+        ("io", pa.string()),  # 'input' | 'output'
+        ("slot", pa.int32()),
+        ("format", pa.string()),
+        ("dtype", pa.string()),  # original dtype: the name's token, else the stored dtype
+        ("stored_dtype", pa.string()),  # numpy dtype of the data in the file
+        ("shape", SHAPE),
+        ("data_offset", pa.int64()),
+        ("nbytes", pa.int64()),
+        ("file_size", pa.int64()),
+        ("name_era", pa.string()),  # 'v1.3-2.2' | 'v2.3' | 'v2.4+'
+    ]
+)
+
+STAT_VALUE_FIELDS = [
+    ("max", pa.float64()),
+    ("min", pa.float64()),
+    ("avg", pa.float64()),
+    ("count", pa.int64()),
+    ("neg_count", pa.int64()),  # elements < 0 (MindSpore's 'Negative Zero Count')
+    ("pos_count", pa.int64()),  # elements > 0 (MindSpore's 'Positive Zero Count')
+    ("nan_count", pa.int64()),
+    ("neg_inf_count", pa.int64()),
+    ("pos_inf_count", pa.int64()),
+    ("zero_count", pa.int64()),
+    ("l2norm", pa.float64()),
+    ("md5", pa.string()),
+]
+
+# One row per data line of a statistic.csv.
+STAT_ROWS = pa.schema(
+    [
+        ("stat_id", pa.int64()),
+        ("row_id", pa.int64()),  # the tensor file this row describes, matched at ingest; NULL if none
+        ("run", pa.string()),
+        ("rank", pa.int32()),
+        ("net", pa.string()),
+        ("graph_id", pa.int32()),
+        ("iteration", pa.int64()),
+        ("csv_path", pa.string()),
+        ("line_no", pa.int64()),  # 1-based physical line in the csv
+        ("op_type", pa.string()),
+        ("file_op_name", pa.string()),
+        ("task_id", pa.int64()),
+        ("stream_id", pa.int64()),
+        ("timestamp_us", pa.int64()),
+        ("io", pa.string()),
+        ("slot", pa.int32()),
+        ("data_size", pa.int64()),
+        ("data_type", pa.string()),
+        ("format", pa.string()),
+        ("shape", SHAPE),
+        *STAT_VALUE_FIELDS,
+    ]
+)
+
+# Statistics dumpcat computed from tensor data (tensors without a statistic.csv row). The tensor's
+# keys are repeated here so that the `stats` view needs no join against the big tensors table.
+TENSOR_STATS = pa.schema(
+    [
+        ("row_id", pa.int64()),
+        ("run", pa.string()),
+        ("rank", pa.int32()),
+        ("net", pa.string()),
+        ("graph_id", pa.int32()),
+        ("iteration", pa.int64()),
+        ("op_type", pa.string()),
+        ("file_op_name", pa.string()),
+        ("timestamp_us", pa.int64()),
+        ("io", pa.string()),
+        ("slot", pa.int32()),
+        ("dtype", pa.string()),
+        ("shape", SHAPE),
+        ("nbytes", pa.int64()),
+        *STAT_VALUE_FIELDS,
+    ]
+)
+
+# Kernel execution order per graph (execution_order/ms_execution_order_graph_{g}.csv).
+OPS = pa.schema(
+    [
+        ("run", pa.string()),
+        ("rank", pa.int32()),
+        ("graph_id", pa.int32()),
+        ("exec_index", pa.int32()),
+        ("full_name", pa.string()),
+        ("sanitized_name", pa.string()),  # v2.3+ file-name form of full_name
+        ("short_name", pa.string()),  # last scope component (v1.3-2.2 file-name form)
+        ("op_type", pa.string()),  # from the short name, 'Conv2D-op12' -> 'Conv2D'
+    ]
+)
+
+# Global execution history (execution_order/ms_global_execution_order_graph_{g}.csv).
+GRAPH_RUNS = pa.schema(
+    [
+        ("run", pa.string()),
+        ("rank", pa.int32()),
+        ("graph_id", pa.int32()),
+        ("seq", pa.int32()),
+        ("iteration", pa.int64()),
+    ]
+)
+
+# One row per rank of a run (.dump_metadata/).
+RANK_META = pa.schema(
+    [
+        ("run", pa.string()),
+        ("rank", pa.int32()),
+        ("dump_root", pa.string()),
+        ("device_target", pa.string()),
+        ("ms_version", pa.string()),
+        ("dump_config", pa.string()),  # data_dump.json text
+        ("hccl_config", pa.string()),
+    ]
+)
+
+# Kernel args json files, one row per argument.
+KERNEL_ARGS = pa.schema(
+    [
+        ("run", pa.string()),
+        ("rank", pa.int32()),
+        ("net", pa.string()),
+        ("graph_id", pa.int32()),
+        ("iteration", pa.int64()),
+        ("rel_path", pa.string()),
+        ("op_type", pa.string()),
+        ("file_op_name", pa.string()),
+        ("arg_name", pa.string()),
+        ("arg_value", pa.string()),
+    ]
+)
+
+INGEST_ERRORS = pa.schema(
+    [
+        ("run", pa.string()),
+        ("rel_path", pa.string()),
+        ("stage", pa.string()),
+        ("reason", pa.string()),
+        ("file_size", pa.int64()),
+        ("at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+# What has been ingested: lets re-ingest skip known files and resume a grown statistic.csv.
+MANIFEST = pa.schema(
+    [
+        ("run", pa.string()),
+        ("rel_path", pa.string()),
+        ("kind", pa.string()),
+        ("file_size", pa.int64()),
+        ("consumed_bytes", pa.int64()),  # for append-only files: bytes already ingested
+        ("consumed_lines", pa.int64()),
+        ("status", pa.string()),  # 'ok' | 'error'
+        ("at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+# Runs: one row per ingest of a dump root under a run name.
+RUNS = pa.schema(
+    [
+        ("run", pa.string()),
+        ("dump_root", pa.string()),
+        ("ingested_at", pa.timestamp("us", tz="UTC")),
+        ("dumpcat_version", pa.string()),
+    ]
+)
+
+TABLES: dict[str, pa.Schema] = {
+    "tensors": TENSORS,
+    "stat_rows": STAT_ROWS,
+    "tensor_stats": TENSOR_STATS,
+    "ops": OPS,
+    "graph_runs": GRAPH_RUNS,
+    "rank_meta": RANK_META,
+    "kernel_args": KERNEL_ARGS,
+    "ingest_errors": INGEST_ERRORS,
+    "manifest": MANIFEST,
+    "runs": RUNS,
+}

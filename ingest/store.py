@@ -1,0 +1,173 @@
+"""The catalog on disk: parquet batch files plus one snapshot file that says which are live.
+
+Layout of a catalog directory:
+
+    dumpcat.json                   marker + format version
+    snapshot.json                  {"version": N, "batches": [{"id", "run", "tables": {name: rows}}]}
+    data/run=<run>/<batch>/<table>.parquet
+    writer.lock                    held (fcntl) by the one process writing
+
+A batch holds every table's new rows from one flush of an ingest. Its files are written and
+fsynced first and only then is the batch added to snapshot.json, by writing a new snapshot and
+renaming it over the old one. That rename is the commit: a reader sees either all of a batch
+or none of it, and a crash mid-batch leaves only an unreferenced directory, removed by the next
+writer. Other engines can still read the parquet files directly by glob.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ingest.schema import TABLES
+
+FORMAT_VERSION = 1
+MARKER = "dumpcat.json"
+SNAPSHOT = "snapshot.json"
+ROW_GROUP_SIZE = 64 * 1024
+
+
+class CatalogError(Exception):
+    """The catalog directory is missing, not a catalog, or unusable."""
+
+
+def run_dir_name(run: str) -> str:
+    """Directory name for a run: hive style, with the run name percent-encoded."""
+    return "run=" + quote(run, safe="")
+
+
+class CatalogStore:
+    """Read and write access to the files of one catalog directory."""
+
+    def __init__(self, root: str | os.PathLike, *, create: bool = False) -> None:
+        self.root = Path(root).absolute()
+        marker = self.root / MARKER
+        if not marker.exists():
+            if not create:
+                raise CatalogError(f"{self.root} is not a dumpcat catalog (no {MARKER})")
+            if self.root.exists() and not self.root.is_dir():
+                raise CatalogError(f"{self.root} exists and is not a directory")
+            if self.root.exists() and any(p.name != ".lock" for p in self.root.iterdir()):
+                raise CatalogError(f"{self.root} is a non-empty directory that is not a dumpcat catalog")
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+                (self.root / "data").mkdir(exist_ok=True)
+                self._write_json_atomic(self.root / SNAPSHOT, {"version": 0, "batches": []})
+                self._write_json_atomic(marker, {"format": "dumpcat", "version": FORMAT_VERSION})
+            except OSError as exc:
+                raise CatalogError(f"cannot create catalog at {self.root}: {exc.strerror}") from exc
+        else:
+            try:
+                info = json.loads(marker.read_text())
+            except (OSError, ValueError) as exc:
+                raise CatalogError(f"{marker} is unreadable: {exc}") from exc
+            if info.get("version", 0) > FORMAT_VERSION:
+                raise CatalogError(f"catalog format {info.get('version')} is newer than this dumpcat")
+
+    # -- snapshot -------------------------------------------------------------------------
+
+    def snapshot(self) -> dict:
+        """The current snapshot (which batches are committed)."""
+        try:
+            return json.loads((self.root / SNAPSHOT).read_text())
+        except (OSError, ValueError) as exc:
+            raise CatalogError(f"cannot read {self.root / SNAPSHOT}: {exc}") from exc
+
+    def snapshot_token(self) -> tuple[int, int]:
+        """Cheap change detector for readers: (mtime_ns, inode) of snapshot.json."""
+        st = os.stat(self.root / SNAPSHOT)
+        return (st.st_mtime_ns, st.st_ino)
+
+    def table_files(self, snapshot: dict | None = None) -> dict[str, list[str]]:
+        """Absolute parquet paths per table for a snapshot."""
+        snap = snapshot if snapshot is not None else self.snapshot()
+        files: dict[str, list[str]] = {name: [] for name in TABLES}
+        for batch in snap["batches"]:
+            bdir = self.root / batch["path"]
+            for table in batch["tables"]:
+                if table in files:
+                    files[table].append(str(bdir / f"{table}.parquet"))
+        return files
+
+    # -- writing ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def writer_lock(self, wait: bool = True) -> Iterator[None]:
+        """Hold the single-writer lock; clean up batches a crashed writer left uncommitted."""
+        fd = os.open(self.root / "writer.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError as exc:
+                raise CatalogError(f"another dumpcat process is writing to {self.root}") from exc
+            self._remove_uncommitted()
+            yield
+        finally:
+            os.close(fd)
+
+    def _remove_uncommitted(self) -> None:
+        live = {b["path"] for b in self.snapshot()["batches"]}
+        data = self.root / "data"
+        if not data.exists():
+            return
+        for run_dir in data.iterdir():
+            for bdir in run_dir.iterdir():
+                rel = f"data/{run_dir.name}/{bdir.name}"
+                if rel not in live:
+                    shutil.rmtree(bdir, ignore_errors=True)
+
+    def commit_batch(self, run: str, tables: dict[str, pa.Table]) -> str | None:
+        """Write one batch of tables and commit it. Caller holds writer_lock. Returns the batch id."""
+        tables = {k: v for k, v in tables.items() if v is not None and v.num_rows > 0}
+        if not tables:
+            return None
+        batch_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
+        rel = f"data/{run_dir_name(run)}/{batch_id}"
+        bdir = self.root / rel
+        bdir.mkdir(parents=True)
+        for name, table in tables.items():
+            path = bdir / f"{name}.parquet"
+            pq.write_table(
+                table.cast(TABLES[name]),
+                path,
+                row_group_size=ROW_GROUP_SIZE,
+                compression="zstd",
+            )
+            _fsync_path(path)
+        _fsync_path(bdir)
+        snap = self.snapshot()
+        snap["version"] = snap.get("version", 0) + 1
+        snap["batches"].append(
+            {"id": batch_id, "run": run, "path": rel, "tables": {k: v.num_rows for k, v in tables.items()}}
+        )
+        self._write_json_atomic(self.root / SNAPSHOT, snap)
+        return batch_id
+
+    @staticmethod
+    def _write_json_atomic(path: Path, obj: dict) -> None:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "w") as fh:
+            json.dump(obj, fh, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        _fsync_path(path.parent)
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,36 @@
+-- How a name in a tensor file (or statistic.csv row) is resolved to its full scope name.
+--
+-- File names carry a *sanitised* op name: v2.3+ the full name with `/ \ . space` -> `_`,
+-- v1.3-2.2 only the last scope component. Sanitising is not invertible, so instead every
+-- operator of the execution order is given both file-name forms as keys, and a key resolves
+-- only when exactly one operator has it. `raw_ops` already holds both forms (computed at ingest
+-- with MindSpore's own replacement rule).
+
+-- Keys unique within one kernel graph: the exact match.
+CREATE OR REPLACE VIEW op_keys AS
+WITH keyed AS (
+    SELECT run, rank, graph_id, exec_index, full_name, sanitized_name AS key FROM raw_ops
+    UNION ALL
+    SELECT run, rank, graph_id, exec_index, full_name, short_name AS key FROM raw_ops
+    WHERE short_name <> sanitized_name
+)
+SELECT run, rank, graph_id, key, any_value(full_name) AS full_name, any_value(exec_index) AS exec_index
+FROM keyed
+GROUP BY run, rank, graph_id, key
+HAVING count(DISTINCT full_name) = 1;
+
+-- Keys unique within a rank: used when the dump directory's graph id is not the kernel graph
+-- of the execution order (Ascend names dump directories by root graph). The execution index is
+-- kept only when the operator sits in one graph.
+CREATE OR REPLACE VIEW op_keys_rank AS
+WITH keyed AS (
+    SELECT run, rank, graph_id, exec_index, full_name, sanitized_name AS key FROM raw_ops
+    UNION ALL
+    SELECT run, rank, graph_id, exec_index, full_name, short_name AS key FROM raw_ops
+    WHERE short_name <> sanitized_name
+)
+SELECT run, rank, key, any_value(full_name) AS full_name,
+       CASE WHEN count(*) = 1 THEN any_value(exec_index) END AS exec_index
+FROM keyed
+GROUP BY run, rank, key
+HAVING count(DISTINCT full_name) = 1;

@@ -1,0 +1,18 @@
+-- tensors: one row per tensor file, with its operator's full scope name when it resolves.
+CREATE OR REPLACE VIEW tensors AS
+SELECT t.row_id, t.run, t.rank, t.net, t.graph_id, t.iteration, t.dir_kind,
+       t.op_type,
+       coalesce(k.full_name, kr.full_name, t.file_op_name) AS op_name,
+       t.file_op_name, t.io, t.slot,
+       t.dtype, t.stored_dtype, t.shape, t.format,
+       coalesce(k.exec_index, kr.exec_index) AS exec_index,
+       t.task_id, t.stream_id, t.timestamp_us,
+       r.dump_root || '/' || t.rel_path AS path,
+       t.rel_path, t.file_name, t.original_name,
+       t.data_offset, t.nbytes, t.file_size, t.name_era
+FROM raw_tensors t
+LEFT JOIN op_keys k
+       ON k.run = t.run AND k.rank = t.rank AND k.graph_id = t.graph_id AND k.key = t.file_op_name
+LEFT JOIN op_keys_rank kr
+       ON k.key IS NULL AND kr.run = t.run AND kr.rank = t.rank AND kr.key = t.file_op_name
+LEFT JOIN raw_runs r ON r.run = t.run;
