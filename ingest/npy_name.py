@@ -111,6 +111,12 @@ def short_name(full_name: str) -> str:
 _OP_INDEX = re.compile(r"-op\d+$")
 
 
+def without_op_index(name: str) -> str:
+    """`..._Conv2D-op12` -> `..._Conv2D`: the key for names whose `-opN` differs between the
+    dump files and the execution order (seen in real MindSpore 2.10 dumps of recompiled graphs)."""
+    return _OP_INDEX.sub("", name)
+
+
 def op_type_of(full_name: str) -> str:
     """Kernel type from a full scope name: `.../Conv2D-op12` -> `Conv2D`."""
     return _OP_INDEX.sub("", short_name(full_name))

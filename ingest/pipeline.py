@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ingest import execution_order, kernel_args, mapping_csv, metadata
@@ -33,6 +34,7 @@ from ingest.npy_name import (
     parse_tensor_name,
     sanitize_v23,
     short_name,
+    without_op_index,
 )
 from ingest.schema import TABLES
 from ingest.store import CatalogError, CatalogStore
@@ -350,9 +352,9 @@ class Ingester:
             "tensors",
             (
                 row_id, self.run, rank, net, graph_id, iteration, dir_kind, rel, entry.name, original,
-                name.op_type, name.op_name, name.task_id, name.stream_id, name.timestamp_us, name.io,
-                name.slot, name.format, name.dtype or stored, stored, shape, header.data_offset,
-                header.nbytes, size, name.era,
+                name.op_type, name.op_name, without_op_index(name.op_name), name.task_id, name.stream_id,
+                name.timestamp_us, name.io, name.slot, name.format, name.dtype or stored, stored, shape,
+                header.data_offset, header.nbytes, size, name.era,
             ),
         )  # fmt: skip
         if prev is not None:  # an earlier error for this file is now resolved
@@ -364,7 +366,8 @@ class Ingester:
                 StatJob(row_id, entry.path, header.data_offset, stored, tuple(header.shape))
             )
             self.pending.stat_keys[row_id] = rel, (
-                self.run, rank, net, graph_id, iteration, name.op_type, name.op_name, name.timestamp_us,
+                self.run, rank, net, graph_id, iteration, name.op_type, name.op_name,
+                without_op_index(name.op_name), name.timestamp_us,
                 name.io, name.slot, name.dtype or stored, shape, header.nbytes,
             )  # fmt: skip
 
@@ -419,6 +422,8 @@ class Ingester:
         }
         for col, (value, typ) in consts.items():
             table = table.append_column(col, pa.array([value] * n, typ))
+        base = pc.replace_substring_regex(table.column("file_op_name"), pattern=r"-op\d+$", replacement="")
+        table = table.append_column("file_op_base", base)
         self.summary.stat_rows += n
         return table
 
@@ -543,7 +548,7 @@ class Ingester:
                     self._add(
                         "ops",
                         (self.run, rank, graph_id, index, text, sanitize_v23(text), short_name(text),
-                         op_type_of(text)),
+                         op_type_of(text), without_op_index(sanitize_v23(text))),
                     )  # fmt: skip
                 else:
                     self._add("graph_runs", (self.run, rank, graph_id, index, int(text)))

@@ -26,6 +26,7 @@ TENSORS = pa.schema(
         ("original_name", pa.string()),  # from mapping.csv when the file was renamed to digits
         ("op_type", pa.string()),
         ("file_op_name", pa.string()),  # op name exactly as written in the file name
+        ("file_op_base", pa.string()),  # file_op_name without its '-opN' suffix (see sql/00_op_keys.sql)
         ("task_id", pa.int64()),
         ("stream_id", pa.int64()),
         ("timestamp_us", pa.int64()),
@@ -71,6 +72,7 @@ STAT_ROWS = pa.schema(
         ("line_no", pa.int64()),  # 1-based physical line in the csv
         ("op_type", pa.string()),
         ("file_op_name", pa.string()),
+        ("file_op_base", pa.string()),
         ("task_id", pa.int64()),
         ("stream_id", pa.int64()),
         ("timestamp_us", pa.int64()),
@@ -96,6 +98,7 @@ TENSOR_STATS = pa.schema(
         ("iteration", pa.int64()),
         ("op_type", pa.string()),
         ("file_op_name", pa.string()),
+        ("file_op_base", pa.string()),
         ("timestamp_us", pa.int64()),
         ("io", pa.string()),
         ("slot", pa.int32()),
@@ -117,6 +120,7 @@ OPS = pa.schema(
         ("sanitized_name", pa.string()),  # v2.3+ file-name form of full_name
         ("short_name", pa.string()),  # last scope component (v1.3-2.2 file-name form)
         ("op_type", pa.string()),  # from the short name, 'Conv2D-op12' -> 'Conv2D'
+        ("base_name", pa.string()),  # sanitized_name without its '-opN' suffix
     ]
 )
 

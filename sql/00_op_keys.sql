@@ -19,9 +19,9 @@ FROM keyed
 GROUP BY run, rank, graph_id, key
 HAVING count(DISTINCT full_name) = 1;
 
--- Keys unique within a rank: used when the dump directory's graph id is not the kernel graph
--- of the execution order (Ascend names dump directories by root graph). The execution index is
--- kept only when the operator sits in one graph.
+-- Keys unique within a rank: used only for a dump directory whose graph id has no execution
+-- order of its own (Ascend names dump directories by root graph, execution orders by kernel
+-- graph). The execution index is kept only when the operator sits in one graph.
 CREATE OR REPLACE VIEW op_keys_rank AS
 WITH keyed AS (
     SELECT run, rank, graph_id, exec_index, full_name, sanitized_name AS key FROM raw_ops
@@ -34,3 +34,18 @@ SELECT run, rank, key, any_value(full_name) AS full_name,
 FROM keyed
 GROUP BY run, rank, key
 HAVING count(DISTINCT full_name) = 1;
+
+-- Keys without the `-opN` suffix, unique within a kernel graph. Real MindSpore 2.10 dumps of a
+-- graph compiled a second time name files `...Conv2D-op1` while the execution order says
+-- `...Conv2D-op0`; the scope and kernel type still identify the operator when only one
+-- operator of the graph has them.
+CREATE OR REPLACE VIEW op_keys_base AS
+SELECT run, rank, graph_id, base_name AS key,
+       any_value(full_name) AS full_name, any_value(exec_index) AS exec_index
+FROM raw_ops
+GROUP BY run, rank, graph_id, base_name
+HAVING count(DISTINCT full_name) = 1;
+
+-- Graphs that have an execution order.
+CREATE OR REPLACE VIEW op_graphs AS
+SELECT DISTINCT run, rank, graph_id FROM raw_ops;

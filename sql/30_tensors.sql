@@ -2,10 +2,12 @@
 CREATE OR REPLACE VIEW tensors AS
 SELECT t.row_id, t.run, t.rank, t.net, t.graph_id, t.iteration, t.dir_kind,
        t.op_type,
-       coalesce(k.full_name, kr.full_name, t.file_op_name) AS op_name,
+       coalesce(k.full_name, kb.full_name, kr.full_name, t.file_op_name) AS op_name,
        t.file_op_name, t.io, t.slot,
        t.dtype, t.stored_dtype, t.shape, t.format,
-       coalesce(k.exec_index, kr.exec_index) AS exec_index,
+       coalesce(k.exec_index, kb.exec_index, kr.exec_index) AS exec_index,
+       CASE WHEN k.key IS NOT NULL THEN 'exact' WHEN kb.key IS NOT NULL THEN 'op_index'
+            WHEN kr.key IS NOT NULL THEN 'rank' ELSE 'unresolved' END AS name_match,
        t.task_id, t.stream_id, t.timestamp_us,
        r.dump_root || '/' || t.rel_path AS path,
        t.rel_path, t.file_name, t.original_name,
@@ -13,6 +15,11 @@ SELECT t.row_id, t.run, t.rank, t.net, t.graph_id, t.iteration, t.dir_kind,
 FROM raw_tensors t
 LEFT JOIN op_keys k
        ON k.run = t.run AND k.rank = t.rank AND k.graph_id = t.graph_id AND k.key = t.file_op_name
+LEFT JOIN op_keys_base kb
+       ON k.key IS NULL AND kb.run = t.run AND kb.rank = t.rank AND kb.graph_id = t.graph_id
+      AND kb.key = t.file_op_base
+LEFT JOIN op_graphs g
+       ON g.run = t.run AND g.rank = t.rank AND g.graph_id = t.graph_id
 LEFT JOIN op_keys_rank kr
-       ON k.key IS NULL AND kr.run = t.run AND kr.rank = t.rank AND kr.key = t.file_op_name
+       ON g.graph_id IS NULL AND kr.run = t.run AND kr.rank = t.rank AND kr.key = t.file_op_name
 LEFT JOIN raw_runs r ON r.run = t.run;

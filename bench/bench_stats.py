@@ -1,0 +1,180 @@
+"""Benchmark: computed tensor statistics vs a naive numpy loop, on a tree of real npy files.
+
+Writes a tree of npy files (float32 with NaN/inf sprinkled into some files, plus int32), warms the
+page cache by reading every file once, then times, in the same process and over the same files:
+
+- ``naive``: ``np.load`` then max, min, mean, size, the six counts and ``np.linalg.norm``, per file;
+- ``compute_stats_many`` with the default worker processes, and with ``--backend`` variants
+  (``thread`` pool, ``workers=1`` in the calling thread) to show where the speed comes from;
+- ``open_tensor`` + ``compute_stats`` in a plain loop (the mmap path a user calls directly).
+
+Two cases: many small files (default 20,000 files of 1–64 KiB) and few big files (default 50 files
+of 16 MiB). Throughput is tensor-data MB (10^6 bytes) per second, best of ``--repeat`` runs; ratios
+are against ``naive`` of the same case. Pool start-up is inside the timed region.
+
+    python bench/bench_stats.py                      # both cases, defaults
+    python bench/bench_stats.py --case small --files 5000 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ingest.tensor_stats import StatJob, compute_stats, compute_stats_many, open_tensor  # noqa: E402
+
+
+def write_tree(root: Path, n_files: int, min_kib: int, max_kib: int, seed: int) -> list[StatJob]:
+    """Write ``n_files`` npy files of min..max KiB; return the jobs the catalog would hold for them."""
+    rng = np.random.default_rng(seed)
+    jobs: list[StatJob] = []
+    for i in range(n_files):
+        d = root / "rank_0" / "Net" / "0" / str(i // 1000)
+        if i % 1000 == 0:
+            d.mkdir(parents=True, exist_ok=True)
+        n = int(rng.integers(min_kib, max_kib + 1)) * 256  # 4-byte elements
+        kind = i % 10
+        if kind < 2:  # int32 (indices, steps, labels)
+            a = rng.integers(-1000, 1000, n, dtype=np.int32)
+        else:
+            a = rng.standard_normal(n, dtype=np.float32)
+            if kind == 2:  # ReLU output: zeros and positives
+                np.maximum(a, 0, out=a)
+            elif kind == 3:  # a few NaN
+                a[rng.integers(0, n, 3)] = np.nan
+            elif kind == 4:  # a few inf
+                a[rng.integers(0, n, 2)] = np.inf
+                a[rng.integers(0, n, 2)] = -np.inf
+        a = a.reshape(-1, 64) if n % 64 == 0 else a
+        p = d / f"Op.Default_op{i}.0.0.{1700000000000000 + i}.output.0.DefaultFormat.{a.dtype}.npy"
+        np.save(p, a)
+        offset = p.stat().st_size - a.nbytes  # what the catalog records from the header
+        jobs.append(StatJob(i, str(p), offset, a.dtype.str, a.shape))
+    return jobs
+
+
+def naive(jobs: list[StatJob]) -> None:
+    """The baseline the project measures against, verbatim."""
+    for job in jobs:
+        a = np.load(job.path)
+        (
+            np.max(a),
+            np.min(a),
+            np.mean(a),
+            a.size,
+            np.count_nonzero(a < 0),
+            np.count_nonzero(a > 0),
+            np.count_nonzero(np.isnan(a)),
+            np.count_nonzero(np.isneginf(a)),
+            np.count_nonzero(np.isposinf(a)),
+            np.count_nonzero(a == 0),
+            np.linalg.norm(a),
+        )
+
+
+def many(jobs: list[StatJob], **kw) -> None:
+    for _row_id, _stats, err in compute_stats_many(jobs, **kw):
+        if err:
+            raise RuntimeError(err)
+
+
+def mmap_loop(jobs: list[StatJob]) -> None:
+    for job in jobs:
+        compute_stats(open_tensor(job.path, job.data_offset, job.stored_dtype, job.shape))
+
+
+def warm(jobs: list[StatJob]) -> None:
+    for job in jobs:
+        with open(job.path, "rb") as f:
+            while f.read(1 << 20):
+                pass
+
+
+def best_of(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def run_case(name: str, jobs: list[StatJob], repeat: int, workers: int | None) -> None:
+    total = sum(int(np.prod(j.shape)) * np.dtype(j.stored_dtype).itemsize for j in jobs)
+    warm(jobs)
+    many(jobs, workers=workers)  # warm-up: page cache, imports, forkserver
+    variants = {
+        "naive np.load loop": lambda: naive(jobs),
+        "compute_stats_many (processes)": lambda: many(jobs, workers=workers),
+        "compute_stats_many (threads)": lambda: many(jobs, workers=workers, backend="thread"),
+        "compute_stats_many (workers=1)": lambda: many(jobs, workers=1),
+        "open_tensor+compute_stats loop": lambda: mmap_loop(jobs),
+    }
+    print(f"\n{name}: {len(jobs)} files, {total / 1e6:.1f} MB of tensor data, best of {repeat}")
+    base = None
+    for label, fn in variants.items():
+        dt = best_of(fn, repeat)
+        mbs = total / 1e6 / dt
+        base = base or mbs
+        print(
+            f"  {label:34s} {mbs:9.1f} MB/s  {dt * 1e6 / len(jobs):8.1f} us/file  "
+            f"ratio {mbs / base:5.2f}x"
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--files",
+        type=int,
+        nargs=2,
+        default=[20000, 50],
+        metavar=("SMALL", "BIG"),
+        help="number of files in the small and in the big case (0 skips a case)",
+    )
+    ap.add_argument(
+        "--size-kib",
+        type=int,
+        nargs=2,
+        default=[64, 16384],
+        metavar=("SMALL_MAX", "BIG"),
+        help="small case: sizes uniform from 1 KiB to SMALL_MAX; big case: every file BIG KiB",
+    )
+    ap.add_argument("--out-dir", help="where to write the trees (default: a temp dir, removed at the end)")
+    ap.add_argument("--workers", type=int, default=None, help="compute_stats_many workers (cpu_count)")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+
+    tmp = None
+    if args.out_dir:
+        out = Path(args.out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+    else:
+        tmp = tempfile.mkdtemp(prefix="dumpcat-bench-")
+        out = Path(tmp)
+    print(f"cpu_count={os.cpu_count()} numpy={np.__version__} out_dir={out}")
+    try:
+        n_small, n_big = args.files
+        kib_small, kib_big = args.size_kib
+        if n_small:
+            jobs = write_tree(out / "small", n_small, 1, kib_small, seed=1)
+            run_case(f"small files (1-{kib_small} KiB)", jobs, args.repeat, args.workers)
+        if n_big:
+            jobs = write_tree(out / "big", n_big, kib_big, kib_big, seed=2)
+            run_case(f"big files ({kib_big} KiB)", jobs, args.repeat, args.workers)
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

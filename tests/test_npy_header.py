@@ -1,0 +1,83 @@
+"""npy headers are read without touching data, and corrupt files are reported, not crashed on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ingest.npy_header import NpyHeaderError, read_npy_header
+from tests.conftest import SAMPLES
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.arange(6, dtype=np.float32).reshape(2, 3),
+        np.array(3.5, dtype=np.float64),
+        np.zeros((0, 4), dtype=np.int32),
+        np.array([True, False]),
+        np.ones((2, 1, 3, 3), dtype=np.float16),
+        np.arange(5, dtype=np.int64),
+        np.array([1 + 2j], dtype=np.complex64),
+    ],
+)
+def test_header_matches_numpy(tmp_path, array):
+    path = tmp_path / "t.npy"
+    np.save(path, array)
+    header, size = read_npy_header(path)
+    assert header.dtype == array.dtype
+    assert header.shape == array.shape
+    assert size == path.stat().st_size
+    assert header.data_offset + header.nbytes == size
+    assert header.data_offset % 64 == 0
+
+
+def test_header_v2_large(tmp_path):
+    path = tmp_path / "big_header.npy"
+    arr = np.zeros((3,), dtype=[(f"f{i}", "<f4") for i in range(3000)])  # header > 65535 bytes
+    np.save(path, arr)
+    header, _ = read_npy_header(path)
+    assert header.shape == (3,) and header.dtype == arr.dtype
+
+
+def test_real_sample_headers():
+    files = sorted(SAMPLES.glob("simple/dump/rank_0/Net/0/0/*.npy"))
+    assert files
+    for f in files:
+        header, _ = read_npy_header(f)
+        loaded = np.load(f, mmap_mode="r")
+        assert (header.dtype, header.shape) == (loaded.dtype, loaded.shape)
+
+
+def test_truncated_data(tmp_path):
+    path = tmp_path / "t.npy"
+    np.save(path, np.arange(100, dtype=np.float32))
+    path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(NpyHeaderError, match="truncated"):
+        read_npy_header(path)
+
+
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        (b"", "bad magic"),
+        (b"not numpy at all", "bad magic"),
+        (b"\x93NUMPY\x01\x00\xff\x00{'descr'", "truncated npy header"),
+        (b"\x93NUMPY\x01\x00\x10\x00{'descr': garbage", "garbled"),
+        (b"\x93NUMPY\x09\x00\x10\x00" + b" " * 16, "unsupported npy version"),
+    ],
+)
+def test_corrupt_headers(tmp_path, content, reason):
+    path = tmp_path / "bad.npy"
+    path.write_bytes(content)
+    with pytest.raises(NpyHeaderError, match=reason):
+        read_npy_header(path)
+
+
+def test_bfloat16_descr_is_a_clear_error(tmp_path):
+    header = "{'descr': '<E2', 'fortran_order': False, 'shape': (2,), }"
+    header = header + " " * (64 - 10 - len(header) - 1) + "\n"
+    path = tmp_path / "bf16.npy"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + b"\0" * 4)
+    with pytest.raises(NpyHeaderError, match="bfloat16"):
+        read_npy_header(path)
