@@ -188,6 +188,16 @@ class Ingester:
         self._add("ingest_errors", (self.run, rel, stage, reason, size, _now()))
         self.summary.errors += 1
 
+    def _file_error(self, rel: str, kind: str, stage: str, reason: str, size: int | None = None) -> None:
+        """An error about a whole file or directory, recorded once: not again on re-ingest
+        unless the file changed size (it may have been rewritten or completed)."""
+        size_key = size if size is not None else -1
+        prev = self.manifest.get(rel)
+        if prev is not None and prev[3] == "error" and prev[0] == size_key:
+            return
+        self._error(rel, stage, reason, size)
+        self._record(rel, kind, size_key, 0, 0, "error")
+
     def _record(self, rel: str, kind: str, size: int, consumed: int, lines: int, status: str) -> None:
         self.manifest[rel] = (size, consumed, lines, status)
         self._add("manifest", (self.run, rel, kind, size, consumed, lines, status, _now()))
@@ -213,7 +223,7 @@ class Ingester:
             with os.scandir(path) as it:
                 return sorted(it, key=lambda e: e.name)
         except OSError as exc:
-            self._error(self._rel(path), "walk", f"unreadable directory: {exc.strerror}")
+            self._file_error(self._rel(path), "directory", "walk", f"unreadable directory: {exc.strerror}")
             return None
 
     def _ingest_rank(self, rank_dir: Path) -> None:
@@ -232,12 +242,14 @@ class Ingester:
                 self._ingest_net(rank, entry.name, entry.path)
             else:
                 self.summary.files_seen += 1
-                self._error(self._rel(entry.path), "walk", "unexpected file at rank level")
+                self._file_error(self._rel(entry.path), "unknown", "walk", "unexpected file at rank level")
 
     def _ingest_net(self, rank: int, net: str, net_path: str) -> None:
         for gentry in self._scandir(net_path) or []:
             if not (gentry.is_dir() and gentry.name.isdigit()):
-                self._error(self._rel(gentry.path), "walk", "expected a graph-id directory (digits)")
+                self._file_error(
+                    self._rel(gentry.path), "unknown", "walk", "expected a graph-id directory (digits)"
+                )
                 continue
             graph_id = int(gentry.name)
             for ientry in self._scandir(gentry.path) or []:
@@ -246,8 +258,9 @@ class Ingester:
                 elif ientry.is_dir() and ientry.name == "constants":
                     self._ingest_leaf(rank, net, graph_id, None, "constants", ientry.path)
                 else:
-                    self._error(
+                    self._file_error(
                         self._rel(ientry.path),
+                        "unknown",
                         "walk",
                         "expected an iteration directory (digits) or constants/",
                     )
@@ -303,12 +316,12 @@ class Ingester:
             elif name.endswith(".json"):
                 self._ingest_kernel_args(rank, net, graph_id, iteration, entry)
             else:
-                rel = f"{rel_dir}/{name}"
-                if rel not in self.manifest:
-                    self._error(
-                        rel, "walk", "unrecognised file (not .npy, statistic.csv, mapping.csv or .json)"
-                    )
-                    self._record(rel, "unknown", -1, 0, 0, "error")
+                self._file_error(
+                    f"{rel_dir}/{name}",
+                    "unknown",
+                    "walk",
+                    "unrecognised file (not .npy, statistic.csv, mapping.csv or .json)",
+                )
         if self.pending.size() >= self.batch_rows:
             self._flush()
 
@@ -330,18 +343,13 @@ class Ingester:
             return
         prev = self.manifest.get(rel)
         if isinstance(name, TensorNameError):
-            if prev is None:
-                self._error(rel, "name", f"file name fits no tensor pattern: {name}")
-                self._record(rel, "tensor", -1, 0, 0, "error")
+            self._file_error(rel, "tensor", "name", f"file name fits no tensor pattern: {name}")
             return
         try:
             header, size = read_npy_header(entry.path)
         except (NpyHeaderError, OSError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            size = _size_or_none(entry)
-            if prev is None or prev[0] != size:
-                self._error(rel, "npy_header", reason, size)
-                self._record(rel, "tensor", size if size is not None else -1, 0, 0, "error")
+            self._file_error(rel, "tensor", "npy_header", reason, _size_or_none(entry))
             return
         self.summary.files_new += 1
         stored = header.dtype.name
@@ -470,8 +478,7 @@ class Ingester:
             op_type, op_name = kernel_args.parse_kernel_args_name(entry.name)
             args = kernel_args.read_kernel_args(entry.path)
         except (kernel_args.KernelArgsError, OSError, UnicodeDecodeError) as exc:
-            self._error(rel, "kernel_args", str(exc), size)
-            self._record(rel, "kernel_args", size, 0, 0, "error")
+            self._file_error(rel, "kernel_args", "kernel_args", str(exc), size)
             return
         for arg, value in args:
             self._add(
@@ -504,9 +511,7 @@ class Ingester:
                 else:
                     continue
             except (metadata.MetadataError, OSError, UnicodeDecodeError) as exc:
-                if not self._is_unchanged(rel, size):
-                    self._error(rel, "metadata", str(exc), size)
-                    self._record(rel, "metadata", size, 0, 0, "error")
+                self._file_error(rel, "metadata", "metadata", str(exc), size)
                 continue
             if not self._is_unchanged(rel, size):
                 self._record(rel, "metadata", size, size, 0, "ok")
@@ -524,9 +529,7 @@ class Ingester:
             m_exec = execution_order.EXEC_ORDER_FILE.match(entry.name)
             m_glob = execution_order.GLOBAL_ORDER_FILE.match(entry.name)
             if not (m_exec or m_glob):
-                if rel not in self.manifest:
-                    self._error(rel, "execution_order", "unrecognised file in execution_order/")
-                    self._record(rel, "unknown", -1, 0, 0, "error")
+                self._file_error(rel, "unknown", "execution_order", "unrecognised file in execution_order/")
                 continue
             size = _size_or_none(entry) or 0
             prev = self.manifest.get(rel)

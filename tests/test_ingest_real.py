@@ -42,7 +42,9 @@ def test_keys_of_a_tensor(simple_cat):
     assert r["run"] == "simple" and r["rank"] == 0 and r["net"] == "Net" and r["graph_id"] == 0
     assert r["op_name"] == "Default/network-WithLossCell/_backbone-Net/conv1-Conv2d/Conv2D-op0"
     assert r["file_op_name"] == "Default_network-WithLossCell__backbone-Net_conv1-Conv2d_Conv2D-op0"
-    assert r["exec_index"] == 0 and r["slot"] == 0 and r["dtype"] == "float32" and r["shape"] == [4, 8, 16, 16]
+    assert (
+        r["exec_index"] == 0 and r["slot"] == 0 and r["dtype"] == "float32" and r["shape"] == [4, 8, 16, 16]
+    )
     assert r["format"] == "DefaultFormat" and r["name_era"] == "v2.4+" and r["dir_kind"] == "iteration"
 
 
@@ -51,7 +53,9 @@ def test_full_names_resolve_through_execution_order(simple_cat):
     resolved = cat.sql(
         "SELECT DISTINCT op_name, exec_index FROM tensors WHERE exec_index IS NOT NULL ORDER BY exec_index"
     ).to_pylist()
-    order = (dump_of("simple") / "rank_0/execution_order/ms_execution_order_graph_0.csv").read_text().split()[1:]
+    order = (
+        (dump_of("simple") / "rank_0/execution_order/ms_execution_order_graph_0.csv").read_text().split()[1:]
+    )
     for r in resolved:
         assert order[r["exec_index"]] == r["op_name"]
     assert len(resolved) >= 17
@@ -127,7 +131,8 @@ def test_nan_query_on_nan_dump(tmp_path):
     ).to_pylist()[0]
     assert first["op_name"].endswith("/Log-op0") and first["io"] == "output"
     log_out = cat.sql(
-        "SELECT nan_count, count, max, avg FROM stats WHERE op_type = 'Log' AND io = 'output' AND iteration = 0"
+        "SELECT nan_count, count, max, avg FROM stats "
+        "WHERE op_type = 'Log' AND io = 'output' AND iteration = 0"
     ).to_pylist()[0]
     assert log_out["nan_count"] == 1 and log_out["count"] == 6
     assert math.isnan(log_out["max"]) and math.isnan(log_out["avg"])
@@ -182,7 +187,9 @@ def test_kernel_filter(tmp_path):
 def test_long_names_resolved_through_mapping_csv(tmp_path):
     cat = Catalog.open(tmp_path / "cat", create=True)
     cat.ingest(dump_of("long_names"))
-    rows = cat.sql("SELECT file_name, original_name, op_type, op_name FROM tensors WHERE original_name IS NOT NULL")
+    rows = cat.sql(
+        "SELECT file_name, original_name, op_type, op_name FROM tensors WHERE original_name IS NOT NULL"
+    )
     rows = rows.to_pylist()
     assert len(rows) == 26
     mapping = {}

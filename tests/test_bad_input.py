@@ -1,0 +1,219 @@
+"""Bad input never aborts an ingest: each problem is one ingest_errors row, the rest is cataloged."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from catalog import Catalog
+from ingest.pipeline import DumpRootError, ingest_dump
+from ingest.store import CatalogError
+
+ITER0 = "rank_0/Net/0/0"
+
+
+def _errors(cat: Catalog) -> dict[str, tuple[str, str]]:
+    rows = cat.sql("SELECT path, stage, reason FROM ingest_errors").to_pylist()
+    return {r["path"]: (r["stage"], r["reason"]) for r in rows}
+
+
+def test_corrupt_files_become_error_rows(tmp_path, copy_dump):
+    dump = copy_dump("simple")
+    it = dump / ITER0
+    victims = sorted(it.glob("*.output.0.DefaultFormat.Float32.npy"))[:3]
+    victims[0].write_bytes(victims[0].read_bytes()[:100])  # truncated in the data
+    victims[1].write_bytes(b"garbage, not an npy")  # bad magic
+    victims[2].write_bytes(victims[2].read_bytes()[:20])  # truncated in the header
+    (it / "Conv2D.no-pattern.npy").write_bytes(b"x")  # name fits no pattern
+    (it / "notes.txt").write_text("hello")  # unknown file kind
+    (dump / "rank_0" / "Net" / "0" / "junk").mkdir()  # not an iteration dir
+    (dump / "rank_0" / "execution_order" / "ms_global_execution_order_graph_0.csv").write_text(
+        "0\n1\nfoo\n2\n"
+    )
+    (dump / "rank_0" / ".dump_metadata" / "config.json").write_text("{not json")
+
+    cat = Catalog.open(tmp_path / "cat", create=True)
+    s = cat.ingest(dump)
+    errors = _errors(cat)
+    rel = lambda p: str(p.relative_to(dump))  # noqa: E731
+    assert errors[rel(victims[0])][0] == "npy_header" and "truncated" in errors[rel(victims[0])][1]
+    assert "bad magic" in errors[rel(victims[1])][1]
+    assert "truncated" in errors[rel(victims[2])][1]
+    assert errors[f"{ITER0}/Conv2D.no-pattern.npy"][0] == "name"
+    assert errors[f"{ITER0}/notes.txt"][0] == "walk"
+    assert errors["rank_0/Net/0/junk"][0] == "walk"
+    assert errors["rank_0/execution_order/ms_global_execution_order_graph_0.csv:3"][0] == "execution_order"
+    assert errors["rank_0/.dump_metadata/config.json"][0] == "metadata"
+    assert s.errors == len(errors) == 8
+    # Everything else is cataloged.
+    good = len(list(dump.rglob("*.npy"))) - 4
+    assert s.tensors == good
+    assert cat.sql("SELECT count(*) FROM tensors").column(0)[0].as_py() == good
+    assert cat.sql("SELECT list(iteration ORDER BY seq) FROM graph_runs").column(0)[0].as_py() == [0, 1, 2]
+    # Re-ingest records no error twice.
+    s2 = cat.ingest(dump)
+    assert s2.errors == 0 and s2.tensors == 0
+    assert len(cat.sql("SELECT * FROM ingest_errors")) == 8
+
+
+def test_garbled_statistic_csv_rows(tmp_path, copy_dump):
+    dump = copy_dump("simple")
+    it = dump / ITER0
+    f = sorted(it.glob("Conv2D.*output.0*.npy"))[0]
+    _, op, task, stream, ts, io, slot = f.name.split(".")[:7]
+    header = (
+        "Op Type,Op Name,Task ID,Stream ID,Timestamp,IO,Slot,Data Size,Data Type,Shape,"
+        "Max Value,Min Value,L2Norm Value\n"
+    )
+    good = f'Conv2D,{op},{task},{stream},{ts},{io},{slot},8192,float32,"(4,8,16,16)",1.5,-2,3.25,\n'
+    bad = "Conv2D,only,three\n"
+    (it / "statistic.csv").write_text(header + good + bad)
+    cat = Catalog.open(tmp_path / "cat", create=True)
+    s = cat.ingest(dump)
+    errors = _errors(cat)
+    assert (
+        list(errors) == [f"{ITER0}/statistic.csv:3"]
+        and errors[f"{ITER0}/statistic.csv:3"][0] == "statistic_csv"
+    )
+    assert s.stat_rows == 1
+    row = cat.sql("SELECT * FROM stats WHERE stat_source = 'statistic.csv'").to_pylist()
+    assert len(row) == 1 and row[0]["max"] == 1.5 and row[0]["l2norm"] == 3.25
+    assert (
+        row[0]["row_id"]
+        == cat.sql(f"SELECT row_id FROM tensors WHERE file_name = '{f.name}'").column(0)[0].as_py()
+    )
+
+
+def test_unreadable_directory(copy_dump):
+    """An unreadable iteration directory is one error row; the other iterations are cataloged.
+
+    Root reads every directory, so under root (as in CI) the ingest runs in a child process that
+    has dropped to the unprivileged user `nobody`.
+    """
+    work = Path(tempfile.mkdtemp(prefix="dumpcat-perm-"))
+    try:
+        work.chmod(0o777)
+        dump = work / "dump"
+        shutil.copytree(copy_dump("simple"), dump)
+        for p in [dump, *dump.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        (dump / "rank_0/Net/0/1").chmod(0)
+        # Import everything first, then drop privileges (root's Python lives under /root).
+        code = (
+            "import os, sys; from ingest.pipeline import ingest_dump; "
+            "import ingest.tensor_stats, ingest.statistic_csv, pyarrow.parquet; "
+            "os.geteuid() == 0 and os.setuid(65534); "
+            "s = ingest_dump(sys.argv[1], sys.argv[2]); print(s.tensors, s.errors)"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(work / "cat"), str(dump)],
+            capture_output=True, text=True, check=True,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+        )  # fmt: skip
+        tensors, errors = map(int, out.stdout.split())
+        assert errors == 1 and tensors == 162  # iterations 0 and 2 of 243 tensors in 3 iterations
+        cat = Catalog.open(work / "cat")
+        assert _errors(cat)["rank_0/Net/0/1"] == ("walk", "unreadable directory: Permission denied")
+    finally:
+        (work / "dump/rank_0/Net/0/1").chmod(0o755)
+        shutil.rmtree(work)
+
+
+def test_unreadable_file_as_root_too(tmp_path, copy_dump):
+    """A tensor path that is a dangling symlink cannot be opened by anyone, root included."""
+    dump = copy_dump("simple")
+    os.symlink(dump / "does-not-exist", dump / ITER0 / "Add.Add-op1.0.0.5.output.0.DefaultFormat.npy")
+    cat = Catalog.open(tmp_path / "cat", create=True)
+    s = cat.ingest(dump)
+    assert _errors(cat)[f"{ITER0}/Add.Add-op1.0.0.5.output.0.DefaultFormat.npy"][0] == "npy_header"
+    assert s.tensors == 243
+
+
+def test_unusable_dump_root(tmp_path):
+    with pytest.raises(DumpRootError, match="does not exist"):
+        ingest_dump(tmp_path / "cat", tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DumpRootError, match="no rank_N"):
+        ingest_dump(tmp_path / "cat", tmp_path / "empty")
+
+
+def test_unusable_catalog(tmp_path, copy_dump):
+    dump = copy_dump("simple")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(CatalogError, match="not a directory"):
+        ingest_dump(tmp_path / "file", dump)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "precious.txt").write_text("x")
+    with pytest.raises(CatalogError, match="not a dumpcat catalog"):
+        ingest_dump(tmp_path / "other", dump)
+    with pytest.raises(CatalogError, match="not a dumpcat catalog"):
+        Catalog.open(tmp_path / "missing")
+
+
+def test_bfloat16_header_is_an_error_row(tmp_path, copy_dump):
+    dump = copy_dump("simple")
+    header = "{'descr': '<E2', 'fortran_order': False, 'shape': (2,), }"
+    header = header + " " * (64 - 10 - len(header) - 1) + "\n"
+    name = "Cast.Default_Cast-op0.0.0.7.output.0.DefaultFormat.bfloat16.npy"
+    (dump / ITER0 / name).write_bytes(
+        b"\x93NUMPY\x01\x00" + bytes([len(header), 0]) + header.encode() + b"\0" * 4
+    )
+    cat = Catalog.open(tmp_path / "cat", create=True)
+    cat.ingest(dump)
+    assert "bfloat16" in _errors(cat)[f"{ITER0}/{name}"][1]
+
+
+def test_same_run_name_for_another_dump_is_refused(tmp_path, copy_dump):
+    a = copy_dump("simple", "a")
+    b = copy_dump("simple", "b")
+    cat = Catalog.open(tmp_path / "cat", create=True)
+    cat.ingest(a, run="x")
+    with pytest.raises(CatalogError, match="already holds dump"):
+        cat.ingest(b, run="x")
+
+
+def test_file_fixed_later_is_cataloged_and_its_error_hidden(tmp_path, copy_dump):
+    dump = copy_dump("simple")
+    victim = sorted((dump / ITER0).glob("*.npy"))[0]
+    saved = victim.read_bytes()
+    victim.write_bytes(saved[:50])
+    cat = Catalog.open(tmp_path / "cat", create=True)
+    cat.ingest(dump)
+    assert len(cat.sql("SELECT * FROM ingest_errors")) == 1
+    victim.write_bytes(saved)
+    s = cat.ingest(dump)
+    assert s.tensors == 1
+    assert len(cat.sql("SELECT * FROM ingest_errors")) == 0
+    assert cat.sql("SELECT count(*) FROM tensors").column(0)[0].as_py() == 243
+
+
+def test_constant_and_scalar_and_empty_tensors(tmp_path, copy_dump):
+    dump = copy_dump("simple")
+    const_dir = dump / "rank_0/Net/0/constants"
+    const_dir.mkdir()
+    np.save(
+        const_dir / "Parameter.data-1.0.0.1795302018868000.output.0.DefaultFormat.Float32.npy",
+        np.float32(2.5),
+    )
+    np.save(
+        dump / ITER0 / "Reshape.Default_Reshape-op9.0.0.17.output.0.DefaultFormat.Float32.npy",
+        np.zeros((0, 3), np.float32),
+    )
+    cat = Catalog.open(tmp_path / "cat", create=True)
+    s = cat.ingest(dump)
+    assert s.errors == 0
+    c = cat.sql("SELECT * FROM tensors WHERE dir_kind = 'constants'").to_pylist()
+    assert len(c) == 1 and c[0]["iteration"] is None and c[0]["shape"] == [] and c[0]["op_name"] == "data-1"
+    assert float(cat.tensor(c[0]["row_id"])) == 2.5
+    e = cat.sql("SELECT s.count, s.max FROM stats s WHERE file_op_name = 'Default_Reshape-op9'").to_pylist()
+    assert e == [{"count": 0, "max": None}]
+    empty_id = cat.sql("SELECT row_id FROM tensors WHERE file_op_name = 'Default_Reshape-op9'").column(0)[0]
+    assert cat.tensor(empty_id.as_py()).shape == (0, 3)
+    shutil.rmtree(const_dir)
