@@ -4,13 +4,19 @@ Writes a tree of npy files (float32 with NaN/inf sprinkled into some files, plus
 page cache by reading every file once, then times, in the same process and over the same files:
 
 - ``naive``: ``np.load`` then max, min, mean, size, the six counts and ``np.linalg.norm``, per file;
-- ``compute_stats_many`` with the default worker processes, and with ``--backend`` variants
-  (``thread`` pool, ``workers=1`` in the calling thread) to show where the speed comes from;
+- ``compute_stats_many`` as ingest calls it (the calling process plus ``cpu_count - 1`` helper
+  processes, already started by an earlier call), the same with helpers that must start first (the
+  first call in a process), and two variants that show where the speed comes from: helper threads
+  instead of processes, and ``workers=1`` (the calling thread alone);
 - ``open_tensor`` + ``compute_stats`` in a plain loop (the mmap path a user calls directly).
 
 Two cases: many small files (default 20,000 files of 1–64 KiB) and few big files (default 50 files
 of 16 MiB). Throughput is tensor-data MB (10^6 bytes) per second, best of ``--repeat`` runs; ratios
-are against ``naive`` of the same case. Pool start-up is inside the timed region.
+are against ``naive`` of the same case. Helper start-up is inside the timed region.
+
+The naive loop's ``np.linalg.norm`` is a float32 BLAS dot, which OpenBLAS multithreads above 10,000
+elements; on a loaded machine that call alone can dominate the baseline. Run once as is and once with
+``OPENBLAS_NUM_THREADS=1`` to see both baselines (compute_stats never calls a multithreaded BLAS).
 
     python bench/bench_stats.py                      # both cases, defaults
     python bench/bench_stats.py --case small --files 5000 0
@@ -19,18 +25,21 @@ are against ``naive`` of the same case. Pool start-up is inside the timed region
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ingest.tensor_stats import StatJob, compute_stats, compute_stats_many, open_tensor  # noqa: E402
+from ingest import tensor_stats
+from ingest.tensor_stats import StatJob, compute_stats, compute_stats_many, open_tensor
 
 
 def write_tree(root: Path, n_files: int, min_kib: int, max_kib: int, seed: int) -> list[StatJob]:
@@ -99,36 +108,38 @@ def warm(jobs: list[StatJob]) -> None:
                 pass
 
 
-def best_of(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
-
-
-def run_case(name: str, jobs: list[StatJob], repeat: int, workers: int | None) -> None:
+def run_case(name: str, jobs: list[StatJob], repeat: int, workers: int | None) -> dict[str, float]:
+    """Time every variant ``repeat`` times, interleaved (the machine may be shared), keep the best."""
     total = sum(int(np.prod(j.shape)) * np.dtype(j.stored_dtype).itemsize for j in jobs)
     warm(jobs)
     many(jobs, workers=workers)  # warm-up: page cache, imports, forkserver
+    naive(jobs[: min(len(jobs), 200)])
+
+    def cold() -> None:
+        tensor_stats._shutdown_helpers()  # outside the timing would be nicer; it takes ~1 ms
+        many(jobs, workers=workers)
+
     variants = {
         "naive np.load loop": lambda: naive(jobs),
-        "compute_stats_many (processes)": lambda: many(jobs, workers=workers),
+        "compute_stats_many (default)": lambda: many(jobs, workers=workers),
+        "compute_stats_many (cold helpers)": cold,
         "compute_stats_many (threads)": lambda: many(jobs, workers=workers, backend="thread"),
         "compute_stats_many (workers=1)": lambda: many(jobs, workers=1),
         "open_tensor+compute_stats loop": lambda: mmap_loop(jobs),
     }
+    best = dict.fromkeys(variants, math.inf)
+    for _ in range(repeat):
+        for label, fn in variants.items():
+            t = time.perf_counter()
+            fn()
+            best[label] = min(best[label], time.perf_counter() - t)
     print(f"\n{name}: {len(jobs)} files, {total / 1e6:.1f} MB of tensor data, best of {repeat}")
-    base = None
-    for label, fn in variants.items():
-        dt = best_of(fn, repeat)
-        mbs = total / 1e6 / dt
-        base = base or mbs
-        print(
-            f"  {label:34s} {mbs:9.1f} MB/s  {dt * 1e6 / len(jobs):8.1f} us/file  "
-            f"ratio {mbs / base:5.2f}x"
-        )
+    base = total / 1e6 / best["naive np.load loop"]
+    mbs_of = {}
+    for label, dt in best.items():
+        mbs = mbs_of[label] = total / 1e6 / dt
+        print(f"  {label:36s} {mbs:9.1f} MB/s  {dt * 1e6 / len(jobs):8.1f} us/file  ratio {mbs / base:5.2f}x")
+    return mbs_of
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -151,8 +162,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--out-dir", help="where to write the trees (default: a temp dir, removed at the end)")
     ap.add_argument("--workers", type=int, default=None, help="compute_stats_many workers (cpu_count)")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args(argv)
+    warnings.simplefilter("ignore", RuntimeWarning)  # the naive mean of [inf, -inf] warns
 
     tmp = None
     if args.out_dir:
@@ -161,7 +173,10 @@ def main(argv: list[str] | None = None) -> None:
     else:
         tmp = tempfile.mkdtemp(prefix="dumpcat-bench-")
         out = Path(tmp)
-    print(f"cpu_count={os.cpu_count()} numpy={np.__version__} out_dir={out}")
+    blas = os.environ.get("OPENBLAS_NUM_THREADS", "unset")
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"cpu_count={os.cpu_count()} numpy={np.__version__} OPENBLAS_NUM_THREADS={blas} loadavg={load}")
+    print(f"out_dir={out}")
     try:
         n_small, n_big = args.files
         kib_small, kib_big = args.size_kib

@@ -159,7 +159,9 @@ class _Graph:
             slots[io_] += 1
 
     def param(self, name: str, dtype: str, shape: tuple, kind: str = "normal") -> None:
-        self.params.append(TensorSpec("Parameter", sanitize(name), "output", 0, dtype, self.shape(shape), kind))
+        self.params.append(
+            TensorSpec("Parameter", sanitize(name), "output", 0, dtype, self.shape(shape), kind)
+        )
 
 
 def _f(shape: tuple, kind: str = "normal") -> tuple[str, str, tuple, str]:
@@ -175,7 +177,9 @@ _FMT = ("input", "int64", (), "const")
 _LR = ("input", "float32", (), "const")
 
 
-def build_template(n_files: int, seed: int = 0, size_bytes: int | None = None) -> tuple[list[str], list[TensorSpec]]:
+def build_template(
+    n_files: int, seed: int = 0, size_bytes: int | None = None
+) -> tuple[list[str], list[TensorSpec]]:
     """(kernel full names in execution order, the first ``n_files`` tensor files of an iteration).
 
     Enough Dense layers (43 files each, plus the loss, the step counter and the inputs) are stacked
@@ -184,10 +188,14 @@ def build_template(n_files: int, seed: int = 0, size_bytes: int | None = None) -
     rng = np.random.default_rng([seed, 7])
     g = _Graph(None if size_bytes is None else max(1, size_bytes // 4))
     per_layer = 43
-    layers = max(1, math.ceil(max(0, n_files - 17) / per_layer))
+    layers = max(1, math.ceil(max(0, n_files - 14) / per_layer))
     widths = [int(w) for w in rng.choice(WIDTHS, size=layers + 1)]
     b = BATCH
-    g.kernel("Default/optimizer-Momentum", "AssignAdd", [("input", "int32", (), "step"), ("input", "int32", (), "const"), _o((), "step", "int32")])
+    g.kernel(
+        "Default/optimizer-Momentum",
+        "AssignAdd",
+        [("input", "int32", (), "step"), ("input", "int32", (), "const"), _o((), "step", "int32")],
+    )
     for k in range(layers):
         wi, wo = widths[k], widths[k + 1]
         scope = f"{_PREFIX}/layer{k}-Dense"
@@ -195,9 +203,14 @@ def build_template(n_files: int, seed: int = 0, size_bytes: int | None = None) -
         g.kernel(scope, "BiasAdd", [_f((b, wo)), _f((wo,)), _FMT, _o((b, wo))])
         g.kernel(f"{_PREFIX}/layer{k}-ReLU", "ReLU", [_f((b, wo)), _o((b, wo), "relu")])
     wl = widths[layers]
-    g.kernel(_LOSS, "SparseSoftmaxCrossEntropyWithLogits", [_f((b, wl)), ("input", "int32", (b,), "const"), _o(())])
-    g.kernel(f"Gradients/{_LOSS}/Grad_SparseSoftmaxCrossEntropyWithLogits", "SparseSoftmaxCrossEntropyWithLogits",
-             [_f((b, wl)), ("input", "int32", (b,), "const"), _o((b, wl))])  # fmt: skip
+    g.kernel(
+        _LOSS, "SparseSoftmaxCrossEntropyWithLogits", [_f((b, wl)), ("input", "int32", (b,), "const"), _o(())]
+    )
+    g.kernel(
+        f"Gradients/{_LOSS}/Grad_SparseSoftmaxCrossEntropyWithLogits",
+        "SparseSoftmaxCrossEntropyWithLogits",
+        [_f((b, wl)), ("input", "int32", (b,), "const"), _o((b, wl))],
+    )
     for k in reversed(range(layers)):
         wi, wo = widths[k], widths[k + 1]
         gs = f"Gradients/{_PREFIX}/layer{k}"
@@ -208,7 +221,11 @@ def build_template(n_files: int, seed: int = 0, size_bytes: int | None = None) -
     for k in range(layers):
         wi, wo = widths[k], widths[k + 1]
         for shape in ((wo, wi), (wo,)):
-            g.kernel("Default/optimizer-Momentum", "ApplyMomentum", [_f(shape), _f(shape), _LR, _f(shape), _LR, _o(shape)])
+            g.kernel(
+                "Default/optimizer-Momentum",
+                "ApplyMomentum",
+                [_f(shape), _f(shape), _LR, _f(shape), _LR, _o(shape)],
+            )
         g.param(f"layer{k}.weight", "float32", (wo, wi))
         g.param(f"layer{k}.bias", "float32", (wo,))
         g.param(f"moments.layer{k}.weight", "float32", (wo, wi))
@@ -292,7 +309,10 @@ def _init_worker(template: list[TensorSpec]) -> None:
 
 
 def _write_dir(task: _DirTask) -> tuple[int, int, int, int, int, dict[str, int]]:
-    """Write one iteration directory; returns (files, data bytes, file bytes, nan elems, inf tensors, nan files)."""
+    """Write one iteration directory.
+
+    Returns (files, data bytes, file bytes, NaN elements, inf tensors, {rel path: NaN count}).
+    """
     specs = _TEMPLATE[: task.count]
     n = len(specs)
     rng = np.random.default_rng([task.seed, task.rank, task.graph_id, task.iteration])
@@ -345,7 +365,9 @@ def _write_dir(task: _DirTask) -> tuple[int, int, int, int, int, dict[str, int]]
                 pos = rng.choice(int(counts[i]), size=min(k, int(counts[i])), replace=False)
                 fbuf[offs[i] + pos] = np.nan
             elif draw[j] < task.nan_fraction * 1.25:
-                fbuf[offs[i] + int(rng.integers(counts[i]))] = np.inf if draw[j] < task.nan_fraction * 1.125 else -np.inf
+                fbuf[offs[i] + int(rng.integers(counts[i]))] = (
+                    np.inf if draw[j] < task.nan_fraction * 1.125 else -np.inf
+                )
                 inf_tensors += 1
 
     # Statistics per dtype group, scattered back to file order.
@@ -368,41 +390,45 @@ def _write_dir(task: _DirTask) -> tuple[int, int, int, int, int, dict[str, int]]
     itemsize = {dt: np.dtype(_NP[dt]).itemsize for dt in bufs}
     rows: list[str] = []
     data_bytes = file_bytes = nan_elems = 0
-    want_md5 = task.statistic_csv
-    nan_arr = stats["nan"]
     tsl = ts.tolist()
     offl = offs.tolist()
     cntl = counts.tolist()
-    for i, s in enumerate(specs):
-        dt = s.dtype
-        isz = itemsize[dt]
-        b0 = offl[i] * isz
-        nb = cntl[i] * isz
-        data = mvs[dt][b0 : b0 + nb]
-        header = npy_header(dt, s.shape)
-        fname = f"{s.op_type}.{s.op_name}.0.0.{tsl[i]}.{s.io}.{s.slot}.DefaultFormat.{tok(dt)}.npy"
-        fd = os.open(os.path.join(path, fname), flags, 0o644)
-        try:
-            os.writev(fd, (header, data))
-        finally:
-            os.close(fd)
-        data_bytes += nb
-        file_bytes += nb + len(header)
-        nn = int(nan_arr[i]) if task.nan_fraction > 0 else 0
-        if nn:
-            nan_files[f"{rel_dir}/{fname}"] = nn
-            nan_elems += nn
-        if task.statistic_csv:
-            md5 = hashlib.md5(data).hexdigest() if want_md5 else ""
-            rows.append(
-                "%s,%s,0,0,%d,%s,%d,%d,%s,%s,%g,%g,%g,%d,%d,%d,%d,%d,%d,%d,%g,%s,\n"
-                % (
-                    s.op_type, s.op_name, tsl[i], s.io, s.slot, nb, dt, _shape_text(s.shape),
-                    stats["max"][i], stats["min"][i], stats["avg"][i], stats["count"][i],
-                    stats["neg"][i], stats["pos"][i], stats["nan"][i], stats["ninf"][i],
-                    stats["pinf"][i], stats["zero"][i], stats["l2"][i], md5,
-                )
-            )  # fmt: skip
+    nanl = stats["nan"].tolist() if task.nan_fraction > 0 else [0] * n
+    if task.statistic_csv:
+        cols = [
+            stats[k].tolist()
+            for k in ("max", "min", "avg", "count", "neg", "pos", "nan", "ninf", "pinf", "zero", "l2")
+        ]
+        statl = list(zip(*cols, strict=True))
+    dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for i, s in enumerate(specs):
+            dt = s.dtype
+            isz = itemsize[dt]
+            b0 = offl[i] * isz
+            nb = cntl[i] * isz
+            data = mvs[dt][b0 : b0 + nb]
+            header = npy_header(dt, s.shape)
+            fname = f"{s.op_type}.{s.op_name}.0.0.{tsl[i]}.{s.io}.{s.slot}.DefaultFormat.{tok(dt)}.npy"
+            fd = os.open(fname, flags, 0o644, dir_fd=dfd)
+            try:
+                os.writev(fd, (header, data))
+            finally:
+                os.close(fd)
+            data_bytes += nb
+            file_bytes += nb + len(header)
+            nn = nanl[i]
+            if nn:
+                nan_files[f"{rel_dir}/{fname}"] = nn
+                nan_elems += nn
+            if task.statistic_csv:
+                rows.append(
+                    "%s,%s,0,0,%d,%s,%d,%d,%s,%s,%g,%g,%g,%d,%d,%d,%d,%d,%d,%d,%g,%s,\n"  # noqa: UP031 (C-style %g)
+                    % (s.op_type, s.op_name, tsl[i], s.io, s.slot, nb, dt, _shape_text(s.shape), *statl[i],
+                       hashlib.md5(data).hexdigest())
+                )  # fmt: skip
+    finally:
+        os.close(dfd)
     if task.statistic_csv:
         header = CSV_HEADER_COMMON + "," + ",".join(h for _, h in STAT_CATEGORIES) + "\n"
         with open(os.path.join(path, "statistic.csv"), "w", encoding="utf-8", newline="") as fh:
@@ -420,7 +446,9 @@ def _write_rank_files(out: Path, rank: int, graph_id: int, kernels: list[str], i
     rank_dir = out / f"rank_{rank}"
     meta = rank_dir / ".dump_metadata"
     meta.mkdir(parents=True, exist_ok=True)
-    (meta / "config.json").write_text(json.dumps({"device_target": device, "ms_version": "2.10.0"}, separators=(",", ":")))
+    (meta / "config.json").write_text(
+        json.dumps({"device_target": device, "ms_version": "2.10.0"}, separators=(",", ":"))
+    )
     dump_cfg = {
         "common_dump_settings": {
             "op_debug_mode": 0,
@@ -486,7 +514,9 @@ def generate(
     for r in range(ranks):
         _write_rank_files(out, r, graph_id, kernels, iterations, statistic_csv, device)
     tasks = [
-        _DirTask(str(out), r, graph_id, it, per_dir[r * iterations + it], seed, nan_fraction, statistic_csv, device)
+        _DirTask(
+            str(out), r, graph_id, it, per_dir[r * iterations + it], seed, nan_fraction, statistic_csv, device
+        )
         for r in range(ranks)
         for it in range(iterations)
         if per_dir[r * iterations + it] > 0
@@ -497,7 +527,9 @@ def generate(
         results = map(_write_dir, tasks)
         pool = None
     else:
-        ctx = multiprocessing.get_context("forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn")
+        ctx = multiprocessing.get_context(
+            "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+        )
         pool = ctx.Pool(workers, initializer=_init_worker, initargs=(template,))
         results = pool.imap_unordered(_write_dir, tasks)
     try:

@@ -19,7 +19,10 @@ Why this module exists and is shaped the way it is:
   only an unreadable file raises ``OSError``.
 
 Line numbers are 1-based physical lines of the file (the header is line 1). Errors not tied to a
-line (a resume offset that no longer fits the file) use line number 0.
+line (a resume offset that no longer fits the file) use line number 0. Blank lines are skipped
+silently (they lose no data). ``io`` is lower-cased. An empty field is NULL in every column;
+``null`` is NULL in numeric and shape columns but kept literally in string columns (op names).
+Stat columns absent from the header are NULL.
 """
 
 from __future__ import annotations
@@ -100,7 +103,7 @@ _HEADER_ALIASES: dict[str, str] = {
 }
 _REQUIRED = ("op_type", "file_op_name", "io", "slot")
 _STRING_COLS = frozenset({"op_type", "file_op_name", "io", "data_type", "format", "md5"})
-_NULL_TOKENS = ["", "null"]
+_NULL_STRING = pa.scalar(None, pa.string())
 
 _INT_RE = r"^-?[0-9]+$"
 _FLOAT_RE = r"(?i)^[-+]?(([0-9]+\.?[0-9]*|\.[0-9]+)(e[-+]?[0-9]+)?|nan|inf|infinity)$"
@@ -108,8 +111,8 @@ _FLOAT_RE = r"(?i)^[-+]?(([0-9]+\.?[0-9]*|\.[0-9]+)(e[-+]?[0-9]+)?|nan|inf|infin
 _MSVC_NAN_RE = r"(?i)^([-+]?)nan\([a-z0-9_]*\)$"
 _SHAPE_RE = r"^\s*[\(\[]\s*(-?[0-9]+\s*(,\s*-?[0-9]+\s*)*,?)?\s*[\)\]]\s*$"
 
-_DEFAULT_CHUNK_BYTES = 32 << 20
-_MAX_HEADER_BYTES = 1 << 20
+_DEFAULT_CHUNK_BYTES = 16 << 20
+_MAX_LINE_BYTES = 1 << 20  # real rows are < 1 KiB; longer 'lines' are garbage
 
 
 @dataclass
@@ -206,7 +209,7 @@ def _scan_lines(buf: np.ndarray) -> _Lines:
         inside = np.add.reduceat(is_comma, quotes, dtype=np.int64)[::2]  # [q0,q1), [q2,q3), ...
         pair_line = np.searchsorted(ends, quotes[::2])
         nfields -= np.bincount(pair_line, weights=inside, minlength=n).astype(np.int64)
-    last_is_comma = nonempty & (content_end > starts) & (buf[np.maximum(content_end - 1, 0)] == 44)
+    last_is_comma = (content_end > starts) & (buf[np.maximum(content_end - 1, 0)] == 44)
     return _Lines(starts, ends, content_end, nfields, odd_quotes, last_is_comma)
 
 
@@ -222,7 +225,7 @@ def _arrow_split(data: pa.Buffer, ncols: int, wanted: list[int], nrows: int) -> 
                 column_types={f"c{i}": pa.string() for i in wanted},
                 include_columns=[f"c{i}" for i in wanted],
                 strings_can_be_null=True,
-                null_values=_NULL_TOKENS,
+                null_values=[""],  # 'null' only means NULL in numeric columns: see _null_token
             ),
         )
     except (pa.ArrowException, ValueError):
@@ -262,7 +265,7 @@ def _python_split(
         kept.append(pos)
         for i in wanted:
             v = fields[i]
-            values[i].append(None if v in _NULL_TOKENS else v)
+            values[i].append(v or None)
     cols = {i: pa.array(v, type=pa.string()) for i, v in values.items()}
     return cols, np.asarray(kept, dtype=np.int64), errors
 
@@ -279,7 +282,7 @@ def _valid_mask(arr: pa.Array, pattern: str) -> np.ndarray:
 
 def _cast_masked(arr: pa.Array, ok: np.ndarray, typ: pa.DataType, convert) -> tuple[pa.Array, np.ndarray]:
     """Cast the values where ``ok``; values the cast still rejects are found one by one."""
-    masked = pc.if_else(pa.array(ok), arr, pa.scalar(None, pa.string()))
+    masked = pc.if_else(pa.array(ok), arr, _NULL_STRING)
     try:
         return pc.cast(masked, typ), ~ok
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -298,10 +301,19 @@ def _cast_masked(arr: pa.Array, ok: np.ndarray, typ: pa.DataType, convert) -> tu
     return pa.array(out, type=typ), bad
 
 
+def _null_token(arr: pa.Array) -> pa.Array:
+    """``null`` (≤2.2 Max/Min/Avg, device-mode stats of dtype none) -> NULL.
+
+    Only numeric and shape columns get this: an op could legitimately be named ``null``.
+    """
+    return pc.if_else(pc.equal(arr, "null"), _NULL_STRING, arr)
+
+
 def _to_int(arr: pa.Array, typ: pa.DataType) -> tuple[pa.Array, np.ndarray | None]:
     try:
         return pc.cast(arr, typ), None
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        arr = _null_token(arr)
         limit = 1 << (typ.bit_width - 1)
 
         def convert(s: str) -> int:
@@ -317,7 +329,7 @@ def _to_float(arr: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
     try:
         return pc.cast(arr, pa.float64()), None
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        norm = pc.replace_substring_regex(arr, _MSVC_NAN_RE, r"\1nan")
+        norm = pc.replace_substring_regex(_null_token(arr), _MSVC_NAN_RE, r"\1nan")
         return _cast_masked(norm, _valid_mask(norm, _FLOAT_RE), pa.float64(), float)
 
 
@@ -330,9 +342,12 @@ def _to_shape(arr: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
     """``"(2,3)"`` -> [2, 3], ``"()"`` -> [] (the CSV layer already removed the quotes)."""
     typ = OUTPUT_SCHEMA.field("shape").type
     ok = _valid_mask(arr, _SHAPE_RE)
+    if not ok.all():  # rare: only then pay for the 'null' pass
+        arr = _null_token(arr)
+        ok = _valid_mask(arr, _SHAPE_RE)
     bad = None if ok.all() else ~ok
     valid = pa.array(ok) if bad is not None else None
-    src = pc.if_else(valid, arr, pa.scalar(None, pa.string())) if valid is not None else arr
+    src = pc.if_else(valid, arr, _NULL_STRING) if valid is not None else arr
     inner = pc.replace_substring_regex(src, r"[\s\(\)\[\]]", "")
     parts = pc.split_pattern(inner, ",")
     flat = pc.list_flatten(parts)
@@ -519,9 +534,12 @@ def _read_statistic_csv(
     """``read_statistic_csv`` with a configurable chunk size (tests use tiny chunks)."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        header_line = f.readline(_MAX_HEADER_BYTES)
+        if start_offset > size:
+            problem = f"start_offset {start_offset} is beyond the file size {size} (truncated or replaced?)"
+            return StatCsvResult(_empty_table(), [(0, problem)], start_offset, start_line, [])
+        header_line = f.readline(_MAX_LINE_BYTES)
         if not header_line.endswith(b"\n"):
-            if len(header_line) < _MAX_HEADER_BYTES:  # header still being written, or empty file
+            if len(header_line) < _MAX_LINE_BYTES:  # header still being written, or empty file
                 return StatCsvResult(_empty_table(), [], start_offset, start_line, [])
             header_line += b"\n"  # an absurdly long first line: let it fail as a header
         raw, hdr, reason = _parse_header(header_line)
@@ -529,14 +547,9 @@ def _read_statistic_csv(
             pos = f.tell()
             next_line = start_line + 2  # the header was line start_line + 1
         else:
-            problem = None
-            if start_offset > size:
-                problem = f"start_offset {start_offset} is beyond the file size {size} (truncated?)"
-            else:
-                f.seek(start_offset - 1)
-                if f.read(1) != b"\n":
-                    problem = f"start_offset {start_offset} is not at a line boundary"
-            if problem:
+            f.seek(start_offset - 1)
+            if f.read(1) != b"\n":
+                problem = f"start_offset {start_offset} is not at a line boundary"
                 return StatCsvResult(_empty_table(), [(0, problem)], start_offset, start_line, raw)
             pos = start_offset
             next_line = start_line + 1
@@ -544,22 +557,34 @@ def _read_statistic_csv(
         errors: list[tuple[int, str]] = [] if hdr is not None else [(1, str(reason))]
         consumed = pos
         carry = b""
+        skipping = 0  # bytes so far of an over-long line that is dropped instead of buffered
         f.seek(pos)
         while block := f.read(chunk_bytes):
+            if skipping:
+                nl = block.find(b"\n")
+                if nl < 0:
+                    skipping += len(block)
+                    continue
+                if hdr is not None:
+                    errors.append((next_line, f"line longer than {_MAX_LINE_BYTES} bytes"))
+                next_line += 1
+                consumed += skipping + nl + 1
+                skipping = 0
+                block = block[nl + 1 :]
             data = carry + block if carry else block
             last_nl = data.rfind(b"\n")
-            if last_nl < 0:
-                carry = data
-                continue
-            if hdr is None:  # count lines only, so the caller can record the file as consumed
-                nlines = data.count(b"\n", 0, last_nl + 1)
-            else:
-                view = memoryview(data)[: last_nl + 1]
-                chunk_tables, chunk_errors, nlines = _parse_lines(view, hdr, next_line)
-                tables.extend(chunk_tables)
-                errors.extend(chunk_errors)
-            next_line += nlines
-            consumed += last_nl + 1
+            if last_nl >= 0:
+                if hdr is None:  # count lines only, so the caller can record the file as consumed
+                    nlines = data.count(b"\n", 0, last_nl + 1)
+                else:
+                    view = memoryview(data)[: last_nl + 1]
+                    chunk_tables, chunk_errors, nlines = _parse_lines(view, hdr, next_line)
+                    tables.extend(chunk_tables)
+                    errors.extend(chunk_errors)
+                next_line += nlines
+                consumed += last_nl + 1
             carry = data[last_nl + 1 :]
+            if len(carry) > _MAX_LINE_BYTES:  # keep memory bounded on newline-less garbage
+                skipping, carry = len(carry), b""
     table, errors = _finish(tables, errors)
     return StatCsvResult(table, errors, consumed, next_line - 1, raw)

@@ -13,37 +13,46 @@ CPU dumps cannot write a ``statistic.csv``, so dumpcat computes the same columns
 - without NaN, ±inf behave as IEEE says: ``max`` may be ``inf``, ``avg`` is ``inf`` or NaN (inf - inf);
 - integer and bool tensors: no NaN/inf, so those counts are 0; bool is True = 1, False = 0, and
   max/min/avg are numbers like for integers;
-- empty tensors: ``count`` 0, every count 0, ``l2norm`` 0.0, ``max``/``min``/``avg`` NULL (MindSpore
-  skips them; ±inf and 0/0 would be noise);
+- empty tensors: ``count`` 0, every count 0, ``l2norm`` 0.0 (an empty sum), ``max``/``min``/``avg``
+  NULL (MindSpore's host loop would print its initial -inf/inf and 0/0; its device mode skips them);
 - complex tensors: MindSpore does not support statistics for them, so everything is NULL except
   ``count`` (and ``md5`` when asked);
 - ``md5`` (only with ``md5=True``): hex MD5 of the raw tensor bytes exactly as stored in the file after
   the npy header (storage order and byte order untouched).
 
 bfloat16, int4 and uint1 never reach this module: MindSpore saves them as float32/int8/uint8 npy.
+MindSpore ≤ 2.2 wrote ``null`` for max/min/avg when every element was NaN or ±inf; like ≥ 2.3 we give
+NaN/±inf instead (a SQL NULL stays reserved for "not computed").
 
-Speed: data is processed in cache-sized blocks (``BLOCK_ELEMS``) with few numpy passes per block
-(max and min first; they decide whether NaN/inf/sign passes are needed at all), reusing per-process
-scratch buffers. ``compute_stats_many`` reads files with ``pread`` (no header re-parse, no mmap so a file
-truncated under us cannot SIGBUS the process) and spreads batches of jobs over worker processes:
-threads do not scale here because most numpy calls on cache-sized blocks are too short to amortise the
-GIL hand-off, and small files are pure per-call overhead. See ``bench/bench_stats.py``.
+Speed (figures in ``bench/bench_stats.py``): data is processed in cache-sized blocks (``BLOCK_ELEMS``)
+with few numpy passes per block: max and min come first and decide whether the NaN, inf and sign passes
+are needed at all; sums are BLAS dot products on a reused float64 copy. ``compute_stats_many`` reads
+files with ``pread`` into a reused buffer (no header re-parse; no mmap, so a file truncated under us
+cannot SIGBUS the process) and uses every core: the calling process computes batches of jobs, and
+``cpu_count - 1`` helper processes take batches as soon as they have started. Threads do not scale
+here: numpy calls on cache-sized blocks and small files are too short to amortise the GIL hand-off.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import hashlib
 import itertools
 import math
 import mmap
-import multiprocessing
 import os
+import pickle
+import select
+import selectors
+import subprocess
+import sys
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -82,7 +91,7 @@ _DOT_ROW = 8192
 # compute_stats_many: a batch handed to a worker holds at most this many jobs / bytes of tensor data.
 _BATCH_JOBS = 256
 _BATCH_BYTES = 32 << 20
-# Below this much work a process pool costs more to start than it saves: compute in the caller.
+# Below this much work, starting helpers (~150 ms of CPU each: Python + numpy) costs more than they save.
 _INLINE_JOBS = 512
 _INLINE_BYTES = 64 << 20
 
@@ -234,7 +243,7 @@ class _Accumulator:
             else:
                 f64 = _scratch.f64[:m]
                 np.copyto(f64, c)
-        if max(mx, -mn) > 1e150:  # inf - inf, or squares past float64: IEEE results, no warnings
+        if max(mx, -mn) > 1e140:  # inf - inf, or squares past float64: IEEE results, no warnings
             with np.errstate(over="ignore", invalid="ignore"):
                 s, sq = _dot_sums(f64)
         else:
@@ -461,7 +470,7 @@ def _error_reason(exc: BaseException) -> str:
 
 
 def _run_batch(batch: list[_JobTuple], md5: bool) -> list[_Result]:
-    """Worker body: one batch of jobs, every failure turned into an error reason."""
+    """One batch of jobs, every failure turned into an error reason."""
     out: list[_Result] = []
     for row_id, path, offset, stored_dtype, shape in batch:
         try:
@@ -471,11 +480,16 @@ def _run_batch(batch: list[_JobTuple], md5: bool) -> list[_Result]:
     return out
 
 
-def _job_bytes(job: StatJob) -> int:
+def _job_tuple(job: StatJob) -> tuple[_JobTuple, int]:
+    """The picklable form of a job and its data size; a malformed job is left for _run_batch to report."""
     try:
-        return math.prod(job.shape) * np.dtype(job.stored_dtype).itemsize
+        shape = tuple(int(d) for d in job.shape)
+        return (
+            (job.row_id, os.fspath(job.path), job.data_offset, job.stored_dtype, shape),
+            math.prod(shape) * np.dtype(job.stored_dtype).itemsize,
+        )
     except Exception:
-        return 0  # a bad dtype: the worker reports it
+        return (job.row_id, job.path, job.data_offset, job.stored_dtype, job.shape), 0
 
 
 def _batches(jobs: Iterable[StatJob]) -> Iterator[tuple[list[_JobTuple], int]]:
@@ -483,42 +497,14 @@ def _batches(jobs: Iterable[StatJob]) -> Iterator[tuple[list[_JobTuple], int]]:
     batch: list[_JobTuple] = []
     size = 0
     for job in jobs:
-        batch.append((job.row_id, os.fspath(job.path), job.data_offset, job.stored_dtype, tuple(job.shape)))
-        size += _job_bytes(job)
+        item, nbytes = _job_tuple(job)
+        batch.append(item)
+        size += nbytes
         if len(batch) >= _BATCH_JOBS or size >= _BATCH_BYTES:
             yield batch, size
             batch, size = [], 0
     if batch:
         yield batch, size
-
-
-def _process_context() -> multiprocessing.context.BaseContext:
-    """forkserver, with this module preloaded in the server.
-
-    Not fork: the ingesting process runs other threads (watchers, DuckDB) and forking it is unsafe.
-    Preloading means each worker is forked with numpy already imported: a pool starts in ~8 ms instead
-    of ~150 ms (measured), which is what makes processes pay off for runs of a few thousand files.
-    The preload list is extended, not replaced; it only takes effect if the server is not running yet.
-    """
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    ctx = multiprocessing.get_context("forkserver")
-    if __name__ != "__main__":
-        try:
-            from multiprocessing import forkserver
-
-            current = list(forkserver._forkserver._preload_modules)
-        except Exception:  # private attribute gone: keep the default
-            current = ["__main__"]
-        if __name__ not in current:
-            ctx.set_forkserver_preload([*current, __name__])
-    return ctx
-
-
-def _make_executor(backend: str, workers: int) -> Executor:
-    if backend == "thread":
-        return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dumpcat-stats")
-    return ProcessPoolExecutor(max_workers=workers, mp_context=_process_context())
 
 
 def compute_stats_many(
@@ -530,14 +516,16 @@ def compute_stats_many(
 ) -> Iterator[tuple[int, dict | None, str | None]]:
     """Compute stats for many tensors; yields ``(row_id, stats, None)`` or ``(row_id, None, reason)``.
 
-    Never raises for a bad file: a truncated, corrupt or unreadable one yields an error reason
-    (``"truncated: ..."``, ``"FileNotFoundError: ..."``) and the others carry on. Results come in job
-    order. Streaming: ``jobs`` is consumed lazily and at most ``2 * workers`` batches (each ≤ 256 jobs,
-    ≤ 32 MiB of data) are in flight, so memory stays constant for any number of jobs.
+    Never raises for a bad job: a truncated, corrupt, unreadable or malformed one yields an error
+    reason (``"truncated: ..."``, ``"FileNotFoundError: ..."``) and the others carry on. Results come
+    in job order. Streaming: ``jobs`` is consumed lazily and only a few batches per worker (each ≤ 256
+    jobs, ≤ 32 MiB of data) are in flight, so memory stays constant for any number of jobs.
 
-    ``workers`` defaults to ``os.cpu_count()``; the work goes to worker processes (``backend="thread"``
-    exists for comparison, see the benchmark). A small run (fewer than 512 jobs and 64 MiB) or
-    ``workers=1`` computes in the calling thread, as starting processes would cost more.
+    ``workers`` (default ``os.cpu_count()``) is the number of computing processes: the calling one
+    plus ``workers - 1`` helper processes, which take batches once they have started (~150 ms), so
+    nothing waits for them. ``backend="thread"`` uses helper threads instead, for comparison (the GIL
+    makes them slower here, see ``bench/bench_stats.py``). A run of fewer than 512 jobs and 64 MiB, or
+    ``workers=1``, starts no helpers. If helpers cannot start or die, the caller computes their work.
     """
     workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
     batches = _batches(jobs)
@@ -549,72 +537,284 @@ def compute_stats_many(
         n_bytes += item[1]
         if n_jobs >= _INLINE_JOBS or n_bytes >= _INLINE_BYTES:
             break
-    all_batches = itertools.chain(head, batches)
+    all_batches = (b for b, _ in itertools.chain(head, batches))
     if workers == 1 or (n_jobs < _INLINE_JOBS and n_bytes < _INLINE_BYTES):
-        for batch, _ in all_batches:
+        for batch in all_batches:
             yield from _run_batch(batch, md5)
-        return
-    yield from _run_parallel((b for b, _ in all_batches), md5, workers, backend)
+    elif backend == "thread":
+        yield from _run_threads(all_batches, md5, workers)
+    else:
+        yield from _run_helpers(all_batches, md5, workers - 1)
 
 
-def _run_parallel(
-    batches: Iterator[list[_JobTuple]], md5: bool, workers: int, backend: str
-) -> Iterator[_Result]:
-    """Ordered map over an executor with at most ``2 * workers`` batches in flight."""
-    limit = 2 * workers
-    pool = _Pool(backend, workers)
-    window: deque[tuple[list[_JobTuple], Future]] = deque()
+def _run_threads(batches: Iterator[list[_JobTuple]], md5: bool, workers: int) -> Iterator[_Result]:
+    """Ordered map over a thread pool with at most ``2 * workers`` batches in flight."""
+    window: deque[Future] = deque()
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dumpcat-stats") as pool:
+        try:
+            for batch in batches:
+                window.append(pool.submit(_run_batch, batch, md5))
+                if len(window) >= 2 * workers:
+                    yield from window.popleft().result()
+            while window:
+                yield from window.popleft().result()
+        finally:
+            for fut in window:
+                fut.cancel()
+
+
+# --------------------------------------------------------------------------------------------------
+# Helper processes.
+#
+# Why not multiprocessing / ProcessPoolExecutor: with spawn or forkserver every worker re-imports the
+# caller's __main__, so a script without an `if __name__ == "__main__"` guard that calls ingest runs
+# again in each worker (seen here: an unguarded debug script re-ran its whole ingest per worker), and
+# fork is unsafe in a process that runs other threads (watchers, DuckDB). A helper here is a fresh
+# interpreter that imports only this module and talks length-prefixed pickle frames over its
+# stdin/stdout. The caller never blocks on a write (non-blocking pipes, selectors), so there is no
+# pipe deadlock, and it computes batches itself while helpers start (~150 ms: Python + numpy) or are
+# busy. Idle helpers are kept for the next call (ingest calls once per flush) and exit by themselves
+# after _HELPER_IDLE_S seconds without work, or when this process exits.
+
+_FRAME = 8  # bytes of little-endian length before each pickle
+_HELPER_SLOTS = 2  # batches per helper: one running, the next one ready (more lengthens the tail)
+_HELPER_IDLE_S = 30.0
+_CALLER_COMPUTES = True  # the calling process takes batches too (tests turn it off to test helpers)
+
+
+def _serve(idle_s: float = _HELPER_IDLE_S) -> None:
+    """Helper-process main loop: ``(index, md5, batch)`` frames in, ``(index, results)`` frames out."""
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # a stray print goes to stderr, never into the result stream
+
+    def read_exact(n: int) -> bytes | None:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = os.read(0, n - len(buf))
+            if not chunk:
+                return None
+            buf += chunk
+        return bytes(buf)
+
+    def send(obj: object) -> None:
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        out.write(len(data).to_bytes(_FRAME, "little"))
+        out.write(data)
+        out.flush()
+
     try:
-        for batch in batches:
-            window.append((batch, pool.submit(batch, md5)))
-            if len(window) >= limit:
-                yield from pool.collect(window, md5)
-        while window:
-            yield from pool.collect(window, md5)
-    finally:
-        pool.shutdown()
+        send((-1, None))  # ready
+        while True:
+            if not select.select([0], [], [], idle_s)[0]:
+                return  # idle too long
+            head = read_exact(_FRAME)
+            body = head and read_exact(int.from_bytes(head, "little"))
+            if not body:
+                return  # the caller closed our stdin: done
+            index, md5, batch = pickle.loads(body)
+            send((index, _run_batch(batch, md5)))
+    except (KeyboardInterrupt, BrokenPipeError):
+        return
 
 
-class _Pool:
-    """An executor that is replaced when a worker process dies, so one bad tensor cannot stop ingest."""
+def _helper_argv() -> list[str]:
+    """Command line of a helper: this interpreter, importing this module from where it was loaded."""
+    root = str(Path(__file__).resolve().parents[len(__name__.split(".")) - 1])
+    code = (
+        f"import sys; sys.path.insert(0, {root!r}); from {__name__} import _serve; _serve({_HELPER_IDLE_S!r})"
+    )
+    return [sys.executable, "-c", code]
 
-    def __init__(self, backend: str, workers: int) -> None:
-        self.backend = backend
-        self.workers = workers
-        self.executor = _make_executor(backend, workers)
 
-    def submit(self, batch: list[_JobTuple], md5: bool) -> Future:
-        try:
-            return self.executor.submit(_run_batch, batch, md5)
-        except BrokenProcessPool as exc:  # already broken: let collect() recover it in order
-            fut: Future = Future()
-            fut.set_exception(exc)
-            return fut
+class _Helper:
+    """One helper process and the batches it holds."""
 
-    def collect(self, window: deque[tuple[list[_JobTuple], Future]], md5: bool) -> list[_Result]:
-        """Results of the oldest batch in the window."""
-        batch, fut = window.popleft()
-        try:
-            return fut.result()
-        except BrokenProcessPool:
-            pass
-        # A worker died (OOM kill, crash) and took every in-flight batch with it. Redo them one job
-        # per task, so that only a job that kills a worker on its own is reported as failed.
-        lost = [batch] + [b for b, _ in window]
-        window.clear()
-        self._restart()
-        out: list[_Result] = []
-        for job in itertools.chain.from_iterable(lost):
+    def __init__(self) -> None:
+        self.owner = os.getpid()
+        self.proc = subprocess.Popen(_helper_argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.wfd = self.proc.stdin.fileno()
+        self.rfd = self.proc.stdout.fileno()
+        os.set_blocking(self.wfd, False)
+        os.set_blocking(self.rfd, False)
+        self.wbuf = bytearray()
+        self.rbuf = bytearray()
+        self.ready = False
+        self.alive = True
+        self.held: dict[int, list[_JobTuple]] = {}  # batch index -> batch, until its results arrive
+
+    def send(self, index: int, batch: list[_JobTuple], md5: bool) -> None:
+        data = pickle.dumps((index, md5, batch), protocol=pickle.HIGHEST_PROTOCOL)
+        self.wbuf += len(data).to_bytes(_FRAME, "little")
+        self.wbuf += data
+        self.held[index] = batch
+        self.flush()
+
+    def flush(self) -> None:
+        while self.wbuf and self.alive:
             try:
-                out.extend(self.executor.submit(_run_batch, [job], md5).result())
-            except BrokenProcessPool:
-                out.append((job[0], None, "worker process died while computing this tensor"))
-                self._restart()
-        return out
+                n = os.write(self.wfd, self.wbuf)
+            except BlockingIOError:
+                return
+            except OSError:  # broken pipe: the helper is gone
+                self.alive = False
+                return
+            del self.wbuf[:n]
 
-    def _restart(self) -> None:
-        self.executor.shutdown(wait=False, cancel_futures=True)
-        self.executor = _make_executor(self.backend, self.workers)
+    def receive(self) -> list[tuple[int, list]]:
+        """Complete frames read so far, as ``(index, results)``; marks the helper dead at EOF."""
+        while True:
+            try:
+                chunk = os.read(self.rfd, 1 << 20)
+            except BlockingIOError:
+                break
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.alive = False
+                break
+            self.rbuf += chunk
+        frames = []
+        while len(self.rbuf) >= _FRAME:
+            n = int.from_bytes(self.rbuf[:_FRAME], "little")
+            if len(self.rbuf) < _FRAME + n:
+                break
+            index, results = pickle.loads(self.rbuf[_FRAME : _FRAME + n])
+            del self.rbuf[: _FRAME + n]
+            if index == -1:
+                self.ready = True
+            else:
+                self.held.pop(index, None)
+                frames.append((index, results))
+        return frames
 
-    def shutdown(self) -> None:
-        self.executor.shutdown(wait=True, cancel_futures=True)
+    def reusable(self) -> bool:
+        return (
+            self.alive
+            and not self.held
+            and not self.wbuf
+            and not self.rbuf
+            and self.owner == os.getpid()
+            and self.proc.poll() is None
+        )
+
+    def close(self) -> None:
+        """Stop the helper now: its results, if any, are no longer wanted."""
+        self.alive = False
+        if self.owner != os.getpid():
+            return  # a forked child's copy: the process belongs to the parent
+        for f in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                f.close()  # type: ignore[union-attr]
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        self.proc.wait()
+
+
+_idle_helpers: list[_Helper] = []
+_idle_lock = threading.Lock()
+
+
+def _checkout_helpers(n: int) -> list[_Helper]:
+    """``n`` helpers: idle ones from an earlier call first, then new ones (none if that fails)."""
+    helpers: list[_Helper] = []
+    with _idle_lock:
+        while _idle_helpers and len(helpers) < n:
+            h = _idle_helpers.pop()
+            if h.reusable():
+                helpers.append(h)
+            else:
+                h.close()
+    try:
+        while len(helpers) < n:
+            helpers.append(_Helper())
+    except Exception:  # cannot start processes here: the caller does the work
+        pass
+    return helpers
+
+
+def _checkin_helpers(helpers: list[_Helper]) -> None:
+    """Keep clean helpers for the next call; stop the others (busy with abandoned work, or dead)."""
+    for h in helpers:
+        with _idle_lock:
+            if h.reusable() and len(_idle_helpers) < (os.cpu_count() or 1):
+                _idle_helpers.append(h)
+                continue
+        h.close()
+
+
+def _shutdown_helpers() -> None:
+    """Stop the idle helpers (at exit; tests and benchmarks call it for a cold start)."""
+    with _idle_lock:
+        helpers = _idle_helpers[:]
+        _idle_helpers.clear()
+    for h in helpers:
+        h.close()
+
+
+atexit.register(_shutdown_helpers)
+
+
+def _run_helpers(batches: Iterator[list[_JobTuple]], md5: bool, n_helpers: int) -> Iterator[_Result]:
+    """Compute batches in this process and in ``n_helpers`` helper processes; yield in job order."""
+    helpers = _checkout_helpers(n_helpers)
+    sel = selectors.DefaultSelector()
+    done: dict[int, list] = {}  # batch index -> results, waiting for their turn
+    next_in = next_out = 0
+    exhausted = False
+    # Bound on batches taken but not yet yielded, so a stalled helper cannot make memory grow.
+    limit = 2 + _HELPER_SLOTS * max(1, len(helpers))
+
+    def collect(timeout: float | None) -> None:
+        """Move helpers' finished results into ``done``; recompute a dead helper's batches here."""
+        live = [h for h in helpers if h.alive]
+        if timeout != 0 and live:
+            for h in live:
+                sel.register(h.rfd, selectors.EVENT_READ)
+                if h.wbuf:
+                    sel.register(h.wfd, selectors.EVENT_WRITE)
+            try:
+                sel.select(timeout)
+            finally:
+                for key in list(sel.get_map().values()):
+                    sel.unregister(key.fileobj)
+        for h in live:
+            h.flush()
+            for index, results in h.receive():
+                done[index] = results
+            if not h.alive:
+                for index, batch in h.held.items():
+                    done[index] = _run_batch(batch, md5)
+                h.held.clear()
+
+    try:
+        while True:
+            collect(0)
+            for h in helpers:  # keep every started helper busy
+                while h.alive and h.ready and len(h.held) < _HELPER_SLOTS and not exhausted:
+                    if next_in - next_out >= limit:
+                        break
+                    batch = next(batches, None)
+                    if batch is None:
+                        exhausted = True
+                        break
+                    h.send(next_in, batch, md5)
+                    next_in += 1
+            while next_out in done:
+                yield from done.pop(next_out)
+                next_out += 1
+            if exhausted and next_out == next_in:
+                return
+            can_take = not exhausted and next_in - next_out < limit
+            if can_take and (_CALLER_COMPUTES or not any(h.alive for h in helpers)):
+                batch = next(batches, None)
+                if batch is None:
+                    exhausted = True
+                else:  # this process computes too
+                    done[next_in] = _run_batch(batch, md5)
+                    next_in += 1
+            elif next_out not in done:
+                collect(None)  # nothing to do here but wait for a helper
+    finally:
+        sel.close()
+        _checkin_helpers(helpers)

@@ -301,6 +301,22 @@ def test_binary_garbage_gives_one_error(tmp_path):
     assert r.table.num_rows == 0 and len(r.errors) == 1 and r.errors[0][0] == 1
 
 
+def test_overlong_line_is_skipped_with_bounded_memory(tmp_path):
+    """A newline-less run of garbage is dropped, not buffered; unfinished it is left unconsumed."""
+    path = tmp_path / "statistic.csv"
+    good = f'Add,{ADD0},0,0,1,output,0,24,float32,"(2,3)",6,1,9.53939,\n'
+    head = V23_HEADER + good
+    path.write_text(head + "x" * (3 << 20) + "\n" + good)
+    for chunk in (1 << 16, 1 << 24):
+        r = _read_statistic_csv(path, 0, 0, chunk)
+        assert [row["line_no"] for row in rows(r)] == [2, 4]
+        assert [ln for ln, _ in r.errors] == [3]  # 'longer than' or 'found 1' fields, by chunk size
+        assert r.end_line == 4 and r.end_offset == path.stat().st_size
+    path.write_text(head + "x" * (3 << 20))
+    r = _read_statistic_csv(path, 0, 0, 1 << 16)
+    assert r.errors == [] and r.end_offset == len(head) and r.end_line == 2
+
+
 def test_missing_file_raises_oserror(tmp_path):
     with pytest.raises(OSError):
         read_statistic_csv(tmp_path / "nope.csv")
@@ -352,6 +368,17 @@ def test_unknown_columns_ignored_and_mixed_trailing_comma(tmp_path):
         (4, 2, 3.5),
     ]
     assert rows(r)[0]["task_id"] is None and rows(r)[0]["shape"] is None
+
+
+def test_null_is_null_only_in_numeric_columns(tmp_path):
+    path = tmp_path / "statistic.csv"
+    path.write_text(V23_HEADER + "Cast,null,0,null,1,output,0,24,null,null,null,null,null,\n")
+    r = read_statistic_csv(path)
+    assert r.errors == []
+    (row,) = rows(r)
+    assert (row["file_op_name"], row["data_type"]) == ("null", "null")  # strings stay literal
+    assert row["stream_id"] is None and row["shape"] is None
+    assert row["max"] is None and row["min"] is None and row["l2norm"] is None
 
 
 def test_crlf_line_endings(tmp_path):

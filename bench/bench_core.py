@@ -1,0 +1,597 @@
+"""Core dumpcat benchmarks: ingest speed, computed statistics, query latency, tensor access, memory.
+
+Each figure is measured against a baseline run in the same process on the same files:
+
+  a. metadata ingest of a tree whose every tensor has a statistic.csv row (``compute_stats=True`` but
+     no tensor data is read): tensors/s, and the ratio to a bare recursive ``os.scandir`` walk of the
+     same tree (walk first, both with a warm page cache). Targets >= 50,000 tensors/s, <= 10x the walk.
+  b. statistics computed from the data (tree written without statistic.csv): ingest MB/s of tensor data
+     vs a naive loop (``np.load`` + max/min/mean/6 counts/``linalg.norm`` per file). Target >= 2x.
+  c. ``SELECT op_name FROM stats WHERE nan_count > 0`` through ``Catalog.sql``, warm, median of
+     ``--query-runs`` after 2 warm-ups; also ``count(*)`` and a point lookup by row id. Target < 100 ms
+     on 10^6 rows (``--rows-1m``).
+  d. ``Catalog.tensor(row_id)`` vs ``np.load(path, mmap_mode='r')`` on the same random files, warm:
+     per-call µs and the overhead. Target < 1 ms overhead.
+  e. peak RSS of a child process ingesting the tree (``ru_maxrss``, plus a psutil sample of the whole
+     process tree). Target < 1 GiB for 10^6 tensors (``--rows-1m``).
+
+    python bench/bench_core.py                                  # 10^5 tensors in a temp dir
+    python bench/bench_core.py --rows-1m --workdir BIG_SCRATCH_DIR --only c,e
+    python bench/bench_core.py --skip-generate /path/to/dump    # reuse a tree with statistic.csv
+
+Prints a plain-text table while it runs and a markdown report (machine + results) at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+import synth  # noqa: E402
+
+MB = 1e6
+
+
+# --------------------------------------------------------------------------------------------------
+# Machine and helpers
+
+
+def machine() -> dict:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    import duckdb
+    import pyarrow
+
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu": model,
+        "memory_gib": round(mem, 1),
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "duckdb": duckdb.__version__,
+        "pyarrow": pyarrow.__version__,
+    }
+
+
+def walk(root: str) -> int:
+    """Bare recursive os.scandir walk: the floor for any tool that lists a dump tree."""
+    n = 0
+    stack = [root]
+    while stack:
+        with os.scandir(stack.pop()) as it:
+            for e in it:
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(e.path)
+                else:
+                    n += 1
+    return n
+
+
+def walk_read_headers(root: str) -> int:
+    """Walk plus open/read(512)/close of every .npy: the syscalls ingest cannot avoid."""
+    n = 0
+    stack = [root]
+    while stack:
+        with os.scandir(stack.pop()) as it:
+            for e in it:
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(e.path)
+                elif e.name.endswith(".npy"):
+                    fd = os.open(e.path, os.O_RDONLY)
+                    os.read(fd, 512)
+                    os.close(fd)
+                    n += 1
+    return n
+
+
+def best(fn, repeat: int) -> tuple[float, object]:
+    times, out = [], None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return min(times), out
+
+
+def ingest_into(catalog: Path, tree: Path, **kw):
+    from ingest.pipeline import ingest_dump
+
+    if catalog.exists():
+        shutil.rmtree(catalog)
+    return ingest_dump(catalog, tree, run="bench", **kw)
+
+
+class Report:
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    def add(self, part, metric, value, unit, baseline=None, ratio=None, target=None, ok=None, note=""):
+        row = dict(
+            part=part,
+            metric=metric,
+            value=value,
+            unit=unit,
+            baseline=baseline,
+            ratio=ratio,
+            target=target,
+            ok=ok,
+            note=note,
+        )
+        self.rows.append(row)
+        print(self._line(row), flush=True)
+
+    @staticmethod
+    def _fmt(v) -> str:
+        if v is None:
+            return ""
+        if isinstance(v, float):
+            return f"{v:,.3g}" if abs(v) < 100 else f"{v:,.0f}"
+        return f"{v:,}" if isinstance(v, int) else str(v)
+
+    def _line(self, r: dict) -> str:
+        ok = "" if r["ok"] is None else ("PASS" if r["ok"] else "MISS")
+        ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+        return (
+            f"[{r['part']}] {r['metric']:<52} {self._fmt(r['value']):>12} {r['unit']:<10} "
+            f"base {self._fmt(r['baseline']):>10} {ratio:>8}  {r['target'] or '':<14} {ok}"
+        )
+
+    def markdown(self, info: dict, params: dict) -> str:
+        out = ["## Machine", "", "| | |", "|---|---|"]
+        out += [f"| {k} | {v} |" for k, v in info.items()]
+        out += ["", "## Parameters", "", "| | |", "|---|---|"]
+        out += [f"| {k} | {v} |" for k, v in params.items()]
+        out += [
+            "",
+            "## Results",
+            "",
+            "| part | metric | value | baseline | ratio | target | status | note |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in self.rows:
+            ok = "" if r["ok"] is None else ("pass" if r["ok"] else "**MISS**")
+            ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+            base = "" if r["baseline"] is None else f"{self._fmt(r['baseline'])} {r['unit']}"
+            out.append(
+                f"| {r['part']} | {r['metric']} | {self._fmt(r['value'])} {r['unit']} | {base} | "
+                f"{ratio} | {r['target'] or ''} | {ok} | {r['note']} |"
+            )
+        return "\n".join(out)
+
+
+# --------------------------------------------------------------------------------------------------
+# (a) metadata ingest
+
+
+def bench_metadata(rep: Report, tree: Path, work: Path, repeat: int) -> Path:
+    n_walk = walk(str(tree))  # warm the dentry/inode cache
+    walk_s, _ = best(lambda: walk(str(tree)), 3)
+    hdr_s, n_hdr = best(lambda: walk_read_headers(str(tree)), 2)  # also warms the data pages
+    cat = work / "cat_meta"
+    ingest_into(cat, tree)  # warm-up (imports, page cache of statistic.csv)
+    times = []
+    summary = None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        summary = ingest_into(cat, tree)
+        times.append(time.perf_counter() - t)
+    s = min(times)
+    n = summary.tensors
+    assert summary.errors == 0, summary
+    assert summary.computed_stats == 0, "every tensor should have a statistic.csv row"
+    rate = n / s
+    rep.add("a", f"walk (os.scandir, {n_walk:,} files)", n_walk / walk_s, "files/s")
+    rep.add(
+        "a",
+        "walk + open/read(512)/close per npy",
+        n_hdr / hdr_s,
+        "files/s",
+        n_walk / walk_s,
+        (hdr_s / n_hdr) / (walk_s / n_walk),
+        note="syscall floor of header reading; ratio = time/walk",
+    )
+    rep.add(
+        "a",
+        f"metadata ingest ({n:,} tensors, best of {repeat})",
+        rate,
+        "tensors/s",
+        target=">= 50,000/s",
+        ok=rate >= 50_000,
+        note=f"{s:.2f} s; {summary.batches} batches",
+    )
+    ratio = s / walk_s * n_walk / max(n, 1)
+    rep.add("a", "metadata ingest time / walk time (per file)", ratio, "x", target="<= 10x", ok=ratio <= 10)
+    return cat
+
+
+# --------------------------------------------------------------------------------------------------
+# (b) statistics computed from data
+
+
+def naive_stats(paths: list[str]) -> int:
+    total = 0
+    for p in paths:
+        a = np.load(p)
+        if a.size:
+            np.max(a)
+            np.min(a)
+            np.mean(a)
+        np.count_nonzero(a < 0)
+        np.count_nonzero(a > 0)
+        np.count_nonzero(np.isnan(a))
+        np.count_nonzero(np.isneginf(a))
+        np.count_nonzero(np.isposinf(a))
+        np.count_nonzero(a == 0)
+        np.linalg.norm(a)
+        total += a.nbytes
+    return total
+
+
+def bench_stats(rep: Report, work: Path, n: int, size_bytes: int | None, label: str, repeat: int) -> None:
+    tree = work / f"nocsv_{label}"
+    if not tree.exists():
+        synth.generate(
+            tree,
+            n,
+            ranks=1,
+            iterations=max(1, min(10, n // 500)),
+            statistic_csv=False,
+            size_bytes=size_bytes,
+            nan_fraction=0.02,
+            seed=1,
+        )
+    paths = sorted(str(p) for p in tree.rglob("*.npy"))
+    for p in paths:  # warm the page cache
+        with open(p, "rb") as fh:
+            fh.read()
+    naive_s, nbytes = best(lambda: naive_stats(paths), repeat)
+    cat = work / f"cat_stats_{label}"
+    ingest_into(cat, tree)  # warm-up
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        summary = ingest_into(cat, tree)
+        times.append(time.perf_counter() - t)
+        assert summary.errors == 0 and summary.computed_stats == len(paths), summary
+    ing_s = min(times)
+    naive_mb = nbytes / MB / naive_s
+    ing_mb = nbytes / MB / ing_s
+    desc = f"{len(paths):,} files, {nbytes / len(paths) / 1024:.1f} KiB avg"
+    rep.add("b", f"naive np.load+stats loop ({desc})", naive_mb, "MB/s", note=f"{naive_s:.2f} s")
+    rep.add(
+        "b",
+        f"ingest with computed stats ({label})",
+        ing_mb,
+        "MB/s",
+        naive_mb,
+        ing_mb / naive_mb,
+        target=">= 2x naive",
+        ok=ing_mb / naive_mb >= 2,
+        note=f"{ing_s:.2f} s",
+    )
+
+    from ingest.npy_header import read_npy_header
+    from ingest.tensor_stats import StatJob, compute_stats_many
+
+    jobs = []
+    for i, p in enumerate(paths):
+        h, _ = read_npy_header(p)
+        jobs.append(StatJob(i, p, h.data_offset, h.dtype.name, tuple(h.shape)))
+    cs_s, _ = best(lambda: sum(1 for _ in compute_stats_many(jobs)), repeat)
+    rep.add(
+        "b",
+        f"compute_stats_many alone ({label})",
+        nbytes / MB / cs_s,
+        "MB/s",
+        naive_mb,
+        naive_s / cs_s,
+        note=f"{cs_s:.2f} s, no walk/parquet",
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# (c) queries, (d) tensor access
+
+
+def bench_queries(rep: Report, cat_path: Path, runs: int, label: str) -> None:
+    from catalog.api import Catalog
+
+    cat = Catalog.open(cat_path)
+    n_rows = cat.sql("SELECT count(*) AS n FROM stats").column(0)[0].as_py()
+    ids = cat.sql("SELECT row_id FROM tensors USING SAMPLE 200 ROWS").column(0).to_pylist()
+
+    def timed(query: str, params_of=None) -> tuple[float, int]:
+        samples = []
+        rows = 0
+        for i in range(runs + 2):
+            params = params_of(i) if params_of else None
+            t = time.perf_counter()
+            res = cat.sql(query, params)
+            dt = time.perf_counter() - t
+            rows = res.num_rows
+            if i >= 2:
+                samples.append(dt)
+        return statistics.median(samples) * 1e3, rows
+
+    ms, k = timed("SELECT op_name FROM stats WHERE nan_count > 0")
+    big = n_rows >= 1_000_000
+    rep.add(
+        "c",
+        f"stats WHERE nan_count > 0 ({n_rows:,} rows -> {k:,})",
+        ms,
+        "ms",
+        target="< 100 ms @1e6",
+        ok=(ms < 100) if big else None,
+        note=label,
+    )
+    ms, _ = timed("SELECT count(*) FROM stats")
+    rep.add("c", f"SELECT count(*) FROM stats ({n_rows:,} rows)", ms, "ms", note=label)
+    ms, k = timed("SELECT * FROM tensors WHERE row_id = ?", lambda i: [ids[i % len(ids)]])
+    assert k == 1
+    rep.add("c", "SELECT * FROM tensors WHERE row_id = ?", ms, "ms", note=label)
+    ms, _ = timed("SELECT count(*) FROM raw_stat_rows WHERE nan_count > 0")
+    rep.add("c", "raw_stat_rows WHERE nan_count > 0 (no view joins)", ms, "ms", note=label)
+    cat.close()
+
+
+def bench_tensor(rep: Report, cat_path: Path, n: int, label: str) -> None:
+    from catalog.api import Catalog
+
+    cat = Catalog.open(cat_path)
+    rows = cat.sql(f"SELECT row_id, path FROM tensors USING SAMPLE {n} ROWS").to_pylist()
+    ids = [r["row_id"] for r in rows]
+    paths = [r["path"] for r in rows]
+    random.Random(0).shuffle(ids)
+    by_id = {r["row_id"]: r["path"] for r in rows}
+    paths = [by_id[i] for i in ids]
+    cat.tensor(ids[0])  # builds the row-id index
+    for i, p in zip(ids, paths, strict=True):  # warm both paths and check they agree
+        a, b = cat.tensor(i), np.load(p, mmap_mode="r")
+        assert a.shape == b.shape and a.dtype == b.dtype
+
+    def run_cat():
+        for i in ids:
+            cat.tensor(i)
+
+    def run_np():
+        for p in paths:
+            np.load(p, mmap_mode="r")
+
+    cat_s = statistics.median(best(run_cat, 1)[0] for _ in range(5))
+    np_s = statistics.median(best(run_np, 1)[0] for _ in range(5))
+    cat_us = cat_s / len(ids) * 1e6
+    np_us = np_s / len(ids) * 1e6
+    rep.add("d", f"np.load(mmap_mode='r') ({len(ids):,} random files)", np_us, "µs/call", note=label)
+    rep.add("d", "Catalog.tensor(row_id)", cat_us, "µs/call", np_us, cat_us / np_us, note=label)
+    over = cat_us - np_us
+    rep.add(
+        "d",
+        "Catalog.tensor overhead over np.load",
+        over,
+        "µs/call",
+        target="< 1000 µs",
+        ok=over < 1000,
+        note=label,
+    )
+    t = time.perf_counter()
+    cat2 = Catalog.open(cat_path)
+    cat2.tensor(ids[0])
+    first = (time.perf_counter() - t) * 1e3
+    rep.add("d", "first Catalog.tensor on a fresh Catalog (index load)", first, "ms", note=label)
+    cat2.close()
+    cat.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# (e) memory: ingest in a child process
+
+
+def _child_ingest(tree: str, catalog: str, compute_stats: bool) -> None:
+    from ingest.pipeline import ingest_dump
+
+    t = time.perf_counter()
+    s = ingest_dump(catalog, tree, run="bench", compute_stats=compute_stats)
+    dt = time.perf_counter() - t
+    out = {
+        "seconds": dt,
+        "tensors": s.tensors,
+        "errors": s.errors,
+        "computed_stats": s.computed_stats,
+        "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "children_maxrss_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+    }
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def ingest_in_child(tree: Path, catalog: Path, compute_stats: bool = True) -> dict:
+    if catalog.exists():
+        shutil.rmtree(catalog)
+    cmd = [sys.executable, __file__, "--_child", str(tree), str(catalog), str(int(compute_stats))]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    peak_tree = 0
+    try:
+        import psutil
+
+        ps = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            try:
+                procs = [ps, *ps.children(recursive=True)]
+                rss = sum(p.memory_info().rss for p in procs)
+                peak_tree = max(peak_tree, rss)
+            except psutil.Error:
+                pass
+            time.sleep(0.05)
+    except ImportError:
+        pass
+    out, _ = proc.communicate()
+    if proc.returncode:
+        raise RuntimeError(f"child ingest failed ({proc.returncode}): {out[-2000:]}")
+    res = json.loads(next(ln for ln in out.splitlines() if ln.startswith("RESULT "))[7:])
+    res["peak_tree_rss_bytes"] = peak_tree
+    return res
+
+
+def bench_memory(rep: Report, tree: Path, work: Path, label: str) -> Path:
+    cat = work / f"cat_mem_{label}"
+    r = ingest_in_child(tree, cat)
+    mib = r["maxrss_kib"] / 1024
+    n = r["tensors"]
+    big = n >= 1_000_000
+    rep.add(
+        "e",
+        f"ingest peak RSS, ru_maxrss ({n:,} tensors)",
+        mib,
+        "MiB",
+        target="< 1024 MiB @1e6",
+        ok=(mib < 1024) if big else None,
+        note=f"{label}; {r['seconds']:.1f} s, {n / r['seconds']:,.0f} tensors/s incl. interpreter start",
+    )
+    if r["peak_tree_rss_bytes"]:
+        rep.add(
+            "e",
+            "ingest peak RSS, process tree (psutil, 50 ms)",
+            r["peak_tree_rss_bytes"] / 2**20,
+            "MiB",
+            note=label,
+        )
+    assert r["errors"] == 0, r
+    return cat
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--tensors", type=int, default=100_000, help="tensors of the main tree (a, c, d, e); 0: no main tree"
+    )
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--iterations", type=int, default=20)
+    p.add_argument("--workdir", help="where trees and catalogs go (default: a temp dir, deleted)")
+    p.add_argument("--keep", action="store_true", help="do not delete what was generated")
+    p.add_argument(
+        "--skip-generate", metavar="DIR", help="reuse this dump tree (with statistic.csv) for a,c,d,e"
+    )
+    p.add_argument("--rows-1m", action="store_true", help="also build a 10^6-tensor tree for (c) and (e)")
+    p.add_argument("--only", default="a,b,c,d,e", help="comma-separated parts to run")
+    p.add_argument("--stats-tensors", type=int, default=20_000, help="(b) small-tensor tree size")
+    p.add_argument("--stats-big-tensors", type=int, default=1500, help="(b) big-tensor tree size")
+    p.add_argument("--stats-size-bytes", type=int, default=1 << 20, help="(b) big-tensor size")
+    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--query-runs", type=int, default=15)
+    p.add_argument("--lookups", type=int, default=2000, help="(d) random row ids")
+    p.add_argument("--json", help="also write the results as JSON here")
+    p.add_argument("--_child", nargs=3, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a._child:
+        _child_ingest(a._child[0], a._child[1], a._child[2] == "1")
+        return 0
+
+    parts = set(a.only.split(","))
+    created = a.workdir is None or not Path(a.workdir).exists()
+    work = Path(a.workdir or tempfile.mkdtemp(prefix="dumpcat-bench-")).absolute()
+    work.mkdir(parents=True, exist_ok=True)
+    info = machine()
+    rep = Report()
+    params: dict = {"date": time.strftime("%Y-%m-%d"), "workdir": str(work)}
+    params["load average at start (1/5/15 min)"] = "{:.2f} / {:.2f} / {:.2f}".format(*os.getloadavg())
+    started = time.perf_counter()
+    try:
+        if a.skip_generate:
+            tree = Path(a.skip_generate).absolute()
+            params["tree"] = f"{tree} (reused)"
+        elif a.tensors > 0 and parts & {"a", "c", "d", "e"}:
+            tree = work / f"tree_{a.tensors}"
+            s = synth.generate(tree, a.tensors, ranks=a.ranks, iterations=a.iterations)
+            params["tree"] = (
+                f"{a.tensors:,} tensors, {a.ranks} ranks x {a.iterations} iterations, "
+                f"statistic.csv, {s.file_bytes / MB:.0f} MB npy"
+            )
+            rep.add(
+                "-",
+                f"synth.generate {a.tensors:,} tensors",
+                s.tensors / s.seconds,
+                "files/s",
+                note=f"{s.seconds:.1f} s",
+            )
+        cat = None
+        main_tree = a.skip_generate or a.tensors > 0
+        if "a" in parts and main_tree:
+            cat = bench_metadata(rep, tree, work, a.repeat)
+        if "b" in parts:
+            bench_stats(rep, work, a.stats_tensors, None, "small", a.repeat)
+            bench_stats(rep, work, a.stats_big_tensors, a.stats_size_bytes, "big", a.repeat)
+        if "e" in parts and main_tree:
+            cat_e = bench_memory(rep, tree, work, f"{a.tensors:,}")
+            cat = cat or cat_e
+        if parts & {"c", "d"} and main_tree:
+            if cat is None:
+                cat = work / "cat_meta"
+                ingest_into(cat, tree)
+            if "c" in parts:
+                bench_queries(rep, cat, a.query_runs, f"{a.tensors:,} tensors")
+            if "d" in parts:
+                bench_tensor(rep, cat, a.lookups, f"{a.tensors:,} tensors")
+        if a.rows_1m:
+            big = work / "tree_1m"
+            if not big.exists():
+                s = synth.generate(big, 1_000_000, ranks=a.ranks, iterations=a.iterations)
+                rep.add(
+                    "-",
+                    "synth.generate 1,000,000 tensors",
+                    s.tensors / s.seconds,
+                    "files/s",
+                    note=f"{s.seconds:.1f} s, {s.file_bytes / MB:.0f} MB npy",
+                )
+            walk(str(big))
+            cat1m = bench_memory(rep, big, work, "1e6")
+            if "c" in parts:
+                bench_queries(rep, cat1m, a.query_runs, "1e6 tensors")
+            if "d" in parts:
+                bench_tensor(rep, cat1m, a.lookups, "1e6 tensors")
+    finally:
+        params["total runtime"] = f"{time.perf_counter() - started:.0f} s"
+        params["load average at end (1/5/15 min)"] = "{:.2f} / {:.2f} / {:.2f}".format(*os.getloadavg())
+        if not a.keep and created:
+            shutil.rmtree(work, ignore_errors=True)
+        elif not a.keep:
+            for child in work.iterdir():
+                if child.name.startswith(("tree_", "nocsv_", "cat_")):
+                    shutil.rmtree(child, ignore_errors=True)
+    md = rep.markdown(info, params)
+    print("\n" + md)
+    if a.json:
+        Path(a.json).write_text(
+            json.dumps({"machine": info, "params": params, "results": rep.rows}, indent=1)
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
