@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import io
+import csv
 import json
 import math
 from typing import Any, TextIO
 
 import pyarrow as pa
-import pyarrow.csv as pacsv
 from tabulate import tabulate
 
 
@@ -21,6 +20,16 @@ def _cell(value: Any) -> Any:
         return format(value, ".6g")
     if isinstance(value, list):
         return "[" + ", ".join(str(_cell(v)) for v in value) + "]"
+    return value
+
+
+def _csv_value(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)  # full precision; nan, inf, -inf
+    if isinstance(value, list):
+        return "[" + ", ".join(str(_csv_value(v)) for v in value) + "]"
     return value
 
 
@@ -37,13 +46,11 @@ def _json_value(value: Any) -> Any:
 def write_table(table: pa.Table, out: TextIO, fmt: str = "table") -> None:
     """Write a result in the given format ('table', 'csv' or 'json')."""
     if fmt == "csv":
-        flat = table
-        for i, f in enumerate(table.schema):
-            if pa.types.is_list(f.type):  # CSV has no lists: write shapes as "[2, 3]"
-                flat = flat.set_column(i, f.name, pa.array([_cell(v) for v in table.column(i).to_pylist()]))
-        buf = io.BytesIO()
-        pacsv.write_csv(flat, buf)
-        out.write(buf.getvalue().decode("utf-8"))
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(table.column_names)
+        for batch in table.to_batches(max_chunksize=10_000):
+            for row in batch.to_pylist():
+                writer.writerow([_csv_value(v) for v in row.values()])
     elif fmt == "json":
         for row in table.to_pylist():
             out.write(json.dumps({k: _json_value(v) for k, v in row.items()}) + "\n")

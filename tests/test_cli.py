@@ -1,0 +1,118 @@
+"""The `dumpcat` command as a user runs it: real processes, real exit codes, real output."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import dump_of
+
+
+def dumpcat(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-m", "catalog.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"dumpcat {args} exited {proc.returncode}: {proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def cat(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "cat"
+    out = dumpcat("ingest", dump_of("nan_log"), "--catalog", path, "--run", "nan_log")
+    assert "run 'nan_log'" in out.stdout and "180 new tensors" in out.stdout and "0 errors" in out.stdout
+    return path
+
+
+def test_readme_query_table(cat):
+    out = dumpcat("sql", cat, "SELECT op_name FROM stats WHERE nan_count > 0")
+    assert "op_name" in out.stdout.splitlines()[0]
+    assert "Default/network-WithLossCell/_backbone-Net/Log-op0" in out.stdout
+    assert out.stdout.rstrip().endswith("rows)")
+
+
+def test_sql_csv_and_json(cat):
+    q = "SELECT row_id, op_name, shape, max FROM stats WHERE op_type = 'Log' AND io = 'output' ORDER BY 1"
+    rows = list(csv.DictReader(io.StringIO(dumpcat("sql", cat, q, "--format", "csv").stdout)))
+    assert len(rows) == 2 and rows[0]["shape"] == "[2, 3]" and rows[0]["max"] == "nan"
+    lines = dumpcat("sql", cat, q, "--format", "json").stdout.splitlines()
+    recs = [json.loads(line) for line in lines]
+    assert recs[0]["shape"] == [2, 3] and recs[0]["max"] == "nan"
+    assert str(recs[0]["row_id"]) == rows[0]["row_id"]
+
+
+def test_tensor_out_and_print(cat, tmp_path):
+    q = "SELECT row_id FROM tensors WHERE op_type='Log' AND io='output' AND iteration=0"
+    row_id = dumpcat("sql", cat, q, "--format", "csv").stdout.splitlines()[1]
+    out_file = tmp_path / "t.npy"
+    dumpcat("tensor", cat, row_id, "--out", out_file)
+    arr = np.load(out_file)
+    assert arr.shape == (2, 3) and np.isnan(arr).sum() == 1
+    printed = dumpcat("tensor", cat, row_id).stdout
+    assert "shape (2, 3), dtype float32" in printed and "nan" in printed
+
+
+def test_views_lists_columns(cat):
+    out = dumpcat("views", cat).stdout
+    assert "stats:" in out and "    nan_count BIGINT" in out and "ingest_errors:" in out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("tensor", "{cat}", "42"), "no tensor with row id 42"),
+        (("sql", "{cat}", "SELEC nonsense"), "syntax error"),
+        (("sql", "{cat}", "SELECT no_such_column FROM stats"), "no_such_column"),
+        (("sql", "{missing}", "SELECT 1"), "is not a dumpcat catalog"),
+        (("ingest", "{missing}", "--catalog", "{tmp}/c2"), "does not exist"),
+        (("ingest", "{tmp}", "--catalog", "{tmp}/c3"), "no rank_N directories"),
+    ],
+)
+def test_errors_are_one_line_exit_1(cat, tmp_path, args, message):
+    args = [a.format(cat=cat, missing=tmp_path / "missing", tmp=tmp_path) for a in args]
+    proc = dumpcat(*args, check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("dumpcat: error: ") and message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_ingest_with_errors_exits_0_and_counts_them(tmp_path, copy_dump):
+    dump = copy_dump("simple")
+    (dump / "rank_0/Net/0/0/broken.npy").write_bytes(b"nope")
+    out = dumpcat("ingest", dump, "--catalog", tmp_path / "cat", "--run", "r1")
+    assert "1 errors" in out.stdout and "SELECT * FROM ingest_errors" in out.stdout
+
+
+def test_run_with_several_dumps_is_refused(tmp_path):
+    proc = dumpcat("ingest", dump_of("simple"), dump_of("nan_log"), "--catalog", tmp_path / "c", "--run", "x",
+                   check=False)  # fmt: skip
+    assert proc.returncode == 1 and "--run names a single dump" in proc.stderr
+
+
+def test_several_dumps_become_several_runs(tmp_path, copy_dump):
+    a, b = copy_dump("simple", "job_a"), copy_dump("nan_log", "job_b")
+    dumpcat("ingest", a, b, "--catalog", tmp_path / "c", "--no-stats")
+    out = dumpcat(
+        "sql", tmp_path / "c", "SELECT run, count(*) FROM tensors GROUP BY 1 ORDER BY 1", "--format", "csv"
+    )
+    assert out.stdout.split() == ["run,count_star()", "job_a,243", "job_b,180"]
+    assert (
+        dumpcat("sql", tmp_path / "c", "SELECT count(*) FROM stats", "--format", "csv").stdout.split()[1]
+        == "0"
+    )
+
+
+def test_two_dumps_with_the_same_folder_name_need_run(tmp_path):
+    dumpcat("ingest", dump_of("simple"), "--catalog", tmp_path / "c")
+    proc = dumpcat("ingest", dump_of("nan_log"), "--catalog", tmp_path / "c", check=False)
+    assert proc.returncode == 1 and "already holds dump" in proc.stderr and "--run" in proc.stderr
