@@ -87,11 +87,8 @@ class Catalog:
         """Run one SQL statement against the catalog's views and return the result."""
         cur = self.cursor()
         try:
-            return (
-                cur.execute(query, params).to_arrow_table()
-                if params is not None
-                else cur.sql(query).to_arrow_table()
-            )
+            rel = cur.sql(query, params=params)
+            return rel.to_arrow_table() if rel is not None else pa.table({})
         finally:
             cur.close()
 
