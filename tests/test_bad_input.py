@@ -217,3 +217,36 @@ def test_constant_and_scalar_and_empty_tensors(tmp_path, copy_dump):
     empty_id = cat.sql("SELECT row_id FROM tensors WHERE file_op_name = 'Default_Reshape-op9'").column(0)[0]
     assert cat.tensor(empty_id.as_py()).shape == (0, 3)
     shutil.rmtree(const_dir)
+
+
+def test_kernel_args_files(tmp_path, copy_dump):
+    """`{op_type}.{op_name}.json` as `E2eDump::DumpArgsSingleNode` writes it (json.dump(4) of strings);
+    MindSpore 2.10 writes none on CPU, so the file is written here to the reference's format."""
+    dump = copy_dump("simple")
+    it = dump / ITER0
+    name = "MatMul.Default_network-WithLossCell__backbone-Net_fc-Dense_MatMul-op0.json"
+    (it / name).write_text('{\n    "transpose_a": "False",\n    "transpose_b": "True"\n}')
+    (it / "Add.Default_Add-op0.json").write_text("[1, 2]")  # not an object
+    cat = Catalog.open(tmp_path / "cat", create=True)
+    s = cat.ingest(dump)
+    rows = cat.sql("SELECT op_type, file_op_name, arg_name, arg_value, iteration FROM kernel_args ORDER BY 3")
+    op = "Default_network-WithLossCell__backbone-Net_fc-Dense_MatMul-op0"
+    assert rows.to_pylist() == [
+        {
+            "op_type": "MatMul",
+            "file_op_name": op,
+            "arg_name": "transpose_a",
+            "arg_value": "False",
+            "iteration": 0,
+        },
+        {
+            "op_type": "MatMul",
+            "file_op_name": op,
+            "arg_name": "transpose_b",
+            "arg_value": "True",
+            "iteration": 0,
+        },
+    ]
+    assert s.errors == 1 and _errors(cat)[f"{ITER0}/Add.Default_Add-op0.json"][0] == "kernel_args"
+    assert cat.ingest(dump).errors == 0  # nothing recorded twice
+    assert cat.sql("SELECT count(*) FROM kernel_args").column(0)[0].as_py() == 2
