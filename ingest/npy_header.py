@@ -8,6 +8,7 @@ falling back to numpy's own parser for anything unusual.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import struct
@@ -35,11 +36,21 @@ class NpyHeader:
     data_offset: int
 
     @property
+    def dtype_name(self) -> str:
+        return _dtype_name(self.dtype)
+
+    @property
     def nbytes(self) -> int:
         n = self.dtype.itemsize
         for d in self.shape:
             n *= d
         return n
+
+
+@functools.lru_cache(maxsize=256)
+def _dtype_of_descr(descr: str) -> np.dtype:
+    """Cached: a dump holds a handful of dtypes across a million headers."""
+    return _descr_to_dtype(descr)
 
 
 def _descr_to_dtype(descr: object) -> np.dtype:
@@ -49,6 +60,11 @@ def _descr_to_dtype(descr: object) -> np.dtype:
         return np.lib.format.descr_to_dtype(descr)
     except Exception as exc:
         raise NpyHeaderError(f"unknown dtype descr {descr!r}") from exc
+
+
+@functools.lru_cache(maxsize=256)
+def _dtype_name(dtype: np.dtype) -> str:
+    return dtype.name
 
 
 def parse_header_block(block: bytes) -> NpyHeader:
@@ -72,10 +88,10 @@ def parse_header_block(block: bytes) -> NpyHeader:
     text = block[start:end].decode("latin1" if major < 3 else "utf8")
     m = _FAST.match(text)
     if m:
-        descr = m.group("descr")
         fortran = m.group("fortran") == "True"
         dims = m.group("shape").replace(" ", "")
         shape = tuple(int(d) for d in dims.split(",") if d)
+        return NpyHeader(_dtype_of_descr(m.group("descr")), shape, fortran, end)
     else:
         try:
             d = ast.literal_eval(text)

@@ -485,7 +485,8 @@ def _job_tuple(job: StatJob) -> tuple[_JobTuple, int]:
     try:
         shape = tuple(int(d) for d in job.shape)
         return (
-            (job.row_id, os.fspath(job.path), job.data_offset, job.stored_dtype, shape),
+            # absolute: an idle helper kept from an earlier call may have another working directory
+            (job.row_id, os.path.abspath(job.path), job.data_offset, job.stored_dtype, shape),
             math.prod(shape) * np.dtype(job.stored_dtype).itemsize,
         )
     except Exception:

@@ -57,8 +57,12 @@ def _stop_helpers():
 
 def assert_only_idle_helpers_left() -> None:
     idle = {h.proc.pid for h in ts._idle_helpers}
-    children = {c.pid for c in psutil.Process().children() if c.status() != psutil.STATUS_ZOMBIE}
-    assert children <= idle, "helper processes left behind"
+    ours = {
+        c.pid: c.cmdline()
+        for c in psutil.Process().children()
+        if c.status() != psutil.STATUS_ZOMBIE and "_serve" in " ".join(c.cmdline())
+    }
+    assert set(ours) <= idle, f"helper processes left behind: {ours}"
 
 
 def header_of(path: Path) -> tuple[int, str, tuple[int, ...], bool]:
@@ -602,7 +606,8 @@ def test_samples_all_compute(monkeypatch: pytest.MonkeyPatch) -> None:
     arrays = {}
     for i, p in enumerate(files):
         offset, dtype, shape, _ = header_of(p)
-        jobs.append(StatJob(i, str(p), offset, dtype, shape))
+        # the pipeline records the dtype's name ('float32', 'bool'), not its descr
+        jobs.append(StatJob(i, str(p), offset, np.dtype(dtype).name, shape))
         arrays[i] = np.load(p)
     kinds = {a.dtype.kind for a in arrays.values()}
     assert {"f", "i", "b"} <= kinds and any(a.ndim == 0 for a in arrays.values())
@@ -644,3 +649,16 @@ def test_malformed_jobs_are_errors_not_exceptions(tmp_path: Path) -> None:
     assert [r[0] for r in results] == [1, 2, 3, 4]
     assert all(stats is None and err for _, stats, err in results[:3])
     assert results[3][2] is None and results[3][1]["max"] == 7.0
+
+
+def test_relative_paths_resolve_in_the_callers_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ts, "_INLINE_JOBS", 0)
+    monkeypatch.setattr(ts, "_CALLER_COMPUTES", False)
+    (tmp_path / "d").mkdir()
+    job = save(tmp_path / "d", "rel", np.arange(6, dtype=np.int32))
+    monkeypatch.chdir(tmp_path)
+    rel = StatJob(1, os.path.join("d", "rel.npy"), job.data_offset, job.stored_dtype, job.shape)
+    [(_, stats, err)] = list(compute_stats_many([rel], workers=2))
+    assert err is None and stats["max"] == 5.0
