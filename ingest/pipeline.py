@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ingest import execution_order, kernel_args, mapping_csv, metadata
-from ingest.ids import stat_row_id, tensor_row_id
+from ingest.ids import TensorIdHasher, stat_row_id
 from ingest.npy_header import NpyHeaderError, read_npy_header
 from ingest.npy_name import (
     TensorName,
@@ -134,6 +134,7 @@ class Ingester:
         self.run = run
         self.root = dump_root
         self._root_len = len(str(dump_root)) + 1
+        self._row_id_of = TensorIdHasher(run)
         self.ranks = ranks
         self.compute_stats = compute_stats
         self.md5 = md5
@@ -301,9 +302,9 @@ class Ingester:
                 rank, net, graph_id, iteration, rel_dir, by_name["statistic.csv"]
             )
 
-        row_ids = {
-            e.name: tensor_row_id(self.run, f"{rel_dir}/{e.name}") for e in entries if e.name.endswith(".npy")
-        }
+        prefix = rel_dir + "/"
+        row_id_of = self._row_id_of
+        row_ids = {e.name: row_id_of(prefix + e.name) for e in entries if e.name.endswith(".npy")}
         parsed: dict[str, TensorName | TensorNameError] = {}
 
         def parse(name: str) -> TensorName | TensorNameError:

@@ -138,3 +138,11 @@ def test_roundtrip_property(op_type, op_name, task, stream, ts, io, slot, fmt, d
 def test_fuzz_never_crashes(text):
     with contextlib.suppress(TensorNameError):
         parse_tensor_name(text)
+
+
+def test_row_id_hasher_equals_reference_function():
+    from ingest.ids import TensorIdHasher, tensor_row_id
+
+    hasher = TensorIdHasher("run-é")
+    for rel in ["rank_0/Net/0/0/a.npy", "x", "rank_1/Net/3/constants/Parameter.data-1.0.0.1.output.0.D.npy"]:
+        assert hasher(rel) == tensor_row_id("run-é", rel) > 0
