@@ -22,6 +22,8 @@ _DUCK_TYPES = {
     pa.bool_(): "BOOLEAN",
     pa.list_(pa.int64()): "BIGINT[]",
     pa.timestamp("us", tz="UTC"): "TIMESTAMPTZ",
+    pa.list_(pa.string()): "VARCHAR[]",
+    pa.list_(pa.list_(pa.int64())): "BIGINT[][]",
 }
 
 

@@ -86,14 +86,14 @@ def parse_frame_line(line: str, depth: int) -> SourceFrame | None:
     Results are cached by (text, depth): real traces repeat the same outer frames on every node,
     and the cache is what keeps the `.ir` parser fast on big graphs.
     """
+    key = (line, depth)
+    hit = _frame_cache.get(key)
+    if hit is not None:
+        return hit
     i = line.find("In file ")
     if i < 0:
         return None
     body = line[i:].rstrip("\r\n")
-    key = (body, depth)
-    hit = _frame_cache.get(key)
-    if hit is not None:
-        return hit
     m = _FRAME_BODY.match(body)
     if m is None or _FRAME_PREFIX.match(line, 0, i) is None:
         return None
@@ -112,6 +112,16 @@ def parse_frame_line(line: str, depth: int) -> SourceFrame | None:
         _frame_cache.clear()
     _frame_cache[key] = frame
     return frame
+
+
+def frame_cache_dict() -> dict[tuple[str, int], SourceFrame]:
+    """The frame cache itself, keyed by (line as passed, depth): the .ir parser's hot loop reads it."""
+    return _frame_cache
+
+
+def clear_frame_cache() -> None:
+    """Forget cached frames (for benchmarks that must not carry work across runs)."""
+    _frame_cache.clear()
 
 
 def innermost_user_frame(frames: list[SourceFrame] | None) -> SourceFrame | None:

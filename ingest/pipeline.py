@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ingest import execution_order, kernel_args, mapping_csv, metadata
+from ingest import graph_rows as graph_rows_mod
 from ingest.ids import TensorIdHasher, stat_row_id
 from ingest.npy_header import NpyHeaderError, read_npy_header
 from ingest.npy_name import (
@@ -59,6 +60,7 @@ class IngestSummary:
     stat_rows: int = 0
     computed_stats: int = 0
     ops: int = 0
+    ir_nodes: int = 0
     errors: int = 0
     batches: int = 0
     seconds: float = 0.0
@@ -251,7 +253,7 @@ class Ingester:
             elif entry.name == "execution_order" and entry.is_dir():
                 self._ingest_execution_order(rank, entry.path)
             elif entry.name == "graphs" and entry.is_dir():
-                continue  # graph IR / .pb: parsed by the IR ingester, not by this one
+                self._ingest_graphs(rank, entry.path)
             elif entry.is_dir():
                 self._ingest_net(rank, entry.name, entry.path)
             else:
@@ -577,6 +579,36 @@ class Ingester:
                     self._add("graph_runs", (self.run, rank, graph_id, index, int(text)))
             kind = "exec_order" if m_exec else "global_order"
             self._record(rel, kind, size, result.end_offset, result.end_line, "ok")
+
+    def _ingest_graphs(self, rank: int, path: str) -> None:
+        """graphs/ms_output_trace_code_graph_{g}.pb|.ir: nodes, edges and source frames.
+
+        A graph is (re)read when any of its files is new or changed size; its rows are written
+        once, from the .pb when it parses, else from the .ir.
+        """
+        entries = self._scandir(path) or []
+        self.summary.files_seen += len(entries)
+        sizes = {e.name: _size_or_none(e) or 0 for e in entries}
+        per_graph = graph_rows_mod.graph_files(list(sizes))
+        for entry in entries:
+            if entry.name not in {n for files in per_graph.values() for n in files.values()}:
+                self._file_error(self._rel(entry.path), "unknown", "graph", "unrecognised file in graphs/")
+        for graph_id, files in sorted(per_graph.items()):
+            rels = {name: self._rel(os.path.join(path, name)) for name in files.values()}
+            if all(self._is_unchanged(rel, sizes[name]) for name, rel in rels.items()):
+                continue
+            parsed, problems = graph_rows_mod.parse_graph(files, Path(path))
+            for where, reason in problems:
+                self._error(self._rel(os.path.join(path, where)), "graph", reason)
+            if parsed is not None:
+                nodes, edges, frames = graph_rows_mod.graph_rows(self.run, rank, graph_id, parsed)
+                self.pending.rows["ir_nodes"].extend(nodes)
+                self.pending.rows["edges"].extend(edges)
+                self.pending.rows["source_lines"].extend(frames)
+                self.summary.ir_nodes += len(nodes)
+            for name, rel in rels.items():
+                status = "ok" if parsed is not None else "error"
+                self._record(rel, "graph_" + name.rsplit(".", 1)[1], sizes[name], sizes[name], 0, status)
 
     # -- commit ----------------------------------------------------------------------------
 

@@ -164,6 +164,63 @@ KERNEL_ARGS = pa.schema(
     ]
 )
 
+# Graph IR (graphs/ms_output_trace_code_graph_{g}.pb, or .ir when there is no .pb): one row per node.
+IR_NODES = pa.schema(
+    [
+        ("run", pa.string()),
+        ("rank", pa.int32()),
+        ("graph_id", pa.int32()),
+        ("source", pa.string()),  # 'pb' | 'ir'
+        ("node_key", pa.string()),  # '{subgraph}:%N', '%paraN', '{subgraph}:Return'
+        ("graph_name", pa.string()),
+        ("op_type", pa.string()),
+        ("full_name", pa.string()),
+        ("is_parameter", pa.bool_()),
+        ("param_name", pa.string()),
+        ("attributes", pa.string()),  # JSON object of attribute texts
+        ("input_types", pa.list_(pa.string())),
+        ("output_types", pa.list_(pa.string())),
+        ("output_dtypes", pa.list_(pa.string())),
+        ("output_shapes", pa.list_(SHAPE)),
+        ("device_formats", pa.list_(pa.string())),
+        ("device_dtypes", pa.list_(pa.string())),
+        ("device_shapes", pa.list_(SHAPE)),
+        ("ir_line", pa.int64()),
+    ]
+)
+
+# Graph edges: operand `input_index` of `consumer_key` is produced by `producer_key`.
+EDGES = pa.schema(
+    [
+        ("run", pa.string()),
+        ("rank", pa.int32()),
+        ("graph_id", pa.int32()),
+        ("producer_key", pa.string()),
+        ("consumer_key", pa.string()),
+        ("input_index", pa.int32()),
+        ("kind", pa.string()),  # 'data' | 'control'
+    ]
+)
+
+# Every stack frame of every node's source trace, outermost first.
+SOURCE_LINES = pa.schema(
+    [
+        ("run", pa.string()),
+        ("rank", pa.int32()),
+        ("graph_id", pa.int32()),
+        ("node_key", pa.string()),
+        ("full_name", pa.string()),
+        ("depth", pa.int32()),
+        ("file", pa.string()),
+        ("line", pa.int64()),
+        ("line_end", pa.int64()),
+        ("col_start", pa.int64()),
+        ("col_end", pa.int64()),
+        ("code", pa.string()),
+        ("is_user_code", pa.bool_()),
+    ]
+)
+
 INGEST_ERRORS = pa.schema(
     [
         ("run", pa.string()),
@@ -207,6 +264,9 @@ TABLES: dict[str, pa.Schema] = {
     "graph_runs": GRAPH_RUNS,
     "rank_meta": RANK_META,
     "kernel_args": KERNEL_ARGS,
+    "ir_nodes": IR_NODES,
+    "edges": EDGES,
+    "source_lines": SOURCE_LINES,
     "ingest_errors": INGEST_ERRORS,
     "manifest": MANIFEST,
     "runs": RUNS,

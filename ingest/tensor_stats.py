@@ -50,7 +50,6 @@ import sys
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -65,6 +64,7 @@ __all__ = [
     "compute_stats",
     "compute_stats_many",
     "open_tensor",
+    "start_helpers",
 ]
 
 STAT_KEYS = (
@@ -550,6 +550,8 @@ def compute_stats_many(
 
 def _run_threads(batches: Iterator[list[_JobTuple]], md5: bool, workers: int) -> Iterator[_Result]:
     """Ordered map over a thread pool with at most ``2 * workers`` batches in flight."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     window: deque[Future] = deque()
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dumpcat-stats") as pool:
         try:
@@ -632,7 +634,12 @@ class _Helper:
 
     def __init__(self) -> None:
         self.owner = os.getpid()
-        self.proc = subprocess.Popen(_helper_argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        # One compute thread per helper: our BLAS calls are sized never to need more (see _DOT_ROW),
+        # and idle BLAS thread pools in every helper would only compete for the cores.
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen(
+            _helper_argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=env
+        )
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.wfd = self.proc.stdin.fileno()
         self.rfd = self.proc.stdout.fileno()
@@ -742,6 +749,17 @@ def _checkin_helpers(helpers: list[_Helper]) -> None:
                 _idle_helpers.append(h)
                 continue
         h.close()
+
+
+def start_helpers(workers: int | None = None) -> None:
+    """Start the helper processes of ``compute_stats_many`` now, without waiting for them.
+
+    A helper takes ~80-150 ms to start (Python + numpy), during which the caller computes alone.
+    Ingest can call this before walking a dump so that the helpers are ready when stats are due.
+    Idle helpers exit by themselves after 30 s.
+    """
+    workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
+    _checkin_helpers(_checkout_helpers(workers - 1))
 
 
 def _shutdown_helpers() -> None:

@@ -6,6 +6,7 @@ SELECT t.row_id, t.run, t.rank, t.net, t.graph_id, t.iteration, t.dir_kind,
        t.file_op_name, t.io, t.slot,
        t.dtype, t.stored_dtype, t.shape, t.format,
        coalesce(k.exec_index, kb.exec_index, kr.exec_index) AS exec_index,
+       os.source_file, os.source_line, os.source_code,
        CASE WHEN k.key IS NOT NULL THEN 'exact' WHEN kb.key IS NOT NULL THEN 'op_index'
             WHEN kr.key IS NOT NULL THEN 'rank' ELSE 'unresolved' END AS name_match,
        t.task_id, t.stream_id, t.timestamp_us,
@@ -22,4 +23,7 @@ LEFT JOIN op_graphs g
        ON g.run = t.run AND g.rank = t.rank AND g.graph_id = t.graph_id
 LEFT JOIN op_keys_rank kr
        ON g.graph_id IS NULL AND kr.run = t.run AND kr.rank = t.rank AND kr.key = t.file_op_name
+LEFT JOIN op_source os
+       ON os.run = t.run AND os.rank = t.rank AND os.graph_id = t.graph_id
+      AND os.full_name = coalesce(k.full_name, kb.full_name, kr.full_name)
 LEFT JOIN raw_runs r ON r.run = t.run;

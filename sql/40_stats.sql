@@ -26,6 +26,7 @@ SELECT u.row_id, u.stat_id, u.run, u.rank, u.net, u.graph_id, u.iteration,
        u.neg_inf_count, u.pos_inf_count, u.zero_count, u.l2norm, u.md5,
        u.stat_source,
        coalesce(k.exec_index, kb.exec_index, kr.exec_index) AS exec_index,
+       os.source_file, os.source_line, os.source_code,
        CASE WHEN k.key IS NOT NULL THEN 'exact' WHEN kb.key IS NOT NULL THEN 'op_index'
             WHEN kr.key IS NOT NULL THEN 'rank' ELSE 'unresolved' END AS name_match,
        u.timestamp_us
@@ -39,3 +40,6 @@ LEFT JOIN op_graphs g
        ON g.run = u.run AND g.rank = u.rank AND g.graph_id = u.graph_id
 LEFT JOIN op_keys_rank kr
        ON g.graph_id IS NULL AND kr.run = u.run AND kr.rank = u.rank AND kr.key = u.file_op_name
+LEFT JOIN op_source os
+       ON os.run = u.run AND os.rank = u.rank AND os.graph_id = u.graph_id
+      AND os.full_name = coalesce(k.full_name, kb.full_name, kr.full_name)

@@ -398,6 +398,7 @@ def test_big_memmap_is_processed_in_bounded_memory(tmp_path: Path) -> None:
         counts["zero"],
     )
     assert got["neg_inf_count"] == counts["ninf"] == 1 and got["nan_count"] == 0
+    path.unlink()  # 160 MiB: do not keep it in pytest's retained tmp dirs
 
 
 def test_big_finite_sums_match(tmp_path: Path) -> None:
@@ -662,3 +663,15 @@ def test_relative_paths_resolve_in_the_callers_directory(
     rel = StatJob(1, os.path.join("d", "rel.npy"), job.data_offset, job.stored_dtype, job.shape)
     [(_, stats, err)] = list(compute_stats_many([rel], workers=2))
     assert err is None and stats["max"] == 5.0
+
+
+def test_start_helpers_ahead_of_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ts, "_INLINE_JOBS", 0)
+    monkeypatch.setattr(ts, "_CALLER_COMPUTES", False)
+    ts.start_helpers(workers=3)
+    started = sorted(h.proc.pid for h in ts._idle_helpers)
+    assert len(started) == 2
+    jobs = [save(tmp_path, f"s{i}", np.full(i + 1, -i, dtype=np.int16)) for i in range(10)]
+    results = list(compute_stats_many(jobs, workers=3))
+    assert [stats["min"] for _, stats, _ in results] == [float(-i) for i in range(10)]
+    assert sorted(h.proc.pid for h in ts._idle_helpers) == started

@@ -1,0 +1,346 @@
+"""The `.pb` (debugger ModelProto) parser, and its agreement with the `.ir` parser on real dumps.
+
+Every sample dump has both files for each graph; the catalog takes the `.pb` when it exists and
+the `.ir` otherwise, so both must give the same operator-to-source-line mapping.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from ingest import debug_graph_pb2 as pb
+from ingest.graph_model import innermost_user_frame
+from ingest.graph_pb import frames_from_source_address, parse_graph_pb, parse_graph_pb_file, value_text
+from ingest.ir_text import parse_ir_file
+
+DATA = Path(__file__).parent / "data"
+REAL_PBS = sorted(DATA.glob("**/dump/rank_0/graphs/*.pb"))
+NAN_LOG = DATA / "ms210/nan_log/dump/rank_0/graphs/ms_output_trace_code_graph_0.pb"
+SCOPE = "Default/network-WithLossCell/_backbone-Net"
+
+
+def _pair(pb_path: Path):
+    return parse_graph_pb_file(pb_path), parse_ir_file(pb_path.with_suffix(".ir"))
+
+
+def _ids(p: Path) -> str:
+    return f"{p.parts[-5]}-{p.stem.rsplit('_', 1)[1]}"
+
+
+# --- real files: the .pb and the .ir agree --------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", REAL_PBS, ids=_ids)
+def test_pb_and_ir_give_the_same_operator_to_line_mapping(path):
+    g_pb, g_ir = _pair(path)
+    assert g_pb.errors == [] and g_ir.errors == []
+    assert g_pb.source == "pb" and g_pb.graph_id == g_ir.graph_id and g_pb.graph_name == g_ir.graph_name
+    mapping = g_pb.user_line_map()
+    assert mapping == g_ir.user_line_map()
+    assert mapping or not g_ir.frames  # only kernel_graph6 (two MakeTuples, no trace) maps nothing
+    for full_name, (file, line) in mapping.items():
+        assert file.endswith("train.py") and line > 0, full_name
+
+
+@pytest.mark.parametrize("path", REAL_PBS, ids=_ids)
+def test_pb_and_ir_give_the_same_nodes_and_edges(path):
+    g_pb, g_ir = _pair(path)
+    ir_nodes = {n.node_key: n for n in g_ir.nodes}
+    pb_nodes = {n.node_key: n for n in g_pb.nodes}
+    # the .pb has every node of the .ir except the Return node
+    assert set(pb_nodes) == {k for k, n in ir_nodes.items() if n.op_type != "Return"}
+    assert [n.node_key for n in g_pb.nodes] == [n.node_key for n in g_ir.nodes if n.op_type != "Return"]
+    for key, a in pb_nodes.items():
+        b = ir_nodes[key]
+        assert (a.op_type, a.full_name, a.is_parameter, a.name) == (
+            b.op_type,
+            b.full_name,
+            b.is_parameter,
+            b.name,
+        )
+        assert a.output_dtypes == b.output_dtypes, key
+        # the .pb drops the shapes of tuple elements: None there, never a different shape
+        assert len(a.output_shapes) == len(b.output_shapes)
+        for sa, sb in zip(a.output_shapes, b.output_shapes, strict=True):
+            assert sa == sb or (sa is None and len(a.output_shapes) >= 1), key
+        # same edges; constants sit at the same operand positions (named differently)
+        assert len(a.inputs) == len(b.inputs), key
+        for (ta, ka), (tb, kb) in zip(a.inputs, b.inputs, strict=True):
+            assert ka == kb
+            if tb.startswith("const:"):
+                assert ta.startswith("const:")
+            else:
+                assert ta == tb, key
+        # the primitive attributes the .pb stores print the same, except type-valued ones
+        for k, v in a.attributes.items():
+            if k != "dst_type":
+                assert b.attributes[k] == v, (key, k)
+
+
+@pytest.mark.parametrize("path", REAL_PBS, ids=_ids)
+def test_pb_frames_match_the_ir_frames(path):
+    g_pb, g_ir = _pair(path)
+    assert set(g_pb.frames) == set(g_ir.frames)
+    names = {n.node_key: n.full_name for n in g_ir.nodes}
+    for key, frames in g_pb.frames.items():
+        ir_frames = g_ir.frames[key]
+        if names[key].startswith("Gradients/"):
+            # the .ir prints a gradient node's merged trace, which repeats call sites (other
+            # columns) and adds `if` lines; the .pb keeps the forward node's stack: a subsequence
+            spots = [(f.file, f.line, f.col_start, f.col_end) for f in ir_frames]
+            pos = 0
+            for f in frames:
+                pos = spots.index((f.file, f.line, f.col_start, f.col_end), pos) + 1
+        else:
+            assert frames == ir_frames, key
+
+
+def test_pb_source_frames_are_outermost_first():
+    g = parse_graph_pb_file(NAN_LOG)
+    log = g.by_full_name()[f"{SCOPE}/Log-op0"]
+    frames = g.frames[log.node_key]
+    assert [f.depth for f in frames] == list(range(len(frames)))
+    assert frames[0].code == "def construct(self, *inputs):" and not frames[0].is_user_code
+    f = innermost_user_frame(frames)
+    assert f is frames[-1]
+    assert (f.file, f.line, f.code) == ("/home/user/dumps/nan_log/train.py", 16, "x = self.log(x)")
+    assert (f.line_end, f.col_start, f.col_end) == (None, 12, 23)
+    grad = g.by_full_name()["Gradients/Default/network-WithLossCell/_backbone-Net/Grad_Log/Div-op0"]
+    assert innermost_user_frame(g.frames[grad.node_key]).line == 16
+
+
+def test_pb_values_types_and_params():
+    g = parse_graph_pb_file(NAN_LOG)
+    nodes = g.by_full_name()
+    log = nodes[f"{SCOPE}/Log-op0"]
+    assert log.op_type == "Log" and log.graph_name == "kernel_graph0"
+    assert log.attributes == {
+        "IsFeatureMapOutput": "Bool(1)",
+        "IsFeatureMapInputList": "(0)",
+        "shift": "F32(0)",
+        "scale": "F32(1)",
+        "cust_aicpu": '"Log"',
+        "base": "F32(-1)",
+    }
+    assert (log.output_types, log.output_dtypes, log.output_shapes) == (
+        ["<Tensor[Float32], (2, 3)>"],
+        ["Float32"],
+        [[2, 3]],
+    )
+    assert log.input_types == ["<Tensor[Float32], (2, 3)>"]
+    assert log.device_formats == []  # the .pb has host types only
+    mm = nodes[f"{SCOPE}/fc-Dense/MatMul-op0"]
+    assert mm.inputs == [
+        ("%para5", "data"),
+        ("kernel_graph0:%0", "data"),
+        ("const:cst2", "data"),
+        ("const:cst3", "data"),
+    ]
+    assert mm.input_types[2:] == ["<Bool, NoShape>", "<Bool, NoShape>"]
+    assert mm.attributes["dst_type"] == "Float"  # DT_BASE_FLOAT: the .pb does not say F32
+    params = [n for n in g.nodes if n.is_parameter]
+    assert [(p.node_key, p.name) for p in params[:2]] == [("%para1", "head.bias"), ("%para2", "head.weight")]
+    assert params[8].name == "learning_rate" and params[8].output_shapes == [[]]
+    update = nodes["Default/optimizer-Momentum/UpdateState-op3"]
+    assert update.output_dtypes == ["UMonad"] and update.output_shapes == [None]
+
+
+def test_batchnorm_outputs_are_flattened_into_slots():
+    path = DATA / "samples/mindspore-2.10-cpu/multigraph/dump/rank_0/graphs/ms_output_trace_code_graph_0.pb"
+    g_pb, g_ir = _pair(path)
+    name = f"{SCOPE}/bn-BatchNorm2d/BatchNorm-op0"
+    a, b = g_pb.by_full_name()[name], g_ir.by_full_name()[name]
+    assert a.output_dtypes == b.output_dtypes == ["Float32"] * 5
+    assert b.output_shapes == [[2, 4, 6, 6], [4], [4], [4], [4]]
+    assert a.output_shapes == [None] * 5
+    assert len(b.device_shapes) == 5
+
+
+# --- execution order: forward operators have a user line -------------------------------------------
+
+
+def _exec_orders():
+    for csv in sorted(DATA.glob("**/dump/rank_0/execution_order/ms_execution_order_graph_*.csv")):
+        gid = csv.stem.rsplit("_", 1)[1]
+        yield csv, csv.parent.parent / "graphs" / f"ms_output_trace_code_graph_{gid}.pb"
+
+
+@pytest.mark.parametrize(
+    ("csv", "pb_path"), list(_exec_orders()), ids=lambda p: _ids(p) if "graphs" in p.parts else ""
+)
+def test_every_forward_network_kernel_has_a_user_line(csv, pb_path):
+    names = [ln.strip() for ln in csv.read_text().splitlines()[1:] if ln.strip()]
+    for g in (parse_graph_pb_file(pb_path), parse_ir_file(pb_path.with_suffix(".ir"))):
+        mapping = g.user_line_map()
+        known = g.by_full_name()
+        for name in names:
+            assert name in known, name  # every kernel of the execution order is a node of the graph
+            if name.startswith("Default/"):
+                if "/_loss_fn-" in name or name.startswith("Default/optimizer-"):
+                    # built-in loss and optimizer cells are called by TrainOneStepCell and
+                    # WithLossCell, never from the user's script: framework frames only
+                    assert g.frames[known[name].node_key], name
+                    assert name not in mapping, name
+                else:
+                    assert name in mapping, name
+
+
+# --- bad input -----------------------------------------------------------------------------------
+
+
+def test_truncated_pb_salvages_the_complete_nodes():
+    g = parse_graph_pb_file(DATA / "ir/truncated_nan_log.pb")  # the first half of nan_log's .pb
+    assert g.errors[0][0] == "file" and "decode failed" in g.errors[0][1]
+    assert "salvaged 17 nodes" in g.errors[0][1]
+    assert any(loc == "salvage" for loc, _ in g.errors)
+    full = parse_graph_pb_file(NAN_LOG)
+    full_cnodes = [n for n in full.nodes if not n.is_parameter]
+    assert [(n.op_type, n.full_name) for n in g.nodes] == [(n.op_type, n.full_name) for n in full_cnodes[:17]]
+    assert g.graph_name is None  # the name is stored after the nodes
+    log = g.by_full_name()[f"{SCOPE}/Log-op0"]
+    assert innermost_user_frame(g.frames[log.node_key]).line == 16
+    assert any(t.startswith("unresolved:") for t, _ in g.nodes[1].inputs)
+
+
+def test_cut_at_every_offset_never_raises():
+    data = (
+        DATA / "samples/mindspore-2.10-cpu/multigraph/dump/rank_0/graphs/ms_output_trace_code_graph_3.pb"
+    ).read_bytes()
+    full = parse_graph_pb(data)
+    for cut in range(len(data)):
+        g = parse_graph_pb(data[:cut], graph_id=3)
+        assert g.graph_id == 3 and g.source == "pb"
+        assert len(g.nodes) <= len(full.nodes)
+        if cut < len(data) - 12:
+            assert g.errors, cut
+
+
+def test_corrupted_bytes_never_raise():
+    data = bytearray(NAN_LOG.read_bytes())
+    rng = random.Random(7)
+    for _ in range(150):
+        bad = bytearray(data)
+        for _ in range(rng.randint(1, 8)):
+            bad[rng.randrange(len(bad))] = rng.randrange(256)
+        parse_graph_pb(bytes(bad))
+
+
+@pytest.mark.parametrize("data", [b"", b"\x00", b"not a protobuf at all", b"\x22\x05abc", b"\xff" * 40])
+def test_garbage_gives_an_error_entry(data):
+    g = parse_graph_pb(data)
+    assert g.errors and g.nodes == []
+
+
+def test_missing_file_gives_an_error_entry(tmp_path):
+    g = parse_graph_pb_file(tmp_path / "ms_output_trace_code_graph_4.pb")
+    assert g.graph_id == 4 and g.errors and g.errors[0][0] == "file"
+
+
+# --- hand-built protos: edges, candidates, unknown trace lines, value rendering ----------------------
+
+
+def _model() -> pb.ModelProto:
+    m = pb.ModelProto(ir_version=1)
+    g = m.graph
+    g.name = "kernel_graph_2"
+    g.parameters.add(name="x").type.data_type = pb.DT_TENSOR
+    n1 = g.node.add(name="1", op_type="ReLU", full_name="Default/ReLU-op0")
+    n1.input.add(name="x", type=pb.InputProto.DATA_EDGE)
+    n1.output_type.data_type = pb.DT_TENSOR
+    n1.output_type.tensor_type.elem_type = pb.DT_FLOAT16
+    n1.output_type.tensor_type.shape.dim.add(size=8)
+    n1.source_address = (
+        "      # Corresponding code candidate:\n"
+        "      #  - In file /p/train.py:9, 8~20/        x = self.relu(x)/\n"
+        "      #    In file /p/train.py:5~10, 4~16/    def construct(self, x):/\n"
+        "      #  - In file /p/model.py:3, 4~9/    y = relu(x)/\n"
+        "      #    In file /p/model.py:1~4, 0~9/def block(x):/\n"
+    )
+    n2 = g.node.add(name="2", op_type="Depend", full_name="Default/Depend-op0")
+    n2.input.add(name="1", type=pb.InputProto.DATA_EDGE)
+    n2.input.add(name="cst1", type=pb.InputProto.CONTROL_EDGE)
+    n2.source_address = (
+        "      # In file /p/train.py:12, 8~20/        return x/\n      # Inferred layout: NCHW\n"
+    )
+    g.const_vals.add(key="cst1", full_name="Default_data-0").value.dtype = pb.DT_NONE
+    g.outputs.add(name="2")
+    return m
+
+
+def test_hand_built_graph():
+    g = parse_graph_pb(_model().SerializeToString())
+    assert g.graph_id == 2 and g.graph_name == "kernel_graph_2"
+    x, relu, dep = g.nodes
+    assert (x.node_key, x.name, x.output_dtypes) == ("%para1", "x", ["Tensor"])
+    assert relu.node_key == "kernel_graph_2:%0" and relu.inputs == [("%para1", "data")]
+    assert (relu.output_dtypes, relu.output_shapes) == (["Float16"], [[8]])
+    assert dep.inputs == [("kernel_graph_2:%0", "data"), ("const:cst1", "control")]
+    # each candidate stack is reversed on its own: outermost first within each
+    assert [(f.file, f.line) for f in g.frames[relu.node_key]] == [
+        ("/p/train.py", 5),
+        ("/p/train.py", 9),
+        ("/p/model.py", 1),
+        ("/p/model.py", 3),
+    ]
+    assert innermost_user_frame(g.frames[relu.node_key]).code == "y = relu(x)"
+    # an unknown source_address line is an error entry; the frames around it are kept
+    assert g.frames[dep.node_key][0].code == "return x"
+    assert g.errors == [("node 2", "unknown source_address line: '# Inferred layout: NCHW'")]
+
+
+def test_input_naming_nothing_is_an_error():
+    m = _model()
+    m.graph.node[1].input.add(name="ghost")
+    g = parse_graph_pb(m.SerializeToString())
+    assert ("node 2", "input 'ghost' names no node, parameter or constant") in g.errors
+    assert g.nodes[2].inputs[-1] == ("unresolved:ghost", "data")
+
+
+def test_frames_from_source_address_shares_the_ir_frame_parser():
+    frames, bad = frames_from_source_address(
+        "      # In file /a/site-packages/mindspore/ops/x.py:4, 1~2/y/\n      # In file /u/t.py(7)/z = 1/\n"
+    )
+    assert bad == []
+    assert [(f.depth, f.file, f.line, f.is_user_code) for f in frames] == [
+        (0, "/u/t.py", 7, True),
+        (1, "/a/site-packages/mindspore/ops/x.py", 4, False),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (pb.ValueProto(dtype=pb.DT_BOOL, bool_val=True), "Bool(1)"),
+        (pb.ValueProto(dtype=pb.DT_INT64, int_val=-3), "I64(-3)"),
+        (pb.ValueProto(dtype=pb.DT_INT32, int_val=1), "I32(1)"),
+        (pb.ValueProto(dtype=pb.DT_FLOAT32, float_val=0.1), "F32(0.1)"),
+        (pb.ValueProto(dtype=pb.DT_FLOAT32, float_val=1e-05), "F32(1e-05)"),
+        (pb.ValueProto(dtype=pb.DT_STRING, str_val="valid"), '"valid"'),
+        (
+            pb.ValueProto(
+                dtype=pb.DT_TUPLE,
+                values=[
+                    pb.ValueProto(dtype=pb.DT_UINT64, uint_val=0),
+                    pb.ValueProto(dtype=pb.DT_UINT64, uint_val=2),
+                ],
+            ),
+            "(0, 2)",
+        ),
+        (
+            pb.ValueProto(
+                dtype=pb.DT_LIST,
+                values=[
+                    pb.ValueProto(dtype=pb.DT_STRING, str_val="x"),
+                    pb.ValueProto(dtype=pb.DT_STRING, str_val="w"),
+                ],
+            ),
+            "[x, w]",
+        ),
+        (pb.ValueProto(dtype=pb.DT_NONE), "None"),
+    ],
+)
+def test_value_text_prints_like_the_ir(value, text):
+    assert value_text(value) == text
