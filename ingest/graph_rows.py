@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 
 from ingest.graph_model import ParsedGraph
+from ingest.graph_pb import parse_graph_pb_file
+from ingest.ir_text import parse_ir_file
 
 GRAPH_FILE = re.compile(r"^ms_output_trace_code_graph_(\d+)\.(pb|ir)$")
 
@@ -52,9 +54,6 @@ def parse_graph(files: dict[str, str], directory: Path) -> tuple[ParsedGraph | N
     A .pb that yields no nodes (truncated, corrupt) falls back to the .ir. Returns the graph and
     the (file name, reason) of every problem met on the way.
     """
-    from ingest.graph_pb import parse_graph_pb_file
-    from ingest.ir_text import parse_ir_file
-
     problems: list[tuple[str, str]] = []
     for kind, parse in (("pb", parse_graph_pb_file), ("ir", parse_ir_file)):
         name = files.get(kind)

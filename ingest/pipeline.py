@@ -39,7 +39,9 @@ from ingest.npy_name import (
     without_op_index,
 )
 from ingest.schema import TABLES
+from ingest.statistic_csv import read_statistic_csv
 from ingest.store import CatalogError, CatalogStore
+from ingest.tensor_stats import StatJob, compute_stats_many
 
 RANK_DIR = re.compile(r"^rank_(\d+)$")
 MAPPED_NAME = re.compile(r"^\d+\.npy$")
@@ -391,8 +393,6 @@ class Ingester:
         if prev is not None:  # an earlier error for this file is now resolved
             self._record(rel, "tensor", size, size, 0, "ok")
         if self.compute_stats and row_id not in matched:
-            from ingest.tensor_stats import StatJob
-
             self.pending.stat_jobs.append(
                 StatJob(row_id, entry.path, header.data_offset, stored, tuple(header.shape))
             )
@@ -419,8 +419,6 @@ class Ingester:
     def _read_statistic_csv(
         self, rank: int, net: str, graph_id: int, iteration: int | None, rel_dir: str, entry: os.DirEntry
     ) -> pa.Table | None:
-        from ingest.statistic_csv import read_statistic_csv
-
         rel = f"{rel_dir}/statistic.csv"
         size = _size_or_none(entry)
         prev = self.manifest.get(rel)
@@ -616,8 +614,6 @@ class Ingester:
         jobs = self.pending.stat_jobs
         if not jobs:
             return
-        from ingest.tensor_stats import compute_stats_many
-
         for row_id, stats, error in compute_stats_many(jobs, md5=self.md5, workers=self.workers):
             rel, keys = self.pending.stat_keys.pop(row_id)
             if error is not None:
