@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from catalog.tensor_index import TensorIndex, TensorLocation
-from catalog.views import define_views
+from catalog.views import define_views, query_text
 from ingest.pipeline import IngestSummary, ingest_dump
 from ingest.store import CatalogError, CatalogStore
 
@@ -97,6 +97,17 @@ class Catalog:
         from catalog.views import USER_VIEWS
 
         return list(USER_VIEWS)
+
+    def where(self, file: str | None = None, line: int | None = None, code: str | None = None) -> pa.Table:
+        """Operators created by a source line (`file` + `line`, or the line's `code` text), with
+        their tensors' row ids per iteration. `file` may be a path or its tail (`train.py`)."""
+        if line is None and code is None:
+            raise ValueError("give a line number or the code of the line")
+        return self.sql(query_text("where"), {"file": file, "line": line, "code": code})
+
+    def anomalies(self, run: str | None = None) -> pa.Table:
+        """`first_anomaly` for every run (or one), ordered by run, rank, graph and iteration."""
+        return self.sql(query_text("anomalies"), {"run": run})
 
     # -- tensors ---------------------------------------------------------------------------
 

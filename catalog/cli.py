@@ -155,6 +155,57 @@ def tensor(catalog_path: str, row_id: int, out: Path | None) -> None:
 
 @main.command()
 @click.argument("catalog_path", metavar="CAT")
+@click.option(
+    "--line",
+    "line_spec",
+    default=None,
+    metavar="FILE:LINE",
+    help="A source line, e.g. train.py:58 (the file may be a path or its tail).",
+)
+@click.option("--code", default=None, help='The text of a source line, e.g. "x = self.conv3(x)".')
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True
+)
+def where(catalog_path: str, line_spec: str | None, code: str | None, fmt: str) -> None:
+    """List the operators a source line created and their tensors' row ids per iteration."""
+    if (line_spec is None) == (code is None):
+        _fail("give exactly one of --line FILE:LINE or --code TEXT")
+    file = line = None
+    if line_spec is not None:
+        file, sep, number = line_spec.rpartition(":")
+        if not sep or not file or not number.isdigit():
+            _fail(f"--line wants FILE:LINE, e.g. train.py:58; got {line_spec!r}")
+        line = int(number)
+    cat = _open(catalog_path)
+    try:
+        result = cat.where(file=file, line=line, code=code)
+    except duckdb.Error as exc:
+        _fail(" ".join(str(exc).split()))
+    if result.num_rows == 0:
+        click.echo(
+            "no operator was created by that line (is the graph IR in the dump? see `ir_nodes`)", err=True
+        )
+    write_table(result, sys.stdout, fmt)
+
+
+@main.command()
+@click.argument("catalog_path", metavar="CAT")
+@click.option("--run", default=None, help="Only this run.")
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True
+)
+def anomalies(catalog_path: str, run: str | None, fmt: str) -> None:
+    """The first operator (in execution order) whose output holds NaN or Inf, per iteration."""
+    cat = _open(catalog_path)
+    try:
+        result = cat.anomalies(run)
+    except duckdb.Error as exc:
+        _fail(" ".join(str(exc).split()))
+    write_table(result, sys.stdout, fmt)
+
+
+@main.command()
+@click.argument("catalog_path", metavar="CAT")
 def views(catalog_path: str) -> None:
     """List the views and their columns."""
     from catalog.views import USER_VIEWS

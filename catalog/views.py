@@ -50,6 +50,11 @@ def view_sql_files() -> list[tuple[str, str]]:
     return [(p.name, p.read_text(encoding="utf-8")) for p in files]
 
 
+def query_text(name: str) -> str:
+    """A named query from sql/queries/ (parameterised with $names), e.g. 'where'."""
+    return resources.files("sql").joinpath("queries", f"{name}.sql").read_text(encoding="utf-8")
+
+
 def define_views(con: duckdb.DuckDBPyConnection, table_files: dict[str, list[str]]) -> None:
     """(Re)create all views for the given live files."""
     for table in TABLES:
@@ -68,4 +73,9 @@ USER_VIEWS = {
     "rank_metadata": ".dump_metadata of each rank",
     "kernel_args": "kernel arguments (save_kernel_args)",
     "ingest_errors": "files or lines that could not be cataloged, and why",
+    "ir_nodes": "every node of every graph IR (.pb or .ir)",
+    "edges": "data and control edges between graph nodes",
+    "source_lines": "every stack frame of every node's source trace",
+    "op_source": "each operator's innermost user source line",
+    "first_anomaly": "per run/rank/graph/iteration, the first operator whose output holds NaN or Inf",
 }

@@ -51,10 +51,12 @@ def graph_rows(
 def parse_graph(files: dict[str, str], directory: Path) -> tuple[ParsedGraph | None, list[tuple[str, str]]]:
     """Parse the .pb if there is one (MindInsight's choice: the most robust source), else the .ir.
 
-    A .pb that yields no nodes (truncated, corrupt) falls back to the .ir. Returns the graph and
-    the (file name, reason) of every problem met on the way.
+    A .pb with problems (truncated, corrupt) gives way to the .ir when there is one; whatever
+    parsed is still used when there is not. Returns the graph and the (file name, reason) of
+    every problem met on the way.
     """
     problems: list[tuple[str, str]] = []
+    fallback: ParsedGraph | None = None
     for kind, parse in (("pb", parse_graph_pb_file), ("ir", parse_ir_file)):
         name = files.get(kind)
         if name is None:
@@ -66,7 +68,11 @@ def parse_graph(files: dict[str, str], directory: Path) -> tuple[ParsedGraph | N
             continue
         for where, reason in parsed.errors:
             problems.append((f"{name}:{where}" if where not in (None, "") else name, reason))
-        if any(not n.is_parameter for n in parsed.nodes):
+        has_ops = any(not n.is_parameter for n in parsed.nodes)
+        if has_ops and not parsed.errors:
             return parsed, problems
-        problems.append((name, "no operator could be read from this graph file"))
-    return None, problems
+        if not has_ops:
+            problems.append((name, "no operator could be read from this graph file"))
+        elif fallback is None:
+            fallback = parsed
+    return fallback, problems
