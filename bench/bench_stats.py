@@ -131,7 +131,7 @@ def run_case(name: str, jobs: list[StatJob], repeat: int, workers: int | None) -
     """Time every variant ``repeat`` times, interleaved (the machine may be shared), keep the best."""
     total = sum(int(np.prod(j.shape)) * np.dtype(j.stored_dtype).itemsize for j in jobs)
     warm(jobs)
-    many(jobs, workers=workers)  # warm-up: page cache, imports, forkserver
+    many(jobs, workers=workers)  # warm-up: page cache, imports, helper processes
     naive(jobs[: min(len(jobs), 200)])
 
     def cold() -> None:

@@ -64,7 +64,9 @@ def _descr_to_dtype(descr: object) -> np.dtype:
 
 @functools.lru_cache(maxsize=256)
 def _dtype_name(dtype: np.dtype) -> str:
-    return dtype.name
+    """'float32' for native or byte-order-free dtypes; the exact '>f4' form otherwise, so a
+    big-endian file is never read as little-endian."""
+    return dtype.name if dtype.byteorder in ("=", "|") else dtype.str
 
 
 def parse_header_block(block: bytes) -> NpyHeader:

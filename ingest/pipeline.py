@@ -41,7 +41,7 @@ from ingest.npy_name import (
 from ingest.schema import TABLES
 from ingest.statistic_csv import read_statistic_csv
 from ingest.store import CatalogError, CatalogStore
-from ingest.tensor_stats import StatJob, compute_stats_many
+from ingest.tensor_stats import StatJob, compute_stats_many, start_helpers
 
 RANK_DIR = re.compile(r"^rank_(\d+)$")
 MAPPED_NAME = re.compile(r"^\d+\.npy$")
@@ -226,6 +226,8 @@ class Ingester:
         gc.disable()
         try:
             with self.store.writer_lock():
+                if self.compute_stats:
+                    start_helpers(self.workers)  # warm while the walk runs
                 self._load_state()
                 for rank_dir in self.ranks:
                     self._ingest_rank(rank_dir)

@@ -250,3 +250,21 @@ def test_kernel_args_files(tmp_path, copy_dump):
     assert s.errors == 1 and _errors(cat)[f"{ITER0}/Add.Default_Add-op0.json"][0] == "kernel_args"
     assert cat.ingest(dump).errors == 0  # nothing recorded twice
     assert cat.sql("SELECT count(*) FROM kernel_args").column(0)[0].as_py() == 2
+
+
+def test_big_endian_tensor_round_trips(tmp_path, copy_dump):
+    dump = copy_dump("simple")
+    name = "Abs.Default_Abs-op3.0.0.99.output.0.DefaultFormat.float32.npy"
+    want = np.array([[1.5, -2.0], [np.nan, 4.0]], dtype=">f4")
+    np.save(dump / ITER0 / name, want)
+    cat = Catalog.open(tmp_path / "cat", create=True)
+    cat.ingest(dump)
+    row = cat.sql(f"SELECT row_id, stored_dtype, dtype FROM tensors WHERE file_name = '{name}'").to_pylist()[
+        0
+    ]
+    assert row["stored_dtype"] == ">f4" and row["dtype"] == "float32"
+    np.testing.assert_array_equal(cat.tensor(row["row_id"]), want)
+    stats = cat.sql(
+        f"SELECT nan_count, neg_count, count FROM stats WHERE row_id = {row['row_id']}"
+    ).to_pylist()
+    assert stats == [{"nan_count": 1, "neg_count": 1, "count": 4}]

@@ -81,3 +81,12 @@ def test_bfloat16_descr_is_a_clear_error(tmp_path):
     path.write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + b"\0" * 4)
     with pytest.raises(NpyHeaderError, match="bfloat16"):
         read_npy_header(path)
+
+
+def test_big_endian_keeps_its_byte_order(tmp_path):
+    path = tmp_path / "be.npy"
+    np.save(path, np.arange(4, dtype=">f4"))
+    header, _ = read_npy_header(path)
+    assert header.dtype_name == ">f4"
+    np.save(path, np.arange(4, dtype="<f4"))
+    assert read_npy_header(path)[0].dtype_name == "float32"
