@@ -149,6 +149,11 @@ class Ingester:
         self.pending = _Pending()
         self.known_tensors: set[int] = set()
         self.manifest: dict[str, tuple] = {}  # rel_path -> (size, consumed_bytes, consumed_lines, status)
+        # Live mode (the watcher): a file that may still be written is retried, never an error.
+        self.live = False
+        self.grace = 10.0  # seconds a file may stay incomplete before it is judged as it is
+        self.settle = 1.0  # seconds a rewritten-once file (metadata, graphs) must be unchanged
+        self.pending_files: dict[str, str] = {}  # rel path -> directory to rescan
 
     # -- catalog state ---------------------------------------------------------------------
 
@@ -211,6 +216,14 @@ class Ingester:
     def _record(self, rel: str, kind: str, size: int, consumed: int, lines: int, status: str) -> None:
         self.manifest[rel] = (size, consumed, lines, status)
         self._add("manifest", (self.run, rel, kind, size, consumed, lines, status, _now()))
+
+    def _still_written(self, entry: os.DirEntry, rel: str, window: float | None = None) -> bool:
+        """Live mode: is this file young enough that it may still be being written? If so it is
+        remembered as pending (its directory is rescanned) and must not be judged yet."""
+        if not self.live or _age(entry) >= (self.grace if window is None else window):
+            return False
+        self.pending_files[rel] = os.path.dirname(entry.path)
+        return True
 
     def _is_unchanged(self, rel: str, size: int) -> bool:
         prev = self.manifest.get(rel)
@@ -323,11 +336,23 @@ class Ingester:
             return parsed[name]
 
         matched: set[int] = set()
-        if stat_table is not None and stat_table.num_rows:
-            # Rows are matched against every tensor file of the directory, not only new ones,
-            # so a statistic.csv that grew later still finds its tensors.
-            names = {name: (parse(name), rid) for name, rid in row_ids.items()}
-            matched = self._match_stat_rows(stat_table, names)
+        csv_young: os.DirEntry | None = None
+        if stat_table is not None:
+            table, result = stat_table
+            csv_entry = by_name["statistic.csv"]
+            if table.num_rows:
+                # Rows are matched against every tensor file of the directory, not only new ones,
+                # so a statistic.csv that grew later still finds its tensors.
+                names = {name: (parse(name), rid) for name, rid in row_ids.items()}
+                table = self._match_stat_rows(table, names)
+                unmatched = table.column("row_id").null_count > 0
+                if unmatched and self._still_written(csv_entry, f"{rel_dir}/statistic.csv"):
+                    table = None  # its tensor files are probably still to come: read it again later
+            if table is not None:
+                self._commit_stat_chunk(f"{rel_dir}/statistic.csv", csv_entry, table, result)
+                matched = {r for r in table.column("row_id").to_pylist() if r is not None}
+        if "statistic.csv" in by_name and self.live and _age(by_name["statistic.csv"]) < self.grace:
+            csv_young = by_name["statistic.csv"]
 
         for i, entry in enumerate(entries):
             name = entry.name
@@ -338,7 +363,7 @@ class Ingester:
                 if row_id not in self.known_tensors:
                     self._ingest_tensor(
                         rank, net, graph_id, iteration, dir_kind, entry, f"{rel_dir}/{name}", row_id,
-                        parse(name), mapping.get(name), matched,
+                        parse(name), mapping.get(name), matched, csv_young,
                     )  # fmt: skip
             elif name.endswith(".json"):
                 self._ingest_kernel_args(rank, net, graph_id, iteration, entry)
@@ -367,17 +392,24 @@ class Ingester:
         name: TensorName | TensorNameError,
         original: str | None,
         matched: set[int],
+        csv_young: os.DirEntry | None = None,
     ) -> None:
         prev = self.manifest.get(rel)
         if isinstance(name, TensorNameError):
-            self._file_error(rel, "tensor", "name", f"file name fits no tensor pattern: {name}")
+            # A renamed `<digits>.npy` may appear before its mapping.csv line.
+            if not (MAPPED_NAME.match(entry.name) and self._still_written(entry, rel)):
+                self._file_error(rel, "tensor", "name", f"file name fits no tensor pattern: {name}")
             return
         try:
             header, size = read_npy_header(entry.path)
         except (NpyHeaderError, OSError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            self._file_error(rel, "tensor", "npy_header", reason, _size_or_none(entry))
+            if not self._still_written(entry, rel):
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                self._file_error(rel, "tensor", "npy_header", reason, _size_or_none(entry))
             return
+        if row_id not in matched and csv_young and self._still_written(csv_young, rel):
+            return  # its statistic.csv row is probably about to be appended
+        self.pending_files.pop(rel, None)
         self.summary.files_new += 1
         stored = header.dtype_name
         shape = list(header.shape)
@@ -420,7 +452,9 @@ class Ingester:
 
     def _read_statistic_csv(
         self, rank: int, net: str, graph_id: int, iteration: int | None, rel_dir: str, entry: os.DirEntry
-    ) -> pa.Table | None:
+    ) -> tuple[pa.Table, object] | None:
+        """The new complete lines of a statistic.csv, as rows of `stat_rows` without row ids yet.
+        Nothing is recorded until `_commit_stat_chunk`: live ingest may decide to read it later."""
         rel = f"{rel_dir}/statistic.csv"
         size = _size_or_none(entry)
         prev = self.manifest.get(rel)
@@ -432,13 +466,8 @@ class Ingester:
         except OSError as exc:
             self._error(rel, "statistic_csv", f"unreadable: {exc.strerror}", size)
             return None
-        for line_no, reason in result.errors:
-            self._error(f"{rel}:{line_no}", "statistic_csv", reason, size)
-        self._record(rel, "statistic_csv", size or 0, result.end_offset, result.end_line, "ok")
         table = result.table
         n = table.num_rows
-        if n == 0:
-            return table
         line_nos = table.column("line_no").to_pylist()
         table = table.append_column(
             "stat_id", pa.array([stat_row_id(self.run, rel, ln) for ln in line_nos], pa.int64())
@@ -455,13 +484,24 @@ class Ingester:
             table = table.append_column(col, pa.array([value] * n, typ))
         base = pc.replace_substring_regex(table.column("file_op_name"), pattern=r"-op\d+$", replacement="")
         table = table.append_column("file_op_base", base)
-        self.summary.stat_rows += n
-        return table
+        return table, result
+
+    def _commit_stat_chunk(self, rel: str, entry: os.DirEntry, table: pa.Table, result) -> None:
+        """Queue a statistic.csv chunk's rows and errors, and remember how far the file was read."""
+        size = _size_or_none(entry)
+        for line_no, reason in result.errors:
+            self._error(f"{rel}:{line_no}", "statistic_csv", reason, size)
+        self._record(rel, "statistic_csv", size or 0, result.end_offset, result.end_line, "ok")
+        self.pending_files.pop(rel, None)
+        if table.num_rows:
+            schema = TABLES["stat_rows"]
+            self.pending.rows["stat_rows"].append(table.select(schema.names).cast(schema))
+            self.summary.stat_rows += table.num_rows
 
     def _match_stat_rows(
         self, table: pa.Table, names: dict[str, tuple[TensorName | TensorNameError, int]]
-    ) -> set[int]:
-        """Give each statistic row the row id of its tensor file; queue the rows for commit.
+    ) -> pa.Table:
+        """Give each statistic row the row id of its tensor file (NULL when none matches).
 
         Host-mode rows carry the same timestamp as the file name, so (op, io, slot, timestamp)
         matches exactly; device-stat rows have their own timestamp, so fall back to (op, io, slot)
@@ -484,10 +524,7 @@ class Ingester:
                 cands = loose.get((op_type, op, io, slot), [])
                 rid = cands[0] if len(cands) == 1 else None
             row_ids.append(rid)
-        table = table.append_column("row_id", pa.array(row_ids, pa.int64()))
-        schema = TABLES["stat_rows"]
-        self.pending.rows["stat_rows"].append(table.select(schema.names).cast(schema))
-        return {r for r in row_ids if r is not None}
+        return table.append_column("row_id", pa.array(row_ids, pa.int64()))
 
     def _ingest_kernel_args(
         self, rank: int, net: str, graph_id: int, iteration: int | None, entry: os.DirEntry
@@ -644,6 +681,14 @@ class Ingester:
         if tables and self.store.commit_batch(self.run, tables):
             self.summary.batches += 1
         self.pending = _Pending()
+
+
+def _age(entry: os.DirEntry) -> float:
+    """Seconds since the file was last modified (infinite when it cannot be stat'ed)."""
+    try:
+        return time.time() - entry.stat().st_mtime
+    except OSError:
+        return float("inf")
 
 
 def _size_or_none(entry: os.DirEntry) -> int | None:

@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from ingest.schema import STAT_ROWS
+from ingest.schema import STAT_ROWS, STAT_VALUE_FIELDS
 
 __all__ = ["OUTPUT_SCHEMA", "StatCsvResult", "parse_statistic_csv_bytes", "read_statistic_csv"]
 
@@ -53,18 +53,7 @@ _OUT_NAMES = [
     "data_type",
     "format",
     "shape",
-    "max",
-    "min",
-    "avg",
-    "count",
-    "neg_count",
-    "pos_count",
-    "nan_count",
-    "neg_inf_count",
-    "pos_inf_count",
-    "zero_count",
-    "l2norm",
-    "md5",
+    *(name for name, _ in STAT_VALUE_FIELDS),
 ]
 
 #: Schema of ``StatCsvResult.table``: the STAT_ROWS fields a csv line can supply, same types.

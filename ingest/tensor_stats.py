@@ -67,6 +67,8 @@ __all__ = [
     "start_helpers",
 ]
 
+# The names of schema.STAT_VALUE_FIELDS, spelled out because helper processes import only this
+# module (no pyarrow) to start fast; tests/test_tensor_stats.py checks the two agree.
 STAT_KEYS = (
     "max",
     "min",

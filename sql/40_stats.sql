@@ -3,6 +3,10 @@
 -- Rows come from statistic.csv where the dump wrote one (stat_source = 'statistic.csv') and are
 -- computed by dumpcat from the tensor data otherwise (stat_source = 'computed'; CPU dumps cannot
 -- write statistic.csv). A tensor with a statistic.csv row never also shows a computed row.
+--
+-- The name-resolution joins below are the same as in 30_tensors.sql on purpose: joining `stats`
+-- to the `tensors` view instead would cost a join over every tensor on each query, where these
+-- joins only touch the (small) operator tables after the WHERE clause has filtered the rows.
 CREATE OR REPLACE VIEW stats AS
 WITH unioned AS (
     SELECT row_id, stat_id, run, rank, net, graph_id, iteration, op_type, file_op_name, file_op_base,
