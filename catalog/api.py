@@ -84,13 +84,22 @@ class Catalog:
         return self._con.cursor()
 
     def sql(self, query: str, params: list | tuple | dict | None = None) -> pa.Table:
-        """Run one SQL statement against the catalog's views and return the result."""
-        cur = self.cursor()
-        try:
-            rel = cur.sql(query, params=params)
-            return rel.to_arrow_table() if rel is not None else pa.table({})
-        finally:
-            cur.close()
+        """Run one SQL statement against the catalog's views and return the result.
+
+        If a parquet file vanished under the query (a live ingest compacted and purged it after
+        a new snapshot), the views are refreshed and the query runs once more.
+        """
+        for attempt in (1, 2):
+            cur = self.cursor()
+            try:
+                rel = cur.sql(query, params=params)
+                return rel.to_arrow_table() if rel is not None else pa.table({})
+            except duckdb.IOException:
+                if attempt == 2 or self.store.snapshot_token() == self._token:
+                    raise
+            finally:
+                cur.close()
+        raise AssertionError("unreachable")
 
     def views(self) -> list[str]:
         """Names of the views users query."""

@@ -8,6 +8,7 @@ counted and listed in `ingest_errors`.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -16,6 +17,7 @@ import numpy as np
 
 from catalog.api import Catalog, TensorNotFoundError
 from catalog.output import write_table
+from catalog.views import query_text
 from ingest.pipeline import DumpRootError
 from ingest.store import CatalogError
 
@@ -151,6 +153,135 @@ def tensor(catalog_path: str, row_id: int, out: Path | None) -> None:
     click.echo(f"# shape {tuple(array.shape)}, dtype {array.dtype}")
     with np.printoptions(threshold=200, edgeitems=3):
         click.echo(np.array2string(np.asarray(array)))
+
+
+@main.command()
+@click.argument("dump_dir", type=click.Path(path_type=Path))
+@click.option(
+    "--catalog",
+    "-c",
+    "catalog_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Catalog directory (created if missing).",
+)
+@click.option("--run", "run", default=None, help="Run name (default: the dump folder's name).")
+@click.option("--poll", is_flag=True, help="Poll the file system instead of inotify (network file systems).")
+@click.option(
+    "--interval",
+    type=float,
+    default=0.5,
+    show_default=True,
+    help="Seconds between flushes: new tensors are queryable about this long after they are complete.",
+)
+@click.option(
+    "--reconcile",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds between full reconciliation scans (catch events the OS dropped).",
+)
+@click.option(
+    "--grace",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Seconds a file may stay incomplete before it is judged (and, if bad, reported).",
+)
+@click.option(
+    "--stats/--no-stats",
+    "compute_stats",
+    default=True,
+    help="Compute statistics from tensor data where statistic.csv has none.",
+)
+def watch(
+    dump_dir: Path,
+    catalog_path: Path,
+    run: str | None,
+    poll: bool,
+    interval: float,
+    reconcile: float,
+    grace: float,
+    compute_stats: bool,
+) -> None:
+    """Keep the catalog current while training writes DUMP_DIR (until Ctrl-C or SIGTERM)."""
+    import signal
+
+    from ingest.watch import Watcher
+
+    try:
+        watcher = Watcher(
+            catalog_path,
+            dump_dir,
+            run,
+            poll=poll,
+            interval=interval,
+            reconcile_every=reconcile,
+            grace=grace,
+            compute_stats=compute_stats,
+        )
+    except (DumpRootError, CatalogError) as exc:
+        _fail(str(exc))
+
+    def _stop(signum, frame):
+        watcher.request_stop()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    click.echo(
+        f"watching {watcher.root} as run {watcher.run!r} into {catalog_path} (Ctrl-C to stop)", err=True
+    )
+    watcher.start()
+    last = time.monotonic()
+    while watcher.running():
+        time.sleep(0.2)
+        if time.monotonic() - last >= 10 and watcher.running():
+            st = watcher.status()
+            click.echo(
+                f"{st['tensors']} tensors, {st['pending']} pending, {st['errors']} errors, "
+                f"lag {st['lag_seconds']:.1f} s, {st['mode']}",
+                err=True,
+            )
+            last = time.monotonic()
+    try:
+        watcher.stop()
+    except (DumpRootError, CatalogError) as exc:
+        _fail(str(exc))
+    st = watcher.status()
+    click.echo(f"stopped: {st['tensors']} tensors, {st['pending']} pending, {st['errors']} errors", err=True)
+
+
+@main.command()
+@click.argument("catalog_path", metavar="CAT")
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True
+)
+def status(catalog_path: str, fmt: str) -> None:
+    """Per run: files ingested, pending and in error, and the watcher's lag."""
+    import pyarrow as pa
+
+    from ingest.watch import read_status
+
+    cat = _open(catalog_path)
+    watchers = read_status(catalog_path)
+    rows = []
+    for c in cat.sql(query_text("status")).to_pylist():
+        w = watchers.get(c["run"], {})
+        alive = w.get("alive", False)
+        pending = w.get("pending", 0) if alive else 0
+        rows.append({
+            "run": c["run"],
+            "files_seen": c["ingested"] + c["errors"] + pending,
+            "ingested": c["ingested"],
+            "tensors": c["tensors"],
+            "pending": pending,
+            "errors": c["errors"],
+            "watcher": f"{w.get('mode')} (pid {w.get('pid')})" if alive else ("stopped" if w else "none"),
+            "lag_seconds": w.get("lag_seconds") if alive else None,
+            "last_flush": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(w["last_flush"])) if w else None,
+        })  # fmt: skip
+    empty = pa.table({"run": pa.array([], pa.string())})
+    write_table(pa.Table.from_pylist(rows) if rows else empty, sys.stdout, fmt)
 
 
 @main.command()

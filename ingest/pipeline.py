@@ -154,6 +154,7 @@ class Ingester:
         self.grace = 10.0  # seconds a file may stay incomplete before it is judged as it is
         self.settle = 1.0  # seconds a rewritten-once file (metadata, graphs) must be unchanged
         self.pending_files: dict[str, str] = {}  # rel path -> directory to rescan
+        self.fixed_ranks = False  # True when a single rank_N folder was given: never look for others
 
     # -- catalog state ---------------------------------------------------------------------
 
@@ -251,6 +252,56 @@ class Ingester:
         self.summary.seconds = time.perf_counter() - started
         return self.summary
 
+    # -- incremental scans (the watcher) ---------------------------------------------------
+
+    def begin(self) -> None:
+        """Load what the catalog already holds for this run (caller holds the writer lock)."""
+        self._load_state()
+
+    def scan_all(self) -> None:
+        """Walk the whole dump (a reconciliation scan); rank folders that appeared are included."""
+        ranks = self.ranks
+        if not self.fixed_ranks:
+            try:
+                _, ranks = find_dump_root(self.root)
+            except DumpRootError:
+                ranks = []
+            self.ranks = ranks
+        for rank_dir in ranks:
+            self._ingest_rank(rank_dir)
+
+    def scan_path(self, path: str) -> None:
+        """Re-scan what a change at `path` (a directory inside the dump root) can affect."""
+        if not path.startswith(str(self.root) + os.sep):
+            return
+        parts = self._rel(path).split("/")
+        m = RANK_DIR.match(parts[0])
+        if not m or not os.path.isdir(path):
+            return
+        rank = int(m.group(1))
+        rank_path = os.path.join(self.root, parts[0])
+        if len(parts) == 1:
+            self._ingest_rank(Path(rank_path))
+        elif parts[1] == ".dump_metadata":
+            self._ingest_metadata(rank, os.path.join(rank_path, parts[1]))
+        elif parts[1] == "execution_order":
+            self._ingest_execution_order(rank, os.path.join(rank_path, parts[1]))
+        elif parts[1] == "graphs":
+            self._ingest_graphs(rank, os.path.join(rank_path, parts[1]))
+        elif len(parts) == 2:
+            self._ingest_net(rank, parts[1], path)
+        elif not parts[2].isdigit():
+            self._ingest_net(rank, parts[1], os.path.join(rank_path, parts[1]))
+        elif len(parts) == 3:
+            self._ingest_graph_dir(rank, parts[1], int(parts[2]), path)
+        else:
+            leaf = os.path.join(rank_path, *parts[1:4])
+            self._ingest_iteration_dir(rank, parts[1], int(parts[2]), parts[3], leaf)
+
+    def commit(self) -> None:
+        """Compute pending statistics and commit everything queued as one batch."""
+        self._flush()
+
     def _scandir(self, path: str) -> list[os.DirEntry] | None:
         try:
             with os.scandir(path) as it:
@@ -284,19 +335,23 @@ class Ingester:
                     self._rel(gentry.path), "unknown", "walk", "expected a graph-id directory (digits)"
                 )
                 continue
-            graph_id = int(gentry.name)
-            for ientry in self._scandir(gentry.path) or []:
-                if ientry.is_dir() and ientry.name.isdigit():
-                    self._ingest_leaf(rank, net, graph_id, int(ientry.name), "iteration", ientry.path)
-                elif ientry.is_dir() and ientry.name == "constants":
-                    self._ingest_leaf(rank, net, graph_id, None, "constants", ientry.path)
-                else:
-                    self._file_error(
-                        self._rel(ientry.path),
-                        "unknown",
-                        "walk",
-                        "expected an iteration directory (digits) or constants/",
-                    )
+            self._ingest_graph_dir(rank, net, int(gentry.name), gentry.path)
+
+    def _ingest_graph_dir(self, rank: int, net: str, graph_id: int, path: str) -> None:
+        for ientry in self._scandir(path) or []:
+            self._ingest_iteration_dir(rank, net, graph_id, ientry.name, ientry.path, ientry.is_dir())
+
+    def _ingest_iteration_dir(
+        self, rank: int, net: str, graph_id: int, name: str, path: str, is_dir: bool = True
+    ) -> None:
+        if is_dir and name.isdigit():
+            self._ingest_leaf(rank, net, graph_id, int(name), "iteration", path)
+        elif is_dir and name == "constants":
+            self._ingest_leaf(rank, net, graph_id, None, "constants", path)
+        else:
+            self._file_error(
+                self._rel(path), "unknown", "walk", "expected an iteration directory (digits) or constants/"
+            )
 
     # -- leaf directories (tensors, statistic.csv, mapping.csv, kernel args) ----------------
 
@@ -555,7 +610,11 @@ class Ingester:
             "hccl": None,
         }
         changed = False
-        for entry in self._scandir(path) or []:
+        entries = self._scandir(path) or []
+        if any(self._still_written(e, self._rel(e.path), self.settle) for e in entries):
+            return  # read the rank's metadata as a whole, once it has stopped changing
+        for entry in entries:
+            self.pending_files.pop(self._rel(entry.path), None)
             self.summary.files_seen += 1
             rel = self._rel(entry.path)
             size = _size_or_none(entry) or 0
@@ -634,6 +693,11 @@ class Ingester:
             rels = {name: self._rel(os.path.join(path, name)) for name in files.values()}
             if all(self._is_unchanged(rel, sizes[name]) for name, rel in rels.items()):
                 continue
+            by_name = {e.name: e for e in entries}
+            if any(self._still_written(by_name[name], rel, self.settle) for name, rel in rels.items()):
+                continue  # parse the graph once its files have stopped changing
+            for rel in rels.values():
+                self.pending_files.pop(rel, None)
             parsed, problems = graph_rows_mod.parse_graph(files, Path(path))
             for where, reason in problems:
                 self._error(self._rel(os.path.join(path, where)), "graph", reason)

@@ -117,7 +117,13 @@ class CatalogStore:
             os.close(fd)
 
     def _remove_uncommitted(self) -> None:
-        live = {b["path"] for b in self.snapshot()["batches"]}
+        """Delete batch directories the snapshot does not list: a crashed writer's uncommitted
+        batch, or batches retired by compaction (no reader from before the crash survives it)."""
+        snap = self.snapshot()
+        live = {b["path"] for b in snap["batches"]}
+        if snap.get("retired"):
+            snap["retired"] = []
+            self._write_json_atomic(self.root / SNAPSHOT, snap)
         data = self.root / "data"
         if not data.exists():
             return
@@ -133,19 +139,7 @@ class CatalogStore:
         if not tables:
             return None
         batch_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
-        rel = f"data/{run_dir_name(run)}/{batch_id}"
-        bdir = self.root / rel
-        bdir.mkdir(parents=True)
-        for name, table in tables.items():
-            path = bdir / f"{name}.parquet"
-            pq.write_table(
-                table.cast(TABLES[name]),
-                path,
-                row_group_size=ROW_GROUP_SIZE,
-                compression="zstd",
-            )
-            _fsync_path(path)
-        _fsync_path(bdir)
+        rel = self._write_batch_files(run, batch_id, tables)
         snap = self.snapshot()
         snap["version"] = snap.get("version", 0) + 1
         snap["batches"].append(
@@ -153,6 +147,83 @@ class CatalogStore:
         )
         self._write_json_atomic(self.root / SNAPSHOT, snap)
         return batch_id
+
+    def _write_batch_files(self, run: str, batch_id: str, tables: dict[str, pa.Table]) -> str:
+        """Write and fsync a batch directory (not yet visible: the snapshot does not list it)."""
+        rel = f"data/{run_dir_name(run)}/{batch_id}"
+        bdir = self.root / rel
+        bdir.mkdir(parents=True)
+        for name, table in tables.items():
+            path = bdir / f"{name}.parquet"
+            pq.write_table(table.cast(TABLES[name]), path, row_group_size=ROW_GROUP_SIZE, compression="zstd")
+            _fsync_path(path)
+        _fsync_path(bdir)
+        return rel
+
+    def compact(self, run: str, *, small_rows: int = 50_000, min_batches: int = 16) -> int:
+        """Merge consecutive small batches of a run into one; returns how many were merged.
+
+        A live ingest commits a batch per flush, so a day of watching leaves thousands of tiny
+        parquet files that slow every query. Only consecutive small batches of the run are merged
+        (their order is kept, so the manifest's latest-entry-wins reading stays right), and the
+        swap is one snapshot rename: a reader sees the old batches or the merged one, never both.
+        The old directories are retired, and deleted by `purge_retired` once no reader can still
+        be using them. Caller holds writer_lock.
+        """
+        snap = self.snapshot()
+        group: list[int] = []
+        for i, batch in enumerate(snap["batches"]):
+            if batch["run"] != run:
+                continue
+            if sum(batch["tables"].values()) < small_rows:
+                group.append(i)
+                if len(group) >= 4 * min_batches:
+                    break
+            elif len(group) >= min_batches:
+                break
+            else:
+                group = []
+        if len(group) < min_batches:
+            return 0
+        merged: dict[str, list[pa.Table]] = {}
+        for i in group:
+            batch = snap["batches"][i]
+            for table in batch["tables"]:
+                path = self.root / batch["path"] / f"{table}.parquet"
+                merged.setdefault(table, []).append(pq.read_table(path).cast(TABLES[table]))
+        tables = {name: pa.concat_tables(parts) for name, parts in merged.items()}
+        batch_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}-c"
+        rel = self._write_batch_files(run, batch_id, tables)
+        entry = {
+            "id": batch_id,
+            "run": run,
+            "path": rel,
+            "tables": {k: v.num_rows for k, v in tables.items()},
+        }
+        old = [snap["batches"][i] for i in group]
+        batches = [b for j, b in enumerate(snap["batches"]) if j not in set(group[1:])]
+        batches[group[0]] = entry
+        snap["batches"] = batches
+        snap["version"] = snap.get("version", 0) + 1
+        now = time.time()
+        snap.setdefault("retired", []).extend({"path": b["path"], "at": now} for b in old)
+        self._write_json_atomic(self.root / SNAPSHOT, snap)
+        return len(group)
+
+    def purge_retired(self, older_than: float = 60.0) -> int:
+        """Delete batch directories retired by compaction more than `older_than` seconds ago
+        (readers refresh their views before each query, so none uses them by then)."""
+        snap = self.snapshot()
+        retired = snap.get("retired", [])
+        cutoff = time.time() - older_than
+        gone = [r for r in retired if r["at"] < cutoff]
+        if not gone:
+            return 0
+        for r in gone:
+            shutil.rmtree(self.root / r["path"], ignore_errors=True)
+        snap["retired"] = [r for r in retired if r["at"] >= cutoff]
+        self._write_json_atomic(self.root / SNAPSHOT, snap)
+        return len(gone)
 
     @staticmethod
     def _write_json_atomic(path: Path, obj: dict) -> None:

@@ -1,0 +1,309 @@
+"""Keep a catalog current while training writes the dump: `dumpcat watch`.
+
+A watchdog observer (inotify, or polling for network file systems and when inotify is out of
+watches) marks the directories where something changed. Every `interval` seconds the watcher
+re-scans those directories with the same ingester as a one-shot ingest, in live mode: a file
+that may still be written (an npy shorter than its header promises, a statistic.csv line without
+its newline, metadata or graph files that changed less than a second ago) is left pending and
+retried, never recorded as an error while it is young. What is complete is committed as one
+batch, so a tensor is queryable about one interval after its file is complete.
+
+Events are only hints. A reconciliation scan of the whole tree runs at start and every
+`reconcile_every` seconds, so events the kernel dropped (inotify queue overflow) cost latency,
+not data. Because every row id is a function of the run and the file's path, and a batch is
+committed atomically together with its manifest, a watcher killed at any moment and restarted
+ends with exactly the catalog a one-shot ingest gives.
+
+The many small batches a live ingest commits are merged in the background (`compact`), and the
+files they replace are deleted a minute later, after every reader has moved to the new snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+from watchdog.observers.polling import PollingObserver
+
+from ingest.pipeline import RANK_DIR, DumpRootError, Ingester, find_dump_root
+from ingest.store import CatalogError, CatalogStore
+
+IGNORED_EVENTS = {"opened", "closed_no_write"}
+
+
+class _DirtyDirs(FileSystemEventHandler):
+    """Collects, from watchdog's thread, the directories whose content changed."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.lock = threading.Lock()
+        self.dirs: dict[str, float] = {}  # directory -> first time it was marked
+        self.events = 0
+        self.wake = threading.Event()
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.event_type in IGNORED_EVENTS:
+            return
+        paths = [event.src_path, getattr(event, "dest_path", "") or ""]
+        now = time.monotonic()
+        with self.lock:
+            self.events += 1
+            for p in paths:
+                if not p:
+                    continue
+                p = os.fsdecode(p)
+                target = p if event.is_directory and event.event_type != "deleted" else os.path.dirname(p)
+                if target.startswith(self.root):
+                    self.dirs.setdefault(target, now)
+        self.wake.set()
+
+    def take(self) -> dict[str, float]:
+        with self.lock:
+            dirs, self.dirs = self.dirs, {}
+        return dirs
+
+
+def status_path(catalog: str | os.PathLike, run: str) -> Path:
+    """Where the watcher of `run` writes its status (read by `dumpcat status`)."""
+    return Path(catalog) / "watch" / f"{quote(run, safe='')}.json"
+
+
+class Watcher:
+    """Watch one dump root and keep one run of a catalog current."""
+
+    def __init__(
+        self,
+        catalog: str | os.PathLike,
+        dump_root: str | os.PathLike,
+        run: str | None = None,
+        *,
+        poll: bool = False,
+        interval: float = 0.5,
+        reconcile_every: float = 30.0,
+        grace: float = 10.0,
+        compute_stats: bool = True,
+        md5: bool = False,
+        workers: int | None = None,
+        compact_min_batches: int = 16,
+    ) -> None:
+        self.root, ranks = find_dump_root(dump_root)
+        self.store = CatalogStore(catalog, create=True)
+        self.run = run or self.root.name
+        self.interval = interval
+        self.reconcile_every = reconcile_every
+        self.poll = poll
+        self.compact_min_batches = compact_min_batches
+        self.ingester = Ingester(
+            self.store, self.run, self.root, ranks, compute_stats=compute_stats, md5=md5, workers=workers,
+            batch_rows=10**9,
+        )  # fmt: skip
+        self.ingester.live = True
+        self.ingester.grace = grace
+        self.ingester.fixed_ranks = bool(RANK_DIR.match(Path(dump_root).resolve().name))
+        self.mode = "poll" if poll else "inotify"
+        self._dirty = _DirtyDirs(str(self.root))
+        self._stop = threading.Event()
+        self._idle = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._started = time.time()
+        self._last_flush = 0.0
+        self._oldest_change: float | None = None
+        self._compactions = 0
+        self._batches = 0
+        self._cycle = 0
+        self._cycle_lock = threading.Lock()
+        self._reconcile_now = False
+
+    # -- control ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start watching in a background thread; returns at once."""
+        self._thread = threading.Thread(target=self._main, name="dumpcat-watch", daemon=True)
+        self._thread.start()
+
+    def request_stop(self) -> None:
+        """Ask the loop to flush and stop (safe from a signal handler); `stop()` waits for it."""
+        self._stop.set()
+
+    def running(self) -> bool:
+        """Is the background thread still watching?"""
+        return self._thread is not None and self._thread.is_alive()
+
+    def run_forever(self) -> None:
+        """Watch in this thread until `stop()` (e.g. from a signal handler)."""
+        self._main()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Flush what is complete and stop."""
+        self._stop.set()
+        self._dirty.wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if self._error is not None:
+            raise self._error
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """Block until every file now in the dump is cataloged (or in error) and none is pending.
+
+        Asks for a reconciliation scan first, so the answer does not depend on events still on
+        their way from the kernel.
+        """
+        deadline = time.monotonic() + timeout
+        with self._cycle_lock:
+            # _cycle is odd while a cycle runs, even between cycles: wait for the end of the
+            # first cycle that starts after this request.
+            target = self._cycle + 2 + self._cycle % 2
+            self._reconcile_now = True
+        self._dirty.wake.set()
+        while time.monotonic() < deadline:
+            if self._error is not None:
+                raise self._error
+            with self._cycle_lock:
+                done = self._cycle >= target and self._idle.is_set()
+            if done:
+                return True
+            time.sleep(0.02)
+        return False
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def _observer(self):
+        observer = PollingObserver(timeout=max(self.interval, 0.5)) if self.poll else Observer()
+        observer.schedule(self._dirty, str(self.root), recursive=True)
+        try:
+            observer.start()
+        except OSError:
+            if self.poll:
+                raise
+            # inotify unavailable, or out of watches (ENOSPC) / instances (EMFILE): poll instead.
+            self.mode = "poll (inotify unavailable)"
+            observer = PollingObserver(timeout=max(self.interval, 0.5))
+            observer.schedule(self._dirty, str(self.root), recursive=True)
+            observer.start()
+        return observer
+
+    def _main(self) -> None:
+        try:
+            with self.store.writer_lock(wait=False):
+                self.ingester.begin()
+                observer = self._observer()
+                try:
+                    self._loop()
+                finally:
+                    observer.stop()
+                    observer.join(5)
+        except BaseException as exc:  # surfaced by stop()/wait_idle() and by the CLI
+            self._error = exc
+            if self._thread is None:
+                raise
+
+    def _loop(self) -> None:
+        ing = self.ingester
+        next_reconcile = 0.0
+        while True:
+            started = time.monotonic()
+            with self._cycle_lock:
+                self._cycle += 1
+                reconcile = self._reconcile_now or started >= next_reconcile or self._stop.is_set()
+                self._reconcile_now = False
+            stopping = self._stop.is_set()
+            dirty = self._dirty.take()
+            if dirty:
+                first = min(dirty.values())
+                self._oldest_change = (
+                    first if self._oldest_change is None else min(first, self._oldest_change)
+                )
+            if reconcile:
+                ing.scan_all()
+                next_reconcile = started + self.reconcile_every
+            else:
+                for path in sorted(set(dirty) | set(ing.pending_files.values())):
+                    ing.scan_path(path)
+            ing.commit()
+            self._after_commit()
+            with self._cycle_lock:
+                self._cycle += 1
+            if stopping:
+                return
+            # Sleep out the interval: events arriving meanwhile are coalesced into the next batch.
+            remaining = self.interval - (time.monotonic() - started)
+            if remaining > 0:
+                self._stop.wait(remaining)
+
+    def _after_commit(self) -> None:
+        ing = self.ingester
+        self._batches = ing.summary.batches
+        self._last_flush = time.time()
+        if not ing.pending_files and not self._dirty.dirs:
+            self._oldest_change = None
+            self._idle.set()
+        else:
+            self._idle.clear()
+        if self.store.compact(self.run, min_batches=self.compact_min_batches):
+            self._compactions += 1
+        self.store.purge_retired()
+        self._write_status()
+
+    # -- status ----------------------------------------------------------------------------
+
+    def status(self) -> dict:
+        """Counters for `dumpcat status` and for tests."""
+        ing = self.ingester
+        ok = sum(1 for v in ing.manifest.values() if v[3] == "ok")
+        errors = sum(1 for v in ing.manifest.values() if v[3] == "error")
+        ingested = len(ing.known_tensors) + ok
+        pending = len(ing.pending_files)
+        lag = 0.0 if self._oldest_change is None else time.monotonic() - self._oldest_change
+        return {
+            "run": self.run,
+            "dump_root": str(self.root),
+            "pid": os.getpid(),
+            "mode": self.mode,
+            "started_at": self._started,
+            "last_flush": self._last_flush,
+            "files_seen": ingested + errors + pending,
+            "ingested": ingested,
+            "tensors": len(ing.known_tensors),
+            "pending": pending,
+            "errors": errors,
+            "lag_seconds": round(lag, 3),
+            "batches": self._batches,
+            "compactions": self._compactions,
+        }
+
+    def _write_status(self) -> None:
+        path = status_path(self.store.root, self.run)
+        path.parent.mkdir(exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.status(), indent=1))
+        os.replace(tmp, path)
+
+
+def read_status(catalog: str | os.PathLike) -> dict[str, dict]:
+    """Status files of the watchers of a catalog, by run, with `alive` (is the process there?)."""
+    out: dict[str, dict] = {}
+    folder = Path(catalog) / "watch"
+    if not folder.is_dir():
+        return out
+    for f in sorted(folder.glob("*.json")):
+        try:
+            st = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        try:
+            os.kill(int(st.get("pid", -1)), 0)
+            st["alive"] = True
+        except (OSError, ValueError):
+            st["alive"] = False
+        out[st.get("run", f.stem)] = st
+    return out
+
+
+__all__ = ["CatalogError", "DumpRootError", "Watcher", "read_status", "status_path"]
