@@ -112,18 +112,16 @@ class CatalogStore:
             except BlockingIOError as exc:
                 raise CatalogError(f"another dumpcat process is writing to {self.root}") from exc
             self._remove_uncommitted()
+            self.purge_retired()
             yield
         finally:
             os.close(fd)
 
     def _remove_uncommitted(self) -> None:
-        """Delete batch directories the snapshot does not list: a crashed writer's uncommitted
-        batch, or batches retired by compaction (no reader from before the crash survives it)."""
+        """Delete batch directories the snapshot does not know: what a crashed writer wrote but
+        never committed. Retired batches stay until `purge_retired` finds them old enough."""
         snap = self.snapshot()
-        live = {b["path"] for b in snap["batches"]}
-        if snap.get("retired"):
-            snap["retired"] = []
-            self._write_json_atomic(self.root / SNAPSHOT, snap)
+        live = {b["path"] for b in snap["batches"]} | {r["path"] for r in snap.get("retired", [])}
         data = self.root / "data"
         if not data.exists():
             return
