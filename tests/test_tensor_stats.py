@@ -30,18 +30,8 @@ from ingest.tensor_stats import (
     compute_stats_many,
     open_tensor,
 )
+from tests.conftest import SAMPLES
 
-SAMPLES = next(
-    (
-        p
-        for p in (
-            Path(__file__).parent / "data" / "samples" / "mindspore-2.10-cpu",
-            Path("../shared/samples/mindspore-2.10-cpu"),
-        )
-        if p.is_dir()
-    ),
-    Path("../shared/samples/mindspore-2.10-cpu"),
-)
 KEYS = [name for name, _ in STAT_VALUE_FIELDS]
 
 
