@@ -207,6 +207,7 @@ class Ingester:
     def _file_error(self, rel: str, kind: str, stage: str, reason: str, size: int | None = None) -> None:
         """An error about a whole file or directory, recorded once: not again on re-ingest
         unless the file changed size (it may have been rewritten or completed)."""
+        self.pending_files.pop(rel, None)  # judged: no longer waited on
         size_key = size if size is not None else -1
         prev = self.manifest.get(rel)
         if prev is not None and prev[3] == "error" and prev[0] == size_key:
@@ -390,6 +391,18 @@ class Ingester:
                     parsed[name] = exc
             return parsed[name]
 
+        active: list[bool] = []
+
+        def dir_active() -> bool:
+            """Live mode: has anything in this directory changed within the last `settle` seconds?
+            While it has, statistic.csv rows and tensor files may still be catching up with each
+            other (MindSpore appends a tensor's row just before or after writing its file)."""
+            if not active:
+                active.append(
+                    self.live and min((_age(e) for e in entries), default=float("inf")) < self.settle
+                )
+            return active[0]
+
         matched: set[int] = set()
         csv_young: os.DirEntry | None = None
         if stat_table is not None:
@@ -400,13 +413,25 @@ class Ingester:
                 # so a statistic.csv that grew later still finds its tensors.
                 names = {name: (parse(name), rid) for name, rid in row_ids.items()}
                 table = self._match_stat_rows(table, names)
+                upto = None
                 unmatched = table.column("row_id").null_count > 0
-                if unmatched and self._still_written(csv_entry, f"{rel_dir}/statistic.csv"):
-                    table = None  # its tensor files are probably still to come: read it again later
-            if table is not None:
+                if unmatched and dir_active() and self._still_written(csv_entry, f"{rel_dir}/statistic.csv"):
+                    # Rows whose tensor files are probably still to come are read again later;
+                    # the lines before the first of them are taken now.
+                    first = pc.min(pc.filter(table.column("line_no"), pc.is_null(table.column("row_id"))))
+                    upto = first.as_py() - 1
+                    table = table.filter(pc.less_equal(table.column("line_no"), upto))
+                self._commit_stat_chunk(f"{rel_dir}/statistic.csv", csv_entry, table, result, upto)
+            else:
                 self._commit_stat_chunk(f"{rel_dir}/statistic.csv", csv_entry, table, result)
+            if table.num_rows:
                 matched = {r for r in table.column("row_id").to_pylist() if r is not None}
-        if "statistic.csv" in by_name and self.live and _age(by_name["statistic.csv"]) < self.grace:
+        if (
+            "statistic.csv" in by_name
+            and self.live
+            and _age(by_name["statistic.csv"]) < self.grace
+            and dir_active()
+        ):
             csv_young = by_name["statistic.csv"]
 
         for i, entry in enumerate(entries):
@@ -541,13 +566,32 @@ class Ingester:
         table = table.append_column("file_op_base", base)
         return table, result
 
-    def _commit_stat_chunk(self, rel: str, entry: os.DirEntry, table: pa.Table, result) -> None:
-        """Queue a statistic.csv chunk's rows and errors, and remember how far the file was read."""
+    def _commit_stat_chunk(
+        self, rel: str, entry: os.DirEntry, table: pa.Table, result, upto_line: int | None = None
+    ) -> None:
+        """Queue a statistic.csv chunk's rows and errors, and remember how far the file was read.
+
+        With `upto_line`, only the lines up to it are taken (live ingest keeps the rest, whose
+        tensor files have not appeared yet, for the next scan)."""
         size = _size_or_none(entry)
-        for line_no, reason in result.errors:
+        end_offset, end_line, errors = result.end_offset, result.end_line, result.errors
+        if upto_line is not None and upto_line < end_line:
+            prev = self.manifest.get(rel)
+            start_offset, start_line = (prev[1], prev[2]) if prev and prev[3] == "ok" else (0, 0)
+            with open(entry.path, "rb") as fh:
+                fh.seek(start_offset)
+                data = fh.read(end_offset - start_offset)
+            cut = -1
+            for _ in range(upto_line - start_line):
+                cut = data.index(b"\n", cut + 1)
+            end_offset, end_line = start_offset + cut + 1, upto_line
+            errors = [(n, r) for n, r in errors if n <= upto_line]
+            table = table.filter(pc.less_equal(table.column("line_no"), upto_line))
+        for line_no, reason in errors:
             self._error(f"{rel}:{line_no}", "statistic_csv", reason, size)
-        self._record(rel, "statistic_csv", size or 0, result.end_offset, result.end_line, "ok")
-        self.pending_files.pop(rel, None)
+        self._record(rel, "statistic_csv", size or 0, end_offset, end_line, "ok")
+        if upto_line is None:
+            self.pending_files.pop(rel, None)
         if table.num_rows:
             schema = TABLES["stat_rows"]
             self.pending.rows["stat_rows"].append(table.select(schema.names).cast(schema))

@@ -803,7 +803,10 @@ def _run_helpers(batches: Iterator[list[_JobTuple]], md5: bool, n_helpers: int) 
             h.flush()
             for index, results in h.receive():
                 done[index] = results
-            if not h.alive:
+        # Every dead helper's batches, whenever it died (also on a failed send, outside this
+        # function): otherwise their turn never comes and the caller would spin forever.
+        for h in helpers:
+            if not h.alive and h.held:
                 for index, batch in h.held.items():
                     done[index] = _run_batch(batch, md5)
                 h.held.clear()

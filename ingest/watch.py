@@ -92,7 +92,14 @@ class Watcher:
         workers: int | None = None,
         compact_min_batches: int = 16,
     ) -> None:
-        self.root, ranks = find_dump_root(dump_root)
+        try:
+            self.root, ranks = find_dump_root(dump_root)
+        except DumpRootError:
+            # Training may not have written its first rank folder yet: watch the empty root.
+            root = Path(dump_root)
+            if not root.is_dir():
+                raise
+            self.root, ranks = root.resolve(), []
         self.store = CatalogStore(catalog, create=True)
         self.run = run or self.root.name
         self.interval = interval
