@@ -351,5 +351,37 @@ def views(catalog_path: str) -> None:
             click.echo(f"    {col} {typ}")
 
 
+@main.command("export-duckdb")
+@click.argument("catalog_path", metavar="CAT")
+@click.argument("out_path", metavar="OUT.duckdb", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--materialize",
+    is_flag=True,
+    help="Copy the rows into tables (self-contained file) instead of views over the parquet files.",
+)
+@click.option(
+    "--storage-version",
+    default="v1.0.0",
+    show_default=True,
+    help="DuckDB storage format; v1.0.0 opens in DuckDB 1.0+, 'latest' only in DuckDB 2.",
+)
+def export_duckdb_cmd(catalog_path: str, out_path: Path, materialize: bool, storage_version: str) -> None:
+    """Write the catalog's views to a DuckDB database file (for SQLAlchemy tools and DuckDB clients)."""
+    from catalog.export import export_duckdb
+
+    try:
+        summary = export_duckdb(
+            catalog_path,
+            out_path,
+            materialize=materialize,
+            storage_version=None if storage_version == "latest" else storage_version,
+        )
+    except CatalogError as exc:
+        _fail(str(exc))
+    except (duckdb.Error, OSError) as exc:
+        _fail(" ".join(str(exc).split()))
+    click.echo(summary.line())
+
+
 if __name__ == "__main__":
     main()

@@ -38,6 +38,14 @@ SNAPSHOT = "snapshot.json"
 ROW_GROUP_SIZE = 64 * 1024
 
 
+# Parquet min/max statistics leave NaN out, and DuckDB 2.0 then prunes every row group from a
+# filter such as `WHERE isnan(max)` (it returns no rows where there are thousands). Floating
+# columns therefore get no statistics; the others keep them for pruning.
+_STATISTICS_COLUMNS = {
+    name: [f.name for f in schema if not pa.types.is_floating(f.type)] for name, schema in TABLES.items()
+}
+
+
 class CatalogError(Exception):
     """The catalog directory is missing, not a catalog, or unusable."""
 
@@ -153,7 +161,13 @@ class CatalogStore:
         bdir.mkdir(parents=True)
         for name, table in tables.items():
             path = bdir / f"{name}.parquet"
-            pq.write_table(table.cast(TABLES[name]), path, row_group_size=ROW_GROUP_SIZE, compression="zstd")
+            pq.write_table(
+                table.cast(TABLES[name]),
+                path,
+                row_group_size=ROW_GROUP_SIZE,
+                compression="zstd",
+                write_statistics=_STATISTICS_COLUMNS[name],
+            )
             _fsync_path(path)
         _fsync_path(bdir)
         return rel

@@ -9,7 +9,7 @@ WITH bad AS (
     FROM stats
     WHERE io = 'output' AND exec_index IS NOT NULL
       AND (coalesce(nan_count, 0) > 0 OR coalesce(neg_inf_count, 0) > 0 OR coalesce(pos_inf_count, 0) > 0
-           OR isnan(max) OR isinf(max) OR isnan(min) OR isinf(min))
+           OR NOT isfinite(max) OR NOT isfinite(min))
 ),
 firsts AS (
     SELECT DISTINCT ON (run, rank, graph_id, iteration) *

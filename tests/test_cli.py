@@ -116,3 +116,16 @@ def test_two_dumps_with_the_same_folder_name_need_run(tmp_path):
     dumpcat("ingest", dump_of("simple"), "--catalog", tmp_path / "c")
     proc = dumpcat("ingest", dump_of("nan_log"), "--catalog", tmp_path / "c", check=False)
     assert proc.returncode == 1 and "already holds dump" in proc.stderr and "--run" in proc.stderr
+
+
+def test_export_duckdb_command(cat, tmp_path):
+    out = tmp_path / "export.duckdb"
+    proc = dumpcat("export-duckdb", cat, out)
+    assert proc.stdout.startswith("wrote ") and out.exists()
+    import duckdb
+
+    con = duckdb.connect(str(out), read_only=True)
+    rows = con.sql("SELECT DISTINCT op_name FROM stats WHERE nan_count > 0 AND op_type = 'Log'").fetchall()
+    assert rows == [("Default/network-WithLossCell/_backbone-Net/Log-op0",)]
+    bad = dumpcat("export-duckdb", tmp_path / "missing", out, check=False)
+    assert bad.returncode == 1 and "not a dumpcat catalog" in bad.stderr

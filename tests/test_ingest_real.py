@@ -202,3 +202,46 @@ def test_long_names_resolved_through_mapping_csv(tmp_path):
         assert mapping[r["file_name"]] == r["original_name"]
         assert r["original_name"].startswith(r["op_type"] + ".")
         assert len(r["original_name"]) > 255
+
+
+def test_nan_filters_on_float_columns(tmp_path):
+    """`WHERE isnan(max)` finds every NaN row: parquet min/max statistics, which leave NaN out,
+    would let DuckDB skip those row groups, so float columns are written without them."""
+    cat = Catalog.open(tmp_path / "cat", create=True)
+    cat.ingest(dump_of("nan_log"))
+    by_count = cat.sql("SELECT count(*) FROM stats WHERE nan_count > 0").column(0)[0].as_py()
+    assert by_count > 0
+    assert cat.sql("SELECT count(*) FROM stats WHERE isnan(max)").column(0)[0].as_py() == by_count
+    assert cat.sql("SELECT count(*) FROM raw_tensor_stats WHERE isnan(avg)").column(0)[0].as_py() == by_count
+
+
+def test_first_anomaly_without_counts(tmp_path, copy_dump):
+    """A default v2.3+ statistic.csv has only max, min and l2norm: NaN is found through max."""
+    dump = copy_dump("nan_log")
+    it0 = dump / "rank_0/Net/0/0"
+    header = (
+        "Op Type,Op Name,Task ID,Stream ID,Timestamp,IO,Slot,Data Size,Data Type,Shape,"
+        "Max Value,Min Value,L2Norm Value\n"
+    )
+    lines = [header]
+    for f in sorted(it0.glob("*.npy")):
+        op_type, op, task, stream, ts, io, slot = f.name.split(".")[:7]
+        a = np.load(f).astype(np.float64)
+        mx = "nan" if np.isnan(a).any() else f"{a.max():g}" if a.size else "0"
+        mn = "nan" if np.isnan(a).any() else f"{a.min():g}" if a.size else "0"
+        lines.append(
+            f'{op_type},{op},{task},{stream},{ts},{io},{slot},{a.nbytes},float32,"()",{mx},{mn},1,\n'
+        )
+    (it0 / "statistic.csv").write_text("".join(lines))
+    cat = Catalog.open(tmp_path / "cat", create=True)
+    cat.ingest(dump)
+    first = cat.sql(
+        "SELECT op_name, nan_count, source_line FROM first_anomaly WHERE iteration = 0"
+    ).to_pylist()
+    assert first == [
+        {
+            "op_name": "Default/network-WithLossCell/_backbone-Net/Log-op0",
+            "nan_count": None,
+            "source_line": 16,
+        }
+    ]
