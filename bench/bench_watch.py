@@ -271,6 +271,7 @@ def pct(xs: list[float], q: float) -> float:
 def run_rate(work: Path, rate: float, a: argparse.Namespace) -> dict:
     import psutil
 
+    load_start = os.getloadavg()[0]
     dump, cat = work / "dump", work / "cat"
     logs = {k: work / f"{k}.json" for k in ("writer", "watcher", "reader")}
     write_static(dump, a.files_per_iter, a.seed)
@@ -326,7 +327,11 @@ def run_rate(work: Path, rate: float, a: argparse.Namespace) -> dict:
     rlog = json.loads(logs["reader"].read_text())
     wat = json.loads(logs["watcher"].read_text())
     seen = rlog["seen"]
-    lat = [seen[name] - d for name, d in zip(wlog["names"], wlog["done"], strict=True) if name in seen]
+    pairs = [(d, seen[name] - d) for name, d in zip(wlog["names"], wlog["done"], strict=True) if name in seen]
+    lat = [x for _, x in pairs]
+    # p95 per quarter of the writing time: does latency drift as the catalog grows?
+    t_w0, span = wlog["started"], max(1e-9, wlog["ended"] - wlog["started"])
+    quarters = [[x for d, x in pairs if min(3, int(4 * (d - t_w0) / span)) == q] for q in range(4)]
     missing = n - len(lat)
     write_s = wlog["ended"] - wlog["started"]
     commits = [c[1] for c in wat["commits"] if c[0] >= wlog["started"]]
@@ -341,6 +346,7 @@ def run_rate(work: Path, rate: float, a: argparse.Namespace) -> dict:
         "lat_p95": pct(lat, 95),
         "lat_p99": pct(lat, 99),
         "lat_max": max(lat) if lat else float("nan"),
+        "lat_p95_by_quarter": [round(pct(q, 95), 3) for q in quarters],
         "missing": missing,
         "drain_s": max(0.0, drained_at - wlog["ended"]) if drained_at else None,
         "watcher_cpu_pct_during_writes": 100 * cpu_write / (t_write_end - t0),
@@ -362,6 +368,7 @@ def run_rate(work: Path, rate: float, a: argparse.Namespace) -> dict:
         "reader_query_p50_ms": 1000 * pct(rlog["query_s"], 50),
         "reader_query_p95_ms": 1000 * pct(rlog["query_s"], 95),
         "watcher_status": wat["status"],
+        "load_avg_start": load_start,
         "load_avg_end": os.getloadavg()[0],
     }
 
@@ -450,12 +457,14 @@ def main(argv: list[str] | None = None) -> int:
         Path(a.json).write_text(json.dumps(results, indent=1))
     print(report(results, a))
     if results:
+        print("\nlatency p95 per quarter of the writing time (s):")
+        for r in results:
+            print(f"  {r['rate_target']:g}/s: {r['lat_p95_by_quarter']}")
         print("\nbatches over time (s since writes started, live batches, parquet files):")
         for r in results:
             print(f"  {r['rate_target']:g}/s: {r['batches_over_time']}")
-        print(
-            "load average at the end of each rate: " + ", ".join(f"{r['load_avg_end']:.2f}" for r in results)
-        )
+        loads = ", ".join(f"{r['load_avg_start']:.2f} → {r['load_avg_end']:.2f}" for r in results)
+        print(f"load average (1 min) at the start → end of each rate: {loads}")
     return 0
 
 
