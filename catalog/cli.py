@@ -21,6 +21,18 @@ from catalog.views import query_text
 from ingest.pipeline import DumpRootError
 from ingest.store import CatalogError
 
+FORMAT_OPTION = click.option(
+    "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True
+)
+
+
+def _run_query(run) -> object:
+    """Run a query callable; a bad query is one line on stderr and exit status 1."""
+    try:
+        return run()
+    except duckdb.Error as exc:
+        _fail(" ".join(str(exc).split()))
+
 
 def _fail(message: str) -> None:
     click.echo(f"dumpcat: error: {message}", err=True)
@@ -112,16 +124,11 @@ def ingest(
 @main.command()
 @click.argument("catalog_path", metavar="CAT")
 @click.argument("query")
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True
-)
+@FORMAT_OPTION
 def sql(catalog_path: str, query: str, fmt: str) -> None:
     """Run a SQL QUERY against the catalog's views (stats, tensors, ops, ...)."""
     cat = _open(catalog_path)
-    try:
-        result = cat.sql(query)
-    except duckdb.Error as exc:
-        _fail(" ".join(str(exc).split()))
+    result = _run_query(lambda: cat.sql(query))
     write_table(result, sys.stdout, fmt)
 
 
@@ -253,9 +260,7 @@ def watch(
 
 @main.command()
 @click.argument("catalog_path", metavar="CAT")
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True
-)
+@FORMAT_OPTION
 def status(catalog_path: str, fmt: str) -> None:
     """Per run: files ingested, pending and in error, and the watcher's lag."""
     import pyarrow as pa
@@ -294,9 +299,7 @@ def status(catalog_path: str, fmt: str) -> None:
     help="A source line, e.g. train.py:58 (the file may be a path or its tail).",
 )
 @click.option("--code", default=None, help='The text of a source line, e.g. "x = self.conv3(x)".')
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True
-)
+@FORMAT_OPTION
 def where(catalog_path: str, line_spec: str | None, code: str | None, fmt: str) -> None:
     """List the operators a source line created and their tensors' row ids per iteration."""
     if (line_spec is None) == (code is None):
@@ -308,10 +311,7 @@ def where(catalog_path: str, line_spec: str | None, code: str | None, fmt: str) 
             _fail(f"--line wants FILE:LINE, e.g. train.py:58; got {line_spec!r}")
         line = int(number)
     cat = _open(catalog_path)
-    try:
-        result = cat.where(file=file, line=line, code=code)
-    except duckdb.Error as exc:
-        _fail(" ".join(str(exc).split()))
+    result = _run_query(lambda: cat.where(file=file, line=line, code=code))
     if result.num_rows == 0:
         click.echo(
             "no operator was created by that line (is the graph IR in the dump? see `ir_nodes`)", err=True
@@ -322,16 +322,11 @@ def where(catalog_path: str, line_spec: str | None, code: str | None, fmt: str) 
 @main.command()
 @click.argument("catalog_path", metavar="CAT")
 @click.option("--run", default=None, help="Only this run.")
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True
-)
+@FORMAT_OPTION
 def anomalies(catalog_path: str, run: str | None, fmt: str) -> None:
     """The first operator (in execution order) whose output holds NaN or Inf, per iteration."""
     cat = _open(catalog_path)
-    try:
-        result = cat.anomalies(run)
-    except duckdb.Error as exc:
-        _fail(" ".join(str(exc).split()))
+    result = _run_query(lambda: cat.anomalies(run))
     write_table(result, sys.stdout, fmt)
 
 

@@ -6,16 +6,18 @@
 -- only when exactly one operator has it. `raw_ops` already holds both forms (computed at ingest
 -- with MindSpore's own replacement rule).
 
+-- Both file-name forms of every operator's name: the v2.3+ sanitised full name and the
+-- v1.3-2.2 short name.
+CREATE OR REPLACE VIEW op_key_forms AS
+SELECT run, rank, graph_id, exec_index, full_name, sanitized_name AS key FROM raw_ops
+UNION ALL
+SELECT run, rank, graph_id, exec_index, full_name, short_name AS key FROM raw_ops
+WHERE short_name <> sanitized_name;
+
 -- Keys unique within one kernel graph: the exact match.
 CREATE OR REPLACE VIEW op_keys AS
-WITH keyed AS (
-    SELECT run, rank, graph_id, exec_index, full_name, sanitized_name AS key FROM raw_ops
-    UNION ALL
-    SELECT run, rank, graph_id, exec_index, full_name, short_name AS key FROM raw_ops
-    WHERE short_name <> sanitized_name
-)
 SELECT run, rank, graph_id, key, any_value(full_name) AS full_name, any_value(exec_index) AS exec_index
-FROM keyed
+FROM op_key_forms
 GROUP BY run, rank, graph_id, key
 HAVING count(DISTINCT full_name) = 1;
 
@@ -23,15 +25,9 @@ HAVING count(DISTINCT full_name) = 1;
 -- order of its own (Ascend names dump directories by root graph, execution orders by kernel
 -- graph). The execution index is kept only when the operator sits in one graph.
 CREATE OR REPLACE VIEW op_keys_rank AS
-WITH keyed AS (
-    SELECT run, rank, graph_id, exec_index, full_name, sanitized_name AS key FROM raw_ops
-    UNION ALL
-    SELECT run, rank, graph_id, exec_index, full_name, short_name AS key FROM raw_ops
-    WHERE short_name <> sanitized_name
-)
 SELECT run, rank, key, any_value(full_name) AS full_name,
        CASE WHEN count(*) = 1 THEN any_value(exec_index) END AS exec_index
-FROM keyed
+FROM op_key_forms
 GROUP BY run, rank, key
 HAVING count(DISTINCT full_name) = 1;
 
