@@ -378,5 +378,64 @@ def export_duckdb_cmd(catalog_path: str, out_path: Path, materialize: bool, stor
     click.echo(summary.line())
 
 
+@main.command()
+@click.argument("catalog_path", metavar="CAT")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=5433, show_default=True, type=int)
+@click.option(
+    "--watch",
+    "watch_dir",
+    default=None,
+    type=click.Path(exists=True, file_okay=False),
+    help="Also keep this dump root's run current while serving.",
+)
+@click.option("--run", default=None, help="Run name for --watch (default: the folder's name).")
+@click.option("--user", default=None, envvar="DUMPCAT_USER")
+@click.option("--password", default=None, envvar="DUMPCAT_PASSWORD")
+@click.option(
+    "--auth", type=click.Choice(["scram-sha-256", "md5"]), default="scram-sha-256", show_default=True
+)
+@click.option("--tls-cert", default=None, type=click.Path(exists=True, dir_okay=False))
+@click.option("--tls-key", default=None, type=click.Path(exists=True, dir_okay=False))
+@click.option("--query-timeout", default=30.0, show_default=True, type=float)
+@click.option("--max-rows", default=100_000, show_default=True, type=int)
+@click.option("--max-concurrent", default=8, show_default=True, type=int)
+def serve(
+    catalog_path: str,
+    host: str,
+    port: int,
+    watch_dir: str | None,
+    run: str | None,
+    user: str | None,
+    password: str | None,
+    auth: str,
+    tls_cert: str | None,
+    tls_key: str | None,
+    query_timeout: float,
+    max_rows: int,
+    max_concurrent: int,
+) -> None:
+    """Serve the catalog, read-only, over the PostgreSQL wire protocol (psql, JDBC, ODBC, BI tools)."""
+    from catalog.server import Limits, parse_users
+    from catalog.server import serve as run_server
+
+    if (tls_cert is None) != (tls_key is None):
+        _fail("--tls-cert and --tls-key go together")
+    try:
+        run_server(
+            catalog_path,
+            host,
+            port,
+            parse_users(user, password),
+            (tls_cert, tls_key) if tls_cert else None,
+            watch_dir,
+            run=run,
+            auth=auth,
+            limits=Limits(query_timeout=query_timeout, max_rows=max_rows, max_concurrent=max_concurrent),
+        )
+    except (ValueError, CatalogError, DumpRootError, OSError) as exc:
+        _fail(str(exc))
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,308 @@
+"""`dumpcat serve` with real PostgreSQL clients: psycopg, psql, the JDBC driver, ODBC."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from catalog import pg_catalog, pgwire
+from catalog.api import Catalog
+from catalog.server import Limits, Server
+from tests.conftest import dump_of
+
+USER, PASSWORD = "alice", "s3cret pw"
+
+
+@pytest.fixture(scope="module")
+def cat_path(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("srv") / "cat"
+    Catalog.open(path, create=True).ingest(dump_of("nan_log"), run="nan_log")
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(cat_path):
+    srv = Server(cat_path, port=0, users={USER: PASSWORD}, limits=Limits(query_timeout=2, max_rows=1000))
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def connect(srv, **kw):
+    args = dict(
+        host="127.0.0.1", port=srv.port, user=USER, password=PASSWORD, dbname="dumpcat", autocommit=True
+    )
+    args.update(kw)
+    return psycopg.connect(**args)
+
+
+# -- pure protocol pieces ----------------------------------------------------------------------
+
+
+def test_scram_rfc7677_vector():
+    v = pgwire.ScramVerifier.from_password(
+        "pencil", salt=__import__("base64").b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
+    )
+    s = pgwire.ScramServer(v, nonce="%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0")
+    first = s.first("n,,n=user,r=rOprNGfwEbeRWgbNEkqO")
+    assert first == "r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+    final = s.final(
+        "c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
+    )
+    assert final == "v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
+    with pytest.raises(pgwire.ScramError):
+        pgwire.ScramServer(v, nonce="x").final("c=biws,r=bad,p=AAAA")
+
+
+def test_md5_password():
+    import hashlib
+
+    salt = b"\x01\x02\x03\x04"
+    inner = hashlib.md5(b"pwuser").hexdigest()
+    good = "md5" + hashlib.md5(inner.encode() + salt).hexdigest()
+    assert pgwire.md5_password_ok("user", "pw", salt, good)
+    assert not pgwire.md5_password_ok("user", "other", salt, good)
+
+
+def test_text_values_and_oids():
+    import pyarrow as pa
+
+    assert [pgwire.text_value(x) for x in (math.nan, math.inf, -math.inf, 1.5, True)] == [
+        "NaN", "Infinity", "-Infinity", "1.5", "t"]  # fmt: skip
+    assert pgwire.text_value([1, 2, None]) == "{1,2,NULL}"
+    assert pgwire.text_value(["a b", 'q"']) == '{"a b","q\\""}'
+    assert pgwire.oid_of(pa.list_(pa.int64())) == 1016
+    assert pgwire.oid_of(pa.timestamp("us", tz="UTC")) == pgwire.TIMESTAMPTZ
+    assert pgwire.oid_of(pa.float64()) == pgwire.FLOAT8
+
+
+def test_rewrite_leaves_literals_alone():
+    q = "SELECT 'pg_class::regclass' AS s FROM pg_catalog.pg_class WHERE relname OPERATOR(pg_catalog.~) '^x$'"
+    out = pg_catalog.rewrite(q)
+    assert "'pg_class::regclass'" in out and "dumpcat_pg.pg_class" in out and "OPERATOR" not in out
+
+
+# -- psycopg -----------------------------------------------------------------------------------
+
+
+def test_psycopg_simple_and_extended(server):
+    with connect(server) as c:
+        rows = c.execute("SELECT op_name, nan_count, shape, max FROM stats WHERE nan_count > 0").fetchall()
+        assert rows and all(isinstance(r[2], list) for r in rows)
+        assert any(math.isnan(r[3]) for r in rows)
+        row_id = c.execute("SELECT row_id FROM stats ORDER BY row_id LIMIT 1").fetchall()[0][0]
+        got = c.execute("SELECT row_id, op_name FROM stats WHERE row_id = %s", [row_id]).fetchall()
+        assert got[0][0] == row_id
+        # text params, prepared statements (server-side), several types
+        cur = c.cursor()
+        cur.execute(
+            "SELECT %s::INTEGER + 1, %s::VARCHAR, %s::DOUBLE, %s::BOOLEAN", [41, "x", 1.5, True], prepare=True
+        )
+        assert cur.fetchall() == [(42, "x", 1.5, True)]
+        r = c.execute(
+            "SELECT 'nan'::DOUBLE, 'inf'::DOUBLE, '-inf'::DOUBLE, TIMESTAMPTZ '2024-01-02 03:04:05+00', "
+            "[1, 2, 3]::BIGINT[], NULL::INTEGER"
+        ).fetchall()[0]
+        assert math.isnan(r[0]) and r[1] == math.inf and r[2] == -math.inf
+        assert (
+            r[3].year == 2024 and r[3].utcoffset().total_seconds() == 0 and r[4] == [1, 2, 3] and r[5] is None
+        )
+        multi = c.execute("SELECT 1; SELECT 2")
+        assert multi.fetchall() == [(1,)] and multi.nextset() and multi.fetchall() == [(2,)]
+        assert c.execute("SHOW server_version").fetchall()[0][0].startswith("14")
+        c.execute("SET application_name = 'probe'")
+        assert c.execute("SHOW application_name").fetchall() == [("probe",)]
+        assert c.execute("SELECT version()").fetchall()[0][0].startswith("PostgreSQL")
+
+
+def test_psycopg_transactions_and_errors(server):
+    with connect(server, autocommit=False) as c:
+        assert c.execute("SELECT count(*) FROM stats").fetchall()[0][0] > 0
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            c.execute("SELECT * FROM no_such_table")
+        c.rollback()
+        assert c.execute("SELECT 1").fetchall() == [(1,)]
+        with pytest.raises(psycopg.errors.SyntaxError):
+            c.execute("SELEC 1")
+
+
+def test_auth(server, cat_path):
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        connect(server, password="wrong")
+    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+        connect(server, user="mallory")
+    with Server(cat_path, port=0, users={USER: PASSWORD}, auth="md5") as md5srv, connect(md5srv) as c:
+        assert c.execute("SELECT 1").fetchall() == [(1,)]
+    with pytest.raises(ValueError, match="needs --user"):
+        Server(cat_path, host="0.0.0.0", port=0)
+
+
+def test_tls(server, cat_path, tmp_path):
+    if not shutil.which("openssl"):
+        pytest.fail("openssl not installed: install the Debian packages .ci/run installs")
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                    "-days", "1", "-subj", "/CN=localhost"], check=True, capture_output=True)  # fmt: skip
+    tls = (str(cert), str(key))
+    with (
+        Server(cat_path, port=0, users={USER: PASSWORD}, tls=tls) as srv,
+        connect(srv, sslmode="require") as c,
+    ):
+        assert c.execute("SELECT count(*) FROM stats").fetchall()[0][0] > 0
+        assert c.pgconn.ssl_in_use
+
+
+# -- containment -------------------------------------------------------------------------------
+
+HOSTILE = [
+    ("COPY stats TO 'out.csv'", "42501"),
+    ("SELECT * FROM read_csv('/etc/passwd')", "42501"),
+    ("SELECT * FROM read_parquet('/anywhere/x.parquet')", "42501"),
+    ("SELECT * FROM '/etc/passwd'", "42501"),
+    ("SELECT * FROM glob('/*')", "42501"),
+    ("SELECT content FROM read_text('/etc/hostname')", "42501"),
+    ("SELECT getenv('HOME')", "42501"),
+    ("SELECT * FROM query('SELECT 1')", "42501"),
+    ("ATTACH 'x.duckdb' AS x", "42501"),
+    ("INSTALL httpfs", "42501"),
+    ("LOAD httpfs", "42501"),
+    ("CREATE TABLE t AS SELECT 1", "25006"),
+    ("DROP VIEW stats", "25006"),
+    ("INSERT INTO stats SELECT * FROM stats", "25006"),
+    ("PRAGMA enable_profiling", "42501"),
+    ("EXPLAIN ANALYZE COPY stats TO 'x'", "42501"),
+    ("SELECT * FROM (SELECT * FROM read_json('/etc/x.json'))", "42501"),
+]
+
+
+@pytest.mark.parametrize(("query", "sqlstate"), HOSTILE)
+def test_hostile_statements_are_refused(server, query, sqlstate):
+    with connect(server) as c:
+        with pytest.raises(psycopg.Error) as err:
+            c.execute(query)
+        assert err.value.sqlstate == sqlstate
+        assert c.execute("SELECT count(*) FROM stats").fetchall()[0][0] > 0  # session still usable
+
+
+def test_duckdb_itself_cannot_read_outside(server):
+    cur = server.catalog.cursor()
+    try:
+        with pytest.raises(Exception, match=r"disabled|Permission"):
+            cur.sql("SELECT * FROM read_csv('/etc/passwd')").fetchall()
+        with pytest.raises(Exception, match=r"lock|configuration"):
+            cur.execute("SET enable_external_access = true")
+    finally:
+        cur.close()
+
+
+def test_timeout_row_cap_and_cancel(server):
+    with connect(server) as c:
+        t0 = time.monotonic()
+        with pytest.raises(psycopg.errors.QueryCanceled, match="timeout"):
+            c.execute("SELECT sum(hash(i)) FROM range(100000000000) t(i)")
+        assert time.monotonic() - t0 < 10
+        with pytest.raises(psycopg.Error) as err:
+            c.execute("SELECT * FROM range(5000)")
+        assert err.value.sqlstate == "54000"
+        assert len(c.execute("SELECT * FROM range(1000)").fetchall()) == 1000
+    with connect(server) as c:
+        threading.Timer(0.3, c.cancel_safe).start()  # cancel() holds the GIL while it waits
+        with pytest.raises(psycopg.errors.QueryCanceled, match="user request"):
+            c.execute("SELECT sum(hash(i)) FROM range(100000000000) t(i)")
+        assert c.execute("SELECT 1").fetchall() == [(1,)]
+
+
+# -- other real clients ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trust_server(cat_path):
+    with Server(cat_path, port=0) as srv:
+        yield srv
+
+
+def test_psql_dt_and_d(trust_server):
+    psql = shutil.which("psql")
+    if psql is None:
+        pytest.fail("psql (postgresql-client) not installed: install the Debian packages .ci/run installs")
+    env = {**os.environ, "PGCONNECT_TIMEOUT": "10"}
+    cmd = [psql, "-h", "127.0.0.1", "-p", str(trust_server.port), "-U", "u", "-d", "dumpcat", "-X"]
+    out = subprocess.run([*cmd, "-c", r"\dt", "-c", r"\d stats", "-c", "SELECT count(*) AS n FROM stats"],
+                         env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "public | stats" in out.stdout and "table" in out.stdout
+    assert 'Table "public.stats"' in out.stdout
+    assert " nan_count " in out.stdout and "bigint" in out.stdout and "bigint[]" in out.stdout
+    assert "ERROR" not in out.stderr
+
+
+def test_jdbc_metadata_and_query(trust_server, tmp_path):
+    jar = Path("/usr/share/java/postgresql.jar")
+    if not (shutil.which("javac") and jar.exists()):
+        pytest.fail(
+            "JDK or libpostgresql-jdbc-java not installed: install the Debian packages .ci/run installs"
+        )
+    src = Path(__file__).parent / "jdbc" / "CatalogProbe.java"
+    subprocess.run(["javac", "-d", tmp_path, src], check=True, timeout=120)
+    url = f"jdbc:postgresql://127.0.0.1:{trust_server.port}/dumpcat"
+    out = subprocess.run(["java", "-cp", f"{tmp_path}:{jar}", "CatalogProbe", url, "u", "p"],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "table stats" in lines and "table tensors" in lines
+    assert "column nan_count int8" in lines and "column shape _int8" in lines
+    assert any(line.startswith("row ") and "Log-op0" in line and "NaN" in line for line in lines)
+
+
+def test_odbc(trust_server):
+    import pyodbc
+
+    if "PostgreSQL Unicode" not in pyodbc.drivers():
+        pytest.fail("odbc-postgresql not installed: install the Debian packages .ci/run installs")
+    con = pyodbc.connect(
+        f"DRIVER={{PostgreSQL Unicode}};SERVER=127.0.0.1;PORT={trust_server.port};"
+        "DATABASE=dumpcat;UID=u;PWD=p",
+        autocommit=True,
+    )
+    try:
+        cur = con.cursor()
+        rows = cur.execute(
+            "SELECT op_name, nan_count, max, shape FROM stats WHERE nan_count > ? LIMIT 3", 0
+        ).fetchall()
+        assert rows and math.isnan(rows[0][2]) and rows[0][3].startswith("{")
+        assert "stats" in [t.table_name for t in cur.tables(tableType="TABLE")]
+        assert "nan_count" in [c.column_name for c in cur.columns(table="stats")]
+    finally:
+        con.close()
+
+
+def test_metadata_queries_of_bi_tools(trust_server):
+    with connect(trust_server, user="u", password="p") as c:
+        # Grafana's table listing (PostgreSQL data source)
+        # Grafana's PostgreSQL data source lists tables through information_schema
+        tables = c.execute(
+            "SELECT quote_ident(table_name) AS table FROM information_schema.tables "
+            "WHERE table_schema = 'public' ORDER BY 1"
+        ).fetchall()
+        assert ("stats",) in tables
+        cols = c.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = 'public' AND table_name = %s ORDER BY ordinal_position",
+            ["stats"],
+        ).fetchall()
+        assert ("nan_count", "bigint") in cols and ("shape", "ARRAY") in cols
+        # Metabase-style: namespaces and relations through pg_catalog
+        rels = c.execute(
+            "SELECT n.nspname, c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+            "ON c.relnamespace = n.oid WHERE c.relkind IN ('r','v','m','p','f') AND n.nspname = 'public'"
+        ).fetchall()
+        assert ("public", "stats") in rels
+        assert c.execute("SELECT count(*) FROM public.stats").fetchall()[0][0] > 0
