@@ -28,6 +28,30 @@ def view_oids() -> dict[str, int]:
     return {name: FIRST_OID + i for i, name in enumerate(sorted(USER_VIEWS))}
 
 
+def _settings_case() -> str:
+    """SQL CASE answering `current_setting(name)` for what clients read on connect (Grafana asks
+    for server_version_num and search_path); NULL for anything else."""
+    settings = {
+        "server_version_num": _version_num(),
+        "server_version": PG_VERSION,
+        "search_path": '"$user", public',
+        "server_encoding": "UTF8",
+        "client_encoding": "UTF8",
+        "standard_conforming_strings": "on",
+        "datestyle": "ISO, MDY",
+        "timezone": "UTC",
+        "max_identifier_length": "63",
+    }
+    whens = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in settings.items())
+    return f"CASE lower(name) {whens} END"
+
+
+def _version_num() -> str:
+    """`server_version_num` for PG_VERSION: '14.0' -> '140000'."""
+    major, _, minor = PG_VERSION.partition(".")
+    return f"{int(major) * 10000 + int(minor or 0)}"
+
+
 def _values(rows: list[tuple], names: str) -> str:
     def lit(v: object) -> str:
         if v is None:
@@ -248,6 +272,12 @@ def setup_sql() -> list[str]:
         f"CREATE OR REPLACE MACRO {pg}.has_schema_privilege(a, b) AS true, (a, b, c) AS true",
         f"CREATE OR REPLACE MACRO {pg}.has_database_privilege(a, b) AS true, (a, b, c) AS true",
         f"CREATE OR REPLACE MACRO {pg}.current_database() AS '{DATABASE}'",
+        # Settings clients read on connect (Grafana asks for server_version_num and search_path).
+        f"CREATE OR REPLACE MACRO {pg}.current_setting(name) AS {_SETTINGS_CASE}, "
+        f"(name, missing_ok) AS {_SETTINGS_CASE}",
+        # parse_ident('a.b') -> ['a', 'b'] (quotes removed), as Grafana's column listing uses it.
+        f"""CREATE OR REPLACE MACRO {pg}.parse_ident(x) AS
+            list_transform(string_split(x, '.'), lambda part: trim(part, '"'))""",
         f"CREATE OR REPLACE MACRO {pg}.current_schema() AS 'public'",
         f"CREATE OR REPLACE MACRO {pg}.current_schemas(x) AS ['public']",
         f"CREATE OR REPLACE MACRO {pg}.current_user() AS '{OWNER}'",
@@ -303,6 +333,9 @@ def setup_sql() -> list[str]:
     return stmts
 
 
+_SETTINGS_CASE = _settings_case()
+
+
 def install(con: duckdb.DuckDBPyConnection) -> None:
     for stmt in setup_sql():
         con.execute(stmt)
@@ -322,7 +355,7 @@ _PG_FUNCS = {
     "pg_total_relation_size", "has_table_privilege", "has_schema_privilege", "has_database_privilege",
     "pg_relation_is_publishable", "current_database", "current_schema", "current_schemas", "version",
     "array_lower", "array_upper",
-    "quote_ident",
+    "quote_ident", "current_setting", "parse_ident",
 }  # fmt: skip
 _PG_FUNCS |= set(_NULL_FUNCS)
 _INFO_NAMES = {"schemata", "tables", "columns", "views"}
@@ -382,6 +415,7 @@ def _rewrite_code(code: str) -> str:
     code = re.sub(
         r"(?<![.\w])(current_database|current_schema|current_schemas|version|format_type|pg_get_userbyid"
         r"|pg_table_is_visible|obj_description|col_description|array_lower|array_upper|quote_ident"
+        r"|current_setting|parse_ident"
         r"|pg_encoding_to_char|pg_get_expr|has_table_privilege|has_schema_privilege)\s*\(",
         lambda m: f"dumpcat_pg.{m.group(1).lower()}(",
         code,
@@ -392,11 +426,21 @@ def _rewrite_code(code: str) -> str:
     return code
 
 
+# Grafana's "schemas on the search path" subquery: PostgreSQL lets a scalar function stand in FROM
+# (`string_to_array(...) s`), DuckDB does not. Its answer here is always the one schema, public.
+_SEARCH_PATH_SUBQUERY = re.compile(
+    r"IN\s*\(\s*SELECT\s+CASE\s+WHEN\s+trim\(\s*s\[i\]\s*\)"
+    r".*?string_to_array\(\s*current_setting\(\s*'search_path'\s*\)\s*,\s*','\s*\)\s+(?:AS\s+)?s\s*\)",
+    re.I | re.S,
+)
+
+
 def rewrite(query: str) -> str:
     """The query with PostgreSQL catalog references pointed at the emulation."""
     if not re.search(r"pg_|information_schema|regclass|regtype|::|OPERATOR|current_|version|quote_ident"
-                     r"|format_type|session_user|array_", query, re.I):  # fmt: skip
+                     r"|format_type|session_user|array_|parse_ident", query, re.I):  # fmt: skip
         return query
+    query = _SEARCH_PATH_SUBQUERY.sub("IN (SELECT 'public')", query)
     query = _REG_LITERAL.sub(
         lambda m: (
             f"dumpcat_pg.{'regclass_of' if m.group(2).lower() == 'regclass' else 'regtype_of'}({m.group(1)})"

@@ -306,3 +306,48 @@ def test_metadata_queries_of_bi_tools(trust_server):
         ).fetchall()
         assert ("public", "stats") in rels
         assert c.execute("SELECT count(*) FROM public.stats").fetchall()[0][0] > 0
+
+
+# The metadata queries Grafana's PostgreSQL data source sends (its postgresMetaQuery): server
+# version, TimescaleDB probe, schemas, tables (by search path and by schema), columns of a table.
+_GRAFANA_ON_SEARCH_PATH = """quote_ident(table_schema) IN (
+    SELECT CASE WHEN trim(s[i]) = '"$user"' THEN user ELSE trim(s[i]) END
+    FROM generate_series(
+        array_lower(string_to_array(current_setting('search_path'),','),1),
+        array_upper(string_to_array(current_setting('search_path'),','),1)
+    ) as i,
+    string_to_array(current_setting('search_path'),',') s
+)"""
+GRAFANA_QUERIES = {
+    "version": "SELECT current_setting('server_version_num')::int/100 as version",
+    "timescaledb": "SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'",
+    "schemas": """SELECT schema_name AS "name" FROM information_schema.schemata
+        WHERE schema_name NOT IN ('information_schema', 'pg_catalog', 'pg_toast', '_timescaledb_cache')
+        ORDER BY schema_name""",
+    "tables": f"""SELECT CASE WHEN {_GRAFANA_ON_SEARCH_PATH}
+            THEN quote_ident(table_name) ELSE quote_ident(table_schema) || '.' || quote_ident(table_name)
+        END AS "table"
+        FROM information_schema.tables
+        WHERE quote_ident(table_schema) NOT IN ('information_schema', 'pg_catalog', '_timescaledb_cache')
+        ORDER BY CASE WHEN {_GRAFANA_ON_SEARCH_PATH} THEN 0 ELSE 1 END, 1""",
+    "tables_of_schema": """SELECT quote_ident(table_name) AS "table" FROM information_schema.tables
+        WHERE quote_ident(table_schema) = 'public' ORDER BY 1""",
+    "columns": f"""SELECT quote_ident(column_name) AS "column", data_type AS "type"
+        FROM information_schema.columns
+        WHERE CASE WHEN array_length(parse_ident('stats'),1) = 2
+            THEN quote_ident(table_schema) = (parse_ident('stats'))[1]
+                AND quote_ident(table_name) = (parse_ident('stats'))[2]
+            ELSE quote_ident(table_name) = 'stats' AND {_GRAFANA_ON_SEARCH_PATH}
+        END""",
+}
+
+
+def test_grafana_metadata_queries(trust_server):
+    with connect(trust_server, user="grafana", password="x") as c:
+        got = {name: c.execute(q).fetchall() for name, q in GRAFANA_QUERIES.items()}
+    assert got["version"] == [(1400,)]
+    assert got["timescaledb"] == []
+    assert got["schemas"] == [("public",)]
+    assert ("stats",) in got["tables"] and ("first_anomaly",) in got["tables"]
+    assert got["tables_of_schema"] == got["tables"]
+    assert ("nan_count", "bigint") in got["columns"] and ("op_name", "text") in got["columns"]
