@@ -24,6 +24,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+# The graph files of a dump: `graphs/ms_output_trace_code_graph_{graph_id}.ir` and `.pb`.
+GRAPH_FILE = re.compile(r"^ms_output_trace_code_graph_(\d+)\.(pb|ir)$")
+
+
 # --- source frames -------------------------------------------------------------------------------
 
 

@@ -28,9 +28,15 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 
 from ingest import debug_graph_pb2 as pb
-from ingest.graph_model import GraphNode, ParsedGraph, SourceFrame, is_frame_line, parse_frame_line
+from ingest.graph_model import (
+    GRAPH_FILE,
+    GraphNode,
+    ParsedGraph,
+    SourceFrame,
+    is_frame_line,
+    parse_frame_line,
+)
 
-_GRAPH_FILE = re.compile(r"ms_output_trace_code_graph_(\d+)\.pb$")
 _KERNEL_GRAPH = re.compile(r"kernel_graph_?(\d+)$")
 _CANDIDATE_START = re.compile(r"^\s*#\s*-\s+In file ")
 
@@ -84,7 +90,7 @@ _FLOAT_PREFIX = {pb.DT_FLOAT16: "F16", pb.DT_FLOAT32: "F32", pb.DT_FLOAT64: "F64
 def parse_graph_pb_file(path: str | Path) -> ParsedGraph:
     """Parse a `.pb` file; the graph id comes from the `..._graph_{id}.pb` file name."""
     p = Path(path)
-    m = _GRAPH_FILE.search(p.name)
+    m = GRAPH_FILE.match(p.name)
     graph_id = int(m.group(1)) if m else None
     try:
         data = p.read_bytes()

@@ -4,14 +4,11 @@ the `ir_nodes`, `edges` and `source_lines` tables."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
-from ingest.graph_model import ParsedGraph
+from ingest.graph_model import GRAPH_FILE, ParsedGraph
 from ingest.graph_pb import parse_graph_pb_file
 from ingest.ir_text import parse_ir_file
-
-GRAPH_FILE = re.compile(r"^ms_output_trace_code_graph_(\d+)\.(pb|ir)$")
 
 
 def graph_files(names: list[str]) -> dict[int, dict[str, str]]:

@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ingest.graph_model import (
+    GRAPH_FILE,
     SHORT_DTYPES,
     GraphNode,
     ParsedGraph,
@@ -43,7 +44,6 @@ from ingest.graph_model import (
     parse_frame_line,
 )
 
-_GRAPH_FILE = re.compile(r"ms_output_trace_code_graph_(\d+)\.ir$")
 _KERNEL_GRAPH = re.compile(r"kernel_graph_?(\d+)$")
 _NODE_HEAD = re.compile(r"%(\d+)(?:\(([^)]*)\))? = ")
 _OP_CALL = re.compile(r"([^\s(){}\[\],=]+)\(")
@@ -68,7 +68,7 @@ _MAX_CONTINUATION_LINES = 1000
 def parse_ir_file(path: str | Path) -> ParsedGraph:
     """Parse a `.ir` file; the graph id comes from the `..._graph_{id}.ir` file name."""
     p = Path(path)
-    m = _GRAPH_FILE.search(p.name)
+    m = GRAPH_FILE.match(p.name)
     graph_id = int(m.group(1)) if m else None
     try:
         with open(p, encoding="utf-8", errors="replace", newline="") as fh:

@@ -589,7 +589,6 @@ def sample_files() -> list[Path]:
     return sorted(SAMPLES.glob("*/dump/rank_0/*/*/*/*.npy"))
 
 
-@pytest.mark.skipif(not SAMPLES.is_dir(), reason="shared samples not mounted")
 def test_samples_all_compute(monkeypatch: pytest.MonkeyPatch) -> None:
     files = sample_files()
     assert len(files) > 100
