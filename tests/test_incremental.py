@@ -129,8 +129,17 @@ def test_several_runs_and_ranks(tmp_path, copy_dump):
 _KILL_SCRIPT = """
 import sys
 from ingest.pipeline import ingest_dump
-ingest_dump(sys.argv[1], sys.argv[2], batch_rows=int(sys.argv[3]))
+def tell(n):
+    print("leaf", flush=True)
+ingest_dump(sys.argv[1], sys.argv[2], batch_rows=int(sys.argv[3]), on_progress=tell)
 """
+
+
+def _start_ingest(cat_dir: Path, dump: Path) -> subprocess.Popen:
+    """An ingest in its own process that prints a line as it reaches each leaf directory."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    cmd = [sys.executable, "-c", _KILL_SCRIPT, str(cat_dir), str(dump), "25"]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
 
 
 @pytest.fixture(scope="module")
@@ -145,28 +154,31 @@ def big_dump(tmp_path_factory):
 
 
 def test_sigkill_at_random_moments_then_rerun_equals_one_shot(tmp_path, big_dump):
+    """Kills are anchored to progress (after a random number of leaf directories, plus a random
+    few milliseconds) rather than to wall time, so they land mid-ingest on a slow or a fast machine."""
     reference = Catalog.open(tmp_path / "ref", create=True)
     reference.ingest(big_dump)
     expected = _content(reference)
     rng = random.Random(20261121)
-    env_path = str(Path(__file__).parents[1])
-    env = {**os.environ, "PYTHONPATH": env_path}
-    cmd = [sys.executable, "-c", _KILL_SCRIPT, "", str(big_dump), "25"]
-    started = time.perf_counter()
-    subprocess.run([*cmd[:3], str(tmp_path / "timing"), *cmd[4:]], env=env, check=True)
-    full = time.perf_counter() - started  # interpreter start-up included
+    timing = _start_ingest(tmp_path / "timing", big_dump)
+    leaves = sum(1 for _ in timing.stdout)
+    assert timing.wait() == 0 and leaves == 36
     kills = 0
     for attempt in range(6):
         cat_dir = tmp_path / f"cat{attempt}"
         killed_at = []
         for _ in range(3):  # kill up to 3 times, each at a random moment
-            proc = subprocess.Popen([*cmd[:3], str(cat_dir), *cmd[4:]], env=env)
-            delay = rng.uniform(0.3 * full, 0.95 * full)
-            time.sleep(delay)
+            proc = _start_ingest(cat_dir, big_dump)
+            target = rng.randint(1, leaves)
+            seen = 0
+            while seen < target and proc.stdout.readline():
+                seen += 1
+            time.sleep(rng.uniform(0, 0.05))
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
-                killed_at.append(round(delay, 2))
+                killed_at.append((seen, target))
                 kills += 1
+            proc.stdout.read()
             proc.wait()
             # Whatever survived is a consistent catalog: readable, never a row twice.
             if (cat_dir / "snapshot.json").exists():
@@ -176,5 +188,5 @@ def test_sigkill_at_random_moments_then_rerun_equals_one_shot(tmp_path, big_dump
                 partial.close()
         final = Catalog.open(cat_dir, create=True)
         final.ingest(big_dump)
-        assert _content(final) == expected, f"attempt {attempt}, killed at {killed_at}"
-    assert kills >= 4, "the ingest finished before most kills: the test would prove nothing"
+        assert _content(final) == expected, f"attempt {attempt}, killed after leaves {killed_at}"
+    assert kills >= 12, "the ingest finished before most kills: the test would prove nothing"

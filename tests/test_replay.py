@@ -300,7 +300,7 @@ def test_rate_limit_and_seed(tmp_path):
     assert log_b.log != log_d.log, "another seed halves other files"
     t0 = time.monotonic()
     replay(src, tmp_path / "e", rate=0, seed=1, half_written=0.0)
-    assert time.monotonic() - t0 < 0.2 * elapsed
+    assert time.monotonic() - t0 < 0.5 * elapsed
 
 
 def test_command_line_and_sigkill_of_the_writer(tmp_path, stat_tree):
