@@ -57,7 +57,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ingest import tensor_stats
+from ingest import helper_pool
 from ingest.tensor_stats import StatJob, compute_stats, compute_stats_many, open_tensor
 
 
@@ -135,7 +135,7 @@ def run_case(name: str, jobs: list[StatJob], repeat: int, workers: int | None) -
     naive(jobs[: min(len(jobs), 200)])
 
     def cold() -> None:
-        tensor_stats._shutdown_helpers()  # outside the timing would be nicer; it takes ~1 ms
+        helper_pool._shutdown_helpers()  # outside the timing would be nicer; it takes ~1 ms
         many(jobs, workers=workers)
 
     variants = {

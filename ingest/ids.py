@@ -37,3 +37,14 @@ class TensorIdHasher:
 
 def stat_row_id(run: str, csv_rel_path: str, line_no: int) -> int:
     return stable_id("s", run, csv_rel_path, line_no)
+
+
+def stat_row_ids(run: str, csv_rel_path: str, line_nos: list[int]) -> list[int]:
+    """`stat_row_id` for many lines of one statistic.csv, hashing the shared prefix once."""
+    prefix = blake2b(f"s\x1f{run}\x1f{csv_rel_path}\x1f".encode(), digest_size=8)
+    ids = []
+    for line_no in line_nos:
+        h = prefix.copy()
+        h.update(str(line_no).encode())
+        ids.append(int.from_bytes(h.digest(), "little") & _MASK)
+    return ids

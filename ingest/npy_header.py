@@ -34,17 +34,22 @@ class NpyHeader:
     shape: tuple[int, ...]
     fortran_order: bool
     data_offset: int
+    dtype_name: str  # 'float32', or the exact '>f4' form for a non-native byte order
+    nbytes: int  # data bytes the header promises
 
-    @property
-    def dtype_name(self) -> str:
-        return _dtype_name(self.dtype)
 
-    @property
-    def nbytes(self) -> int:
-        n = self.dtype.itemsize
-        for d in self.shape:
-            n *= d
-        return n
+def _header(dtype: np.dtype, shape: tuple[int, ...], fortran: bool, data_offset: int) -> NpyHeader:
+    nbytes = dtype.itemsize
+    for d in shape:
+        nbytes *= d
+    return NpyHeader(dtype, shape, fortran, data_offset, _dtype_name(dtype), nbytes)
+
+
+# Parsed headers by their exact bytes. A dump repeats the same few hundred headers (each
+# operator's tensors have the same shape at every iteration and on every rank), so most files
+# cost a dict lookup instead of a parse. Bounded: cleared when it outgrows _CACHE_MAX.
+_PARSED: dict[bytes, NpyHeader] = {}
+_CACHE_MAX = 65_536
 
 
 @functools.lru_cache(maxsize=256)
@@ -87,13 +92,24 @@ def parse_header_block(block: bytes) -> NpyHeader:
     end = start + hlen
     if len(block) < end:
         raise NpyHeaderError("truncated npy header")
-    text = block[start:end].decode("latin1" if major < 3 else "utf8")
+    key = block[:end]
+    cached = _PARSED.get(key)
+    if cached is not None:
+        return cached
+    header = _parse_header_text(block[start:end].decode("latin1" if major < 3 else "utf8"), end)
+    if len(_PARSED) >= _CACHE_MAX:
+        _PARSED.clear()
+    _PARSED[key] = header
+    return header
+
+
+def _parse_header_text(text: str, end: int) -> NpyHeader:
     m = _FAST.match(text)
     if m:
         fortran = m.group("fortran") == "True"
         dims = m.group("shape").replace(" ", "")
         shape = tuple(int(d) for d in dims.split(",") if d)
-        return NpyHeader(_dtype_of_descr(m.group("descr")), shape, fortran, end)
+        return _header(_dtype_of_descr(m.group("descr")), shape, fortran, end)
     else:
         try:
             d = ast.literal_eval(text)
@@ -104,7 +120,7 @@ def parse_header_block(block: bytes) -> NpyHeader:
         descr, fortran, shape = d["descr"], bool(d["fortran_order"]), d["shape"]
         if not isinstance(shape, tuple) or not all(isinstance(x, int) and x >= 0 for x in shape):
             raise NpyHeaderError(f"bad shape {shape!r} in npy header")
-    return NpyHeader(_descr_to_dtype(descr), shape, fortran, end)
+    return _header(_descr_to_dtype(descr), shape, fortran, end)
 
 
 def read_npy_header(path: str | os.PathLike) -> tuple[NpyHeader, int]:

@@ -13,7 +13,7 @@ against the execution order (see sql/).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # dtype tokens MindSpore writes into file names (compared case-insensitively).
 DTYPE_TOKENS = frozenset(
@@ -46,15 +46,14 @@ DTYPE_TOKENS = frozenset(
 
 # Root scopes that start a v2.3+ sanitised full name (`Default/...` -> `Default_...`).
 _V23_SCOPE = re.compile(r"^(?:Default|Gradients|Expand|recompute_Default|Inference|Parallel)_")
-_DIGITS = re.compile(r"^[0-9]+$")
+_DIGITS = re.compile(r"[0-9]+")
 
 
 class TensorNameError(ValueError):
     """A file name that fits no tensor-name pattern."""
 
 
-@dataclass(frozen=True, slots=True)
-class TensorName:
+class TensorName(NamedTuple):
     op_type: str
     op_name: str
     task_id: int
@@ -67,26 +66,43 @@ class TensorName:
     era: str  # 'v2.4+' | 'v2.3' | 'v1.3-2.2'
 
 
+# dtype token as written in a name -> its lowercase form (filled lazily; only valid tokens).
+_DTYPE_OF_TOKEN: dict[str, str] = {}
+
+
+def _dtype_token(token: str) -> str | None:
+    low = _DTYPE_OF_TOKEN.get(token)
+    if low is None and token.lower() in DTYPE_TOKENS:
+        low = _DTYPE_OF_TOKEN[token] = token.lower()
+    return low
+
+
 def parse_tensor_name(name: str) -> TensorName:
-    """Parse one `.npy` tensor file name; raise TensorNameError with the reason when it does not fit."""
+    """Parse one `.npy` tensor file name; raise TensorNameError with the reason when it does not fit.
+
+    Called once per file of a million-file dump, so the common case is a handful of C-level
+    string calls; the field-by-field checks below run only to explain a name that fails."""
     if not name.endswith(".npy"):
         raise TensorNameError("not a .npy file")
     parts = name[:-4].split(".")
     dtype: str | None = None
-    if len(parts) >= 9 and parts[-1].lower() in DTYPE_TOKENS:
-        dtype = parts.pop().lower()
+    if len(parts) >= 9:
+        dtype = _dtype_token(parts[-1])
+        if dtype is not None:
+            parts.pop()
     if len(parts) < 8:
         raise TensorNameError(f"expected at least 8 dot-separated fields before .npy, found {len(parts)}")
     fmt, slot, io, ts, stream, task = parts[-1], parts[-2], parts[-3], parts[-4], parts[-5], parts[-6]
-    if io not in ("input", "output"):
-        raise TensorNameError(f"field {io!r} where 'input' or 'output' was expected")
-    for label, value in (("slot", slot), ("timestamp", ts), ("stream id", stream), ("task id", task)):
-        if not _DIGITS.match(value):
-            raise TensorNameError(f"{label} {value!r} is not a decimal number")
-    if not fmt:
-        raise TensorNameError("empty format field")
+    numbers = slot + ts + stream + task
+    if not (
+        (io == "output" or io == "input")
+        and slot and ts and stream and task
+        and numbers.isdigit() and numbers.isascii()
+        and fmt
+    ):  # fmt: skip
+        _explain_bad_fields(fmt, slot, io, ts, stream, task)
     op_type = parts[0]
-    op_name = ".".join(parts[1:-6])
+    op_name = parts[1] if len(parts) == 8 else ".".join(parts[1:-6])
     if not op_type or not op_name:
         raise TensorNameError("empty op type or op name")
     if dtype is not None:
@@ -96,6 +112,17 @@ def parse_tensor_name(name: str) -> TensorName:
     else:
         era = "v1.3-2.2"
     return TensorName(op_type, op_name, int(task), int(stream), int(ts), io, int(slot), fmt, dtype, era)
+
+
+def _explain_bad_fields(fmt: str, slot: str, io: str, ts: str, stream: str, task: str) -> None:
+    if io not in ("input", "output"):
+        raise TensorNameError(f"field {io!r} where 'input' or 'output' was expected")
+    for label, value in (("slot", slot), ("timestamp", ts), ("stream id", stream), ("task id", task)):
+        if not _DIGITS.fullmatch(value):
+            raise TensorNameError(f"{label} {value!r} is not a decimal number")
+    if not fmt:
+        raise TensorNameError("empty format field")
+    raise TensorNameError("malformed tensor file name")  # not reached: one of the checks fails
 
 
 def sanitize_v23(full_name: str) -> str:

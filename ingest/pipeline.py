@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from ingest import execution_order, kernel_args, mapping_csv, metadata
 from ingest import graph_rows as graph_rows_mod
-from ingest.ids import TensorIdHasher, stat_row_id
+from ingest.ids import TensorIdHasher, stat_row_ids
 from ingest.npy_header import NpyHeaderError, read_npy_header
 from ingest.npy_name import (
     TensorName,
@@ -549,9 +549,7 @@ class Ingester:
         table = result.table
         n = table.num_rows
         line_nos = table.column("line_no").to_pylist()
-        table = table.append_column(
-            "stat_id", pa.array([stat_row_id(self.run, rel, ln) for ln in line_nos], pa.int64())
-        )
+        table = table.append_column("stat_id", pa.array(stat_row_ids(self.run, rel, line_nos), pa.int64()))
         consts = {
             "run": (self.run, pa.string()),
             "rank": (rank, pa.int32()),

@@ -20,6 +20,7 @@ import numpy as np
 import psutil
 import pytest
 
+from ingest import helper_pool as hp
 from ingest import tensor_stats as ts
 from ingest.schema import STAT_VALUE_FIELDS
 from ingest.tensor_stats import (
@@ -42,11 +43,11 @@ KEYS = [name for name, _ in STAT_VALUE_FIELDS]
 def _stop_helpers():
     """Leave no helper process behind for other test modules."""
     yield
-    ts._shutdown_helpers()
+    hp._shutdown_helpers()
 
 
 def assert_only_idle_helpers_left() -> None:
-    idle = {h.proc.pid for h in ts._idle_helpers}
+    idle = {h.proc.pid for h in hp._idle_helpers}
     ours = {
         c.pid: c.cmdline()
         for c in psutil.Process().children()
@@ -461,7 +462,7 @@ def test_many_reports_errors_and_carries_on(
 ) -> None:
     monkeypatch.setattr(ts, "_INLINE_JOBS", 0)  # use helpers even for this small run
     monkeypatch.setattr(ts, "_BATCH_JOBS", 7)  # several batches in flight
-    monkeypatch.setattr(ts, "_CALLER_COMPUTES", caller_computes)
+    monkeypatch.setattr(hp, "_CALLER_COMPUTES", caller_computes)
     here = []  # batches computed in this process (helper processes run the unpatched module)
     run_batch = ts._run_batch
     monkeypatch.setattr(ts, "_run_batch", lambda batch, md5: here.append(1) or run_batch(batch, md5))
@@ -497,8 +498,8 @@ def test_dead_helpers_cost_nothing_but_time(
 ) -> None:
     monkeypatch.setattr(ts, "_INLINE_JOBS", 0)
     monkeypatch.setattr(ts, "_BATCH_JOBS", 5)
-    monkeypatch.setattr(ts, "_CALLER_COMPUTES", False)  # rely on the helpers until they are gone
-    monkeypatch.setattr(ts, "_helper_argv", lambda: [sys.executable, "-c", code])
+    monkeypatch.setattr(hp, "_CALLER_COMPUTES", False)  # rely on the helpers until they are gone
+    monkeypatch.setattr(hp, "_helper_argv", lambda: [sys.executable, "-c", code])
     jobs, want, bad = make_mixed_jobs(tmp_path, 30)
     results = list(compute_stats_many(jobs, workers=3))
     assert [r[0] for r in results] == [j.row_id for j in jobs]
@@ -511,20 +512,20 @@ def test_dead_helpers_cost_nothing_but_time(
 
 def test_idle_helpers_are_reused_then_time_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ts, "_INLINE_JOBS", 0)
-    monkeypatch.setattr(ts, "_CALLER_COMPUTES", False)
-    monkeypatch.setattr(ts, "_HELPER_IDLE_S", 1.0)
+    monkeypatch.setattr(hp, "_CALLER_COMPUTES", False)
+    monkeypatch.setattr(hp, "_HELPER_IDLE_S", 1.0)
     jobs = [save(tmp_path, f"r{i}", np.arange(i, dtype=np.float32)) for i in range(20)]
     assert all(err is None for _, _, err in compute_stats_many(jobs, workers=3))
-    first = sorted(h.proc.pid for h in ts._idle_helpers)
+    first = sorted(h.proc.pid for h in hp._idle_helpers)
     assert len(first) == 2
     assert all(err is None for _, _, err in compute_stats_many(jobs, workers=3))
-    assert sorted(h.proc.pid for h in ts._idle_helpers) == first  # same processes, no new start-up
-    procs = [h.proc for h in ts._idle_helpers]
+    assert sorted(h.proc.pid for h in hp._idle_helpers) == first  # same processes, no new start-up
+    procs = [h.proc for h in hp._idle_helpers]
     for proc in procs:
         proc.wait(timeout=30)  # they exit by themselves when idle
     results = list(compute_stats_many(jobs, workers=3))  # dead idle helpers are replaced
     assert all(err is None for _, _, err in results) and len(results) == 20
-    assert not set(first) & {h.proc.pid for h in ts._idle_helpers}
+    assert not set(first) & {h.proc.pid for h in hp._idle_helpers}
 
 
 def test_helpers_do_not_rerun_an_unguarded_main_script(tmp_path: Path) -> None:
@@ -540,7 +541,8 @@ def test_helpers_do_not_rerun_an_unguarded_main_script(tmp_path: Path) -> None:
         f"d = Path({str(tmp_path)!r})\n"
         "with open(d / 'runs.log', 'a') as f:\n"
         "    f.write('ran\\n')\n"
-        "ts._CALLER_COMPUTES = False\n"
+        "from ingest import helper_pool\n"
+        "helper_pool._CALLER_COMPUTES = False\n"
         "jobs = [ts.StatJob(i, str(d / f't{i}.npy'), 128, 'float32', (i % 50,)) for i in range(600)]\n"
         "res = list(ts.compute_stats_many(jobs, workers=2))\n"
         "print(sum(err is None for _, _, err in res))\n"
@@ -602,7 +604,7 @@ def test_samples_all_compute(monkeypatch: pytest.MonkeyPatch) -> None:
     kinds = {a.dtype.kind for a in arrays.values()}
     assert {"f", "i", "b"} <= kinds and any(a.ndim == 0 for a in arrays.values())
     monkeypatch.setattr(ts, "_INLINE_JOBS", 0)
-    monkeypatch.setattr(ts, "_CALLER_COMPUTES", False)
+    monkeypatch.setattr(hp, "_CALLER_COMPUTES", False)
     results = list(compute_stats_many(jobs, md5=True, workers=2))
     assert len(results) == len(jobs)
     for row_id, stats, err in results:
@@ -645,7 +647,7 @@ def test_relative_paths_resolve_in_the_callers_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(ts, "_INLINE_JOBS", 0)
-    monkeypatch.setattr(ts, "_CALLER_COMPUTES", False)
+    monkeypatch.setattr(hp, "_CALLER_COMPUTES", False)
     (tmp_path / "d").mkdir()
     job = save(tmp_path / "d", "rel", np.arange(6, dtype=np.int32))
     monkeypatch.chdir(tmp_path)
@@ -656,11 +658,11 @@ def test_relative_paths_resolve_in_the_callers_directory(
 
 def test_start_helpers_ahead_of_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ts, "_INLINE_JOBS", 0)
-    monkeypatch.setattr(ts, "_CALLER_COMPUTES", False)
-    ts.start_helpers(workers=3)
-    started = sorted(h.proc.pid for h in ts._idle_helpers)
+    monkeypatch.setattr(hp, "_CALLER_COMPUTES", False)
+    hp.start_helpers(workers=3)
+    started = sorted(h.proc.pid for h in hp._idle_helpers)
     assert len(started) == 2
     jobs = [save(tmp_path, f"s{i}", np.full(i + 1, -i, dtype=np.int16)) for i in range(10)]
     results = list(compute_stats_many(jobs, workers=3))
     assert [stats["min"] for _, stats, _ in results] == [float(-i) for i in range(10)]
-    assert sorted(h.proc.pid for h in ts._idle_helpers) == started
+    assert sorted(h.proc.pid for h in hp._idle_helpers) == started
