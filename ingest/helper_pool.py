@@ -91,7 +91,8 @@ def _serve(idle_s: float = _HELPER_IDLE_S, preload: Sequence[str] = ()) -> None:
         return
 
 
-_PRELOAD: tuple[str, ...] = ("ingest.tensor_stats",)
+# Imported by a helper before it reports ready, so that its first batch does not wait for them.
+_PRELOAD: tuple[str, ...] = ("ingest.tensor_stats", "ingest.leaf_scan")
 
 
 def _helper_argv() -> list[str]:
@@ -249,9 +250,14 @@ def _shutdown_helpers() -> None:
 atexit.register(_shutdown_helpers)
 
 
-def run_ordered(task: str, batches: Iterator[Any], n_helpers: int, *args: Any) -> Iterator[Any]:
+def run_ordered(
+    task: str, batches: Iterator[Any], n_helpers: int, *args: Any, caller_helps: bool = True
+) -> Iterator[Any]:
     """``task(batch, *args)`` for every batch, here and in ``n_helpers`` helper processes; results
-    are yielded in batch order. A helper that dies has its batches recomputed here."""
+    are yielded in batch order. A helper that dies has its batches recomputed here.
+
+    With ``caller_helps=False`` this process computes batches only until a helper is ready, for a
+    caller that has its own work to do with each result."""
     fn = _resolve(task)
     helpers = _checkout_helpers(n_helpers)
     sel = selectors.DefaultSelector()
@@ -305,7 +311,11 @@ def run_ordered(task: str, batches: Iterator[Any], n_helpers: int, *args: Any) -
             if exhausted and next_out == next_in:
                 return
             can_take = not exhausted and next_in - next_out < limit
-            if can_take and (_CALLER_COMPUTES or not any(h.alive for h in helpers)):
+            if caller_helps:
+                compute_here = _CALLER_COMPUTES or not any(h.alive for h in helpers)
+            else:  # only while no helper is ready yet (or none is left)
+                compute_here = not any(h.alive and h.ready for h in helpers)
+            if can_take and compute_here:
                 batch = next(batches, None)
                 if batch is None:
                     exhausted = True

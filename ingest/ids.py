@@ -8,7 +8,10 @@ re-ingesting, ingesting in another order, or recovering after a crash gives the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from hashlib import blake2b
+
+import numpy as np
 
 _MASK = (1 << 63) - 1
 
@@ -35,16 +38,25 @@ class TensorIdHasher:
         return int.from_bytes(h.digest(), "little") & _MASK
 
 
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: a bijection of uint64 that scatters consecutive numbers."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def stat_row_ids(run: str, csv_rel_path: str, line_nos: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Ids of statistic.csv lines: the csv's BLAKE2b id XOR a mix of the line number.
+
+    A statistic.csv of a million-file dump has a line per tensor, so its ids are computed as one
+    numpy expression rather than a hash per line. Distinct lines of one file never collide (the
+    mix is a bijection); lines of two files collide with the same odds as independent hashes."""
+    base = np.uint64(stable_id("s", run, csv_rel_path))
+    with np.errstate(over="ignore"):
+        mixed = _mix64(np.asarray(line_nos, dtype=np.uint64))
+    return ((mixed ^ base) & np.uint64(_MASK)).astype(np.int64)
+
+
 def stat_row_id(run: str, csv_rel_path: str, line_no: int) -> int:
-    return stable_id("s", run, csv_rel_path, line_no)
-
-
-def stat_row_ids(run: str, csv_rel_path: str, line_nos: list[int]) -> list[int]:
-    """`stat_row_id` for many lines of one statistic.csv, hashing the shared prefix once."""
-    prefix = blake2b(f"s\x1f{run}\x1f{csv_rel_path}\x1f".encode(), digest_size=8)
-    ids = []
-    for line_no in line_nos:
-        h = prefix.copy()
-        h.update(str(line_no).encode())
-        ids.append(int.from_bytes(h.digest(), "little") & _MASK)
-    return ids
+    """The id of one statistic.csv line (see `stat_row_ids`)."""
+    return int(stat_row_ids(run, csv_rel_path, [line_no])[0])

@@ -1,0 +1,92 @@
+"""Turn a chunk of tensor file names into `tensors` rows: parse each name, read each npy header.
+
+This is the per-file loop of a metadata ingest (a million files is a million opens), so it runs in
+helper processes as well as in the ingesting one (`helper_pool.run_ordered`) and returns Arrow
+columns, which cross a pipe and join the pending batch without a per-row step in the caller.
+
+Only files that are complete and well-formed become rows here. Every other file (a name that
+fits no pattern, an unreadable or truncated npy) is handed back as *irregular*: the caller judges
+it with its full rules (live ingest may wait for it, a one-shot ingest records an error).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+
+from ingest.ids import TensorIdHasher
+from ingest.npy_header import NpyHeaderError, read_npy_header
+from ingest.npy_name import TensorNameError, parse_tensor_name, without_op_index
+from ingest.schema import TENSORS
+
+# (run, rank, net, graph_id, iteration, dir_kind): what every file of a leaf directory shares.
+LeafContext = tuple[str, int, str, int, int | None, str]
+# One leaf directory's share of a batch: context, absolute dir, dir relative to the dump root,
+# file names, and for each the original name from mapping.csv (or None).
+LeafChunk = tuple[LeafContext, str, str, list[str], list[str | None]]
+
+_CONSTANT_COLUMNS = ("run", "rank", "net", "graph_id", "iteration", "dir_kind")
+# Columns filled per file, in the order of the row tuples built below.
+_FILE_COLUMNS = (
+    "row_id", "rel_path", "file_name", "original_name", "op_type", "file_op_name", "file_op_base",
+    "task_id", "stream_id", "timestamp_us", "io", "slot", "format", "dtype", "stored_dtype", "shape",
+    "data_offset", "nbytes", "file_size", "name_era",
+)  # fmt: skip
+assert set(_CONSTANT_COLUMNS) | set(_FILE_COLUMNS) == set(TENSORS.names)
+
+_op_base: dict[str, str] = {}  # file op name -> without its -opN (op names repeat across iterations)
+_hashers: dict[str, TensorIdHasher] = {}
+
+
+def scan_tensor_files(batch: list[LeafChunk]) -> list[tuple[pa.Table, list[str]]]:
+    """For each chunk of `batch`: `tensors` rows of its well-formed complete files, and the names
+    of the others."""
+    out: list[tuple[pa.Table, list[str]]] = []
+    for ctx, dir_path, rel_dir, names, originals in batch:
+        rows = []
+        irregular: list[str] = []
+        hasher = _hashers.get(ctx[0])
+        if hasher is None:
+            hasher = _hashers[ctx[0]] = TensorIdHasher(ctx[0])
+        dir_prefix = dir_path + os.sep
+        rel_prefix = rel_dir + "/"
+        for name, original in zip(names, originals, strict=True):
+            try:
+                tn = parse_tensor_name(original or name)
+                header, size = read_npy_header(dir_prefix + name)
+            except (TensorNameError, NpyHeaderError, OSError):
+                irregular.append(name)
+                continue
+            op_name = tn.op_name
+            base = _op_base.get(op_name)
+            if base is None:
+                if len(_op_base) > 100_000:
+                    _op_base.clear()
+                base = _op_base[op_name] = without_op_index(op_name)
+            rel = rel_prefix + name
+            stored = header.dtype_name
+            rows.append(
+                (
+                    hasher(rel), rel, name, original, tn.op_type, op_name, base, tn.task_id,
+                    tn.stream_id, tn.timestamp_us, tn.io, tn.slot, tn.format, tn.dtype or stored,
+                    stored, header.shape, header.data_offset, header.nbytes, size, tn.era,
+                )
+            )  # fmt: skip
+        out.append((_table(ctx, rows), irregular))
+    return out
+
+
+def _table(ctx: LeafContext, rows: list[tuple]) -> pa.Table:
+    n = len(rows)
+    if not n:
+        return TENSORS.empty_table()
+    columns = dict(zip(_FILE_COLUMNS, zip(*rows, strict=True), strict=True))
+    arrays = []
+    for field in TENSORS:
+        if field.name in columns:
+            arrays.append(pa.array(columns[field.name], field.type))
+        else:
+            value = ctx[_CONSTANT_COLUMNS.index(field.name)]
+            arrays.append(pa.array([value] * n, field.type))
+    return pa.Table.from_arrays(arrays, schema=TENSORS)

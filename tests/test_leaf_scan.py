@@ -1,0 +1,177 @@
+"""The batched tensor-file scan (ingest/leaf_scan.py) and its use on every core by a one-shot ingest:
+the same rows as the file-by-file path, whatever the batching, the helpers, or the bad files."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import ingest.pipeline as pipeline
+from catalog import Catalog
+from ingest import helper_pool
+from ingest.ids import tensor_row_id
+from ingest.leaf_scan import scan_tensor_files
+from ingest.npy_header import read_npy_header
+from ingest.npy_name import parse_tensor_name
+from ingest.schema import TENSORS
+from tests.conftest import dump_of
+
+COMPARE = (
+    "SELECT * FROM raw_tensors ORDER BY row_id",
+    "SELECT row_id, stat_id, stat_source, max, min, nan_count FROM stats ORDER BY row_id, stat_id",
+    "SELECT path, stage, reason FROM ingest_errors ORDER BY ALL",
+)
+
+
+@pytest.fixture(autouse=True)
+def _stop_helpers():
+    yield
+    helper_pool._shutdown_helpers()
+
+
+def _content(cat: Catalog) -> list:
+    def norm(v):
+        return "nan" if isinstance(v, float) and math.isnan(v) else v
+
+    return [[{k: norm(v) for k, v in r.items()} for r in cat.sql(q).to_pylist()] for q in COMPARE]
+
+
+def test_scan_gives_header_and_name_fields_and_hands_back_bad_files(copy_dump):
+    dump = copy_dump("simple")
+    leaf = dump / "rank_0/Net/0/0"
+    names = sorted(p.name for p in leaf.glob("*.npy"))
+    good = names[:5]
+    (leaf / names[5]).write_bytes((leaf / names[5]).read_bytes()[:100])  # truncated
+    (leaf / "garbled.npy").write_bytes(b"not an npy")  # name fits no pattern either
+    bad_header = names[6]
+    (leaf / bad_header).write_bytes(b"\x93NUMPY\x01\x00\x10\x00{'descr': oops}  \n")
+    batch_names = [*good, names[5], "garbled.npy", bad_header]
+    ctx = ("run1", 0, "Net", 0, 0, "iteration")
+    [(table, irregular)] = scan_tensor_files(
+        [(ctx, str(leaf), "rank_0/Net/0/0", batch_names, [None] * len(batch_names))]
+    )
+    assert table.schema == TENSORS
+    assert irregular == [names[5], "garbled.npy", bad_header]
+    rows = table.to_pylist()
+    assert [r["file_name"] for r in rows] == good
+    for r in rows:
+        tn = parse_tensor_name(r["file_name"])
+        header, size = read_npy_header(leaf / r["file_name"])
+        assert r["row_id"] == tensor_row_id("run1", "rank_0/Net/0/0/" + r["file_name"])
+        assert (r["run"], r["rank"], r["net"], r["graph_id"], r["iteration"]) == ("run1", 0, "Net", 0, 0)
+        keys = (r["op_type"], r["file_op_name"], r["io"], r["slot"])
+        assert keys == (tn.op_type, tn.op_name, tn.io, tn.slot)
+        assert r["shape"] == list(header.shape) and r["stored_dtype"] == header.dtype_name
+        assert (r["data_offset"], r["nbytes"], r["file_size"]) == (header.data_offset, header.nbytes, size)
+        assert r["rel_path"] == "rank_0/Net/0/0/" + r["file_name"]
+    # A chunk with nothing readable still gives a (typed, empty) table.
+    [(empty, bad)] = scan_tensor_files([(ctx, str(leaf), "rank_0/Net/0/0", ["x.npy"], [None])])
+    assert empty.num_rows == 0 and empty.schema == TENSORS and bad == ["x.npy"]
+
+
+def test_mapped_names_are_parsed_from_their_original(tmp_path):
+    leaf = tmp_path / "d"
+    leaf.mkdir()
+    np.save(leaf / "7.npy", np.arange(3, dtype=np.int16))
+    long_name = "Add." + "A" * 300 + ".0.0.12.output.0.DefaultFormat.int16.npy"
+    ctx = ("r", 0, "Net", 0, 1, "iteration")
+    [(table, irregular)] = scan_tensor_files([(ctx, str(leaf), "d", ["7.npy"], [long_name])])
+    [row] = table.to_pylist()
+    assert not irregular
+    assert row["file_name"] == "7.npy" and row["original_name"] == long_name
+    assert row["file_op_name"] == "A" * 300 and row["dtype"] == "int16" and row["shape"] == [3]
+
+
+def _bad_tree(root: Path) -> Path:
+    """12 ranks of the simple sample plus a few broken files in several leaves."""
+    dump = root / "dump"
+    for r in range(12):
+        shutil.copytree(dump_of("simple") / "rank_0", dump / f"rank_{r}")
+    for r in (0, 5, 11):
+        leaf = dump / f"rank_{r}/Net/0/1"
+        victim = sorted(leaf.glob("*.npy"))[3]
+        victim.write_bytes(victim.read_bytes()[:90])
+        (leaf / "Bad.name.npy").write_bytes(b"x")
+    return dump
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_batching_and_helpers_do_not_change_the_catalog(tmp_path, monkeypatch, workers):
+    """Small batches and groups (so that leaves are split across batches and a batch spans
+    leaves) on 1-3 processes give exactly the catalog of the file-by-file path."""
+    dump = _bad_tree(tmp_path)
+    reference = Catalog.open(tmp_path / "ref", create=True)
+    ingester_cls = pipeline.Ingester
+
+    class FileByFile(ingester_cls):
+        def _ingest_leaf(self, *args):
+            self.live, live = True, self.live
+            self.grace = self.settle = 0.0  # live-mode rules, nothing young: judge every file now
+            try:
+                super()._ingest_leaf(*args)
+            finally:
+                self.live = live
+
+    monkeypatch.setattr(pipeline, "Ingester", FileByFile)
+    reference.ingest(dump, run="r")
+    monkeypatch.setattr(pipeline, "Ingester", ingester_cls)
+    expected = _content(reference)
+    assert sum(1 for r in expected[2] if r["stage"] == "npy_header") == 3
+    assert sum(1 for r in expected[2] if r["stage"] == "name") == 3
+
+    monkeypatch.setattr(pipeline, "_SCAN_BATCH_FILES", 50)
+    monkeypatch.setattr(pipeline, "_SCAN_GROUP_FILES", 700)
+    monkeypatch.setattr(helper_pool, "_CALLER_COMPUTES", False)
+    cat = Catalog.open(tmp_path / f"cat{workers}", create=True)
+    summary = cat.ingest(dump, run="r", workers=workers)
+    assert summary.errors == 6
+    assert _content(cat) == expected
+
+
+def test_regrown_leaf_is_scanned_for_new_files_only(tmp_path, copy_dump):
+    dump = copy_dump("simple")
+    leaf = dump / "rank_0/Net/0/2"
+    held = sorted(leaf.glob("*.npy"))[40:]
+    for p in held:
+        p.rename(tmp_path / p.name)
+    cat = Catalog.open(tmp_path / "cat", create=True)
+    assert cat.ingest(dump).tensors == 202
+    for p in held:
+        (tmp_path / p.name).rename(p)
+    second = cat.ingest(dump)
+    assert second.tensors == len(held) and second.computed_stats == len(held)
+    one = Catalog.open(tmp_path / "one", create=True)
+    one.ingest(dump)
+    assert _content(one) == _content(cat)
+
+
+def test_statistic_rows_match_unique_keys_only():
+    files = pa.table(
+        {
+            "op_type": ["Add", "Add", "Mul", "Mul"],
+            "file_op_name": ["a", "a", "m", "m"],
+            "io": ["output"] * 4,
+            "slot": pa.array([0, 0, 0, 1], pa.int32()),
+            "timestamp_us": pa.array([5, 6, 7, 7], pa.int64()),
+            "row_id": pa.array([1, 2, 3, 4], pa.int64()),
+        }
+    )
+    stats = pa.table(
+        {
+            "op_type": ["Add", "Add", "Add", "Mul", "Mul", "Mul"],
+            "file_op_name": ["a", "a", "a", "m", "m", "x"],
+            "io": ["output"] * 6,
+            "slot": pa.array([0, 0, 0, 1, 0, 0], pa.int32()),
+            "timestamp_us": pa.array([6, 5, 99, 123, 7, 7], pa.int64()),
+        }
+    )
+    got = pipeline._match_stat_rows(stats, files).column("row_id").to_pylist()
+    # exact, exact, ambiguous loose (two Add files) -> NULL, unique loose, exact, no such op
+    assert got == [2, 1, None, 4, 3, None]
+    none = pipeline._match_stat_rows(stats, files.slice(0, 0)).column("row_id")
+    assert none.null_count == 6
