@@ -27,6 +27,7 @@ import contextlib
 import importlib
 import os
 import pickle
+import queue
 import select
 import selectors
 import subprocess
@@ -67,11 +68,23 @@ def _serve(idle_s: float = _HELPER_IDLE_S, preload: Sequence[str] = ()) -> None:
             buf += chunk
         return bytes(buf)
 
+    # Results are written by a thread: while the caller is busy and the pipe is full, the next
+    # batch is already being computed instead of waiting for the write.
+    outbox: queue.Queue[bytes | None] = queue.Queue()
+
+    def writer() -> None:
+        try:
+            while (data := outbox.get()) is not None:
+                out.write(len(data).to_bytes(_FRAME, "little"))
+                out.write(data)
+                out.flush()
+        except (BrokenPipeError, OSError):
+            os._exit(0)  # the caller is gone
+
+    threading.Thread(target=writer, daemon=True).start()
+
     def send(obj: object) -> None:
-        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        out.write(len(data).to_bytes(_FRAME, "little"))
-        out.write(data)
-        out.flush()
+        outbox.put(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
 
     try:
         for module in preload:
@@ -89,6 +102,8 @@ def _serve(idle_s: float = _HELPER_IDLE_S, preload: Sequence[str] = ()) -> None:
             send((index, _resolve(task)(batch, *args)))
     except (KeyboardInterrupt, BrokenPipeError):
         return
+    finally:
+        outbox.put(None)
 
 
 # Imported by a helper before it reports ready, so that its first batch does not wait for them.
@@ -251,13 +266,19 @@ atexit.register(_shutdown_helpers)
 
 
 def run_ordered(
-    task: str, batches: Iterator[Any], n_helpers: int, *args: Any, caller_helps: bool = True
+    task: str,
+    batches: Iterator[Any],
+    n_helpers: int,
+    *args: Any,
+    caller_helps: bool = True,
+    slots: int = _HELPER_SLOTS,
 ) -> Iterator[Any]:
     """``task(batch, *args)`` for every batch, here and in ``n_helpers`` helper processes; results
     are yielded in batch order. A helper that dies has its batches recomputed here.
 
     With ``caller_helps=False`` this process computes batches only until a helper is ready, for a
-    caller that has its own work to do with each result."""
+    caller that has its own work to do with each result. ``slots`` batches are queued per helper
+    (more keeps helpers busy while the caller works; fewer shortens the tail of big batches)."""
     fn = _resolve(task)
     helpers = _checkout_helpers(n_helpers)
     sel = selectors.DefaultSelector()
@@ -265,7 +286,7 @@ def run_ordered(
     next_in = next_out = 0
     exhausted = False
     # Bound on batches taken but not yet yielded, so a stalled helper cannot make memory grow.
-    limit = 2 + _HELPER_SLOTS * max(1, len(helpers))
+    limit = 2 + slots * max(1, len(helpers))
 
     def collect(timeout: float | None) -> None:
         """Move helpers' finished results into ``done``; recompute a dead helper's batches here."""
@@ -296,7 +317,7 @@ def run_ordered(
         while True:
             collect(0)
             for h in helpers:  # keep every started helper busy
-                while h.alive and h.ready and len(h.held) < _HELPER_SLOTS and not exhausted:
+                while h.alive and h.ready and len(h.held) < slots and not exhausted:
                     if next_in - next_out >= limit:
                         break
                     batch = next(batches, None)

@@ -467,7 +467,7 @@ class Ingester:
         workers = max(1, self.workers if self.workers is not None else (os.cpu_count() or 1))
         if workers > 1 and len(batches) > 1:
             results = run_ordered(
-                "ingest.leaf_scan:scan_tensor_files", iter(batches), workers, caller_helps=False
+                "ingest.leaf_scan:scan_tensor_files", iter(batches), workers, caller_helps=False, slots=6
             )
         else:
             results = (scan_tensor_files(b) for b in batches)

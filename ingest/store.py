@@ -24,6 +24,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import quote
 
@@ -159,7 +160,9 @@ class CatalogStore:
         rel = f"data/{run_dir_name(run)}/{batch_id}"
         bdir = self.root / rel
         bdir.mkdir(parents=True)
-        for name, table in tables.items():
+
+        def write(item: tuple[str, pa.Table]) -> None:
+            name, table = item
             path = bdir / f"{name}.parquet"
             pq.write_table(
                 table.cast(TABLES[name]),
@@ -169,6 +172,10 @@ class CatalogStore:
                 write_statistics=_STATISTICS_COLUMNS[name],
             )
             _fsync_path(path)
+
+        # Encoding and fsync release the GIL: the tables of a batch are written side by side.
+        with ThreadPoolExecutor(max_workers=min(4, len(tables)), thread_name_prefix="dumpcat-write") as pool:
+            list(pool.map(write, tables.items()))
         _fsync_path(bdir)
         return rel
 
