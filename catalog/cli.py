@@ -71,7 +71,12 @@ def main() -> None:
     help="Compute statistics from tensor data where statistic.csv has none (default: on).",
 )
 @click.option("--md5", is_flag=True, help="Also compute the md5 of tensors whose statistics are computed.")
-@click.option("--workers", type=int, default=None, help="Threads computing statistics (default: all cores).")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Processes reading headers and computing statistics (default: one per core).",
+)
 @click.option(
     "--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal)."
 )
