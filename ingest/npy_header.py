@@ -113,7 +113,7 @@ def _parse_header_text(text: str, end: int) -> NpyHeader:
     else:
         try:
             d = ast.literal_eval(text)
-        except (ValueError, SyntaxError) as exc:
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as exc:
             raise NpyHeaderError("garbled npy header") from exc
         if not isinstance(d, dict) or not {"descr", "fortran_order", "shape"} <= d.keys():
             raise NpyHeaderError("npy header lacks descr/fortran_order/shape")
@@ -121,6 +121,17 @@ def _parse_header_text(text: str, end: int) -> NpyHeader:
         if not isinstance(shape, tuple) or not all(isinstance(x, int) and x >= 0 for x in shape):
             raise NpyHeaderError(f"bad shape {shape!r} in npy header")
     return _header(_descr_to_dtype(descr), shape, fortran, end)
+
+
+# numpy refuses headers over 10,000 bytes by default; a corrupt length field must not make us
+# allocate gigabytes. Real headers are 128 bytes, or a few KiB for shapes of thousands of dims.
+MAX_HEADER_BYTES = 1 << 20
+
+
+def _read_rest(fd: int, n: int) -> bytes:
+    if n > MAX_HEADER_BYTES:
+        raise NpyHeaderError(f"npy header length {n} bytes is implausible (corrupt file?)")
+    return os.read(fd, n)
 
 
 def read_npy_header(path: str | os.PathLike) -> tuple[NpyHeader, int]:
@@ -131,11 +142,11 @@ def read_npy_header(path: str | os.PathLike) -> tuple[NpyHeader, int]:
         if len(block) >= 10 and block.startswith(MAGIC) and block[6] == 1:
             (hlen,) = struct.unpack_from("<H", block, 8)
             if 10 + hlen > len(block):
-                block += os.read(fd, 10 + hlen - len(block))
+                block += _read_rest(fd, 10 + hlen - len(block))
         elif len(block) >= 12 and block.startswith(MAGIC) and block[6] in (2, 3):
             (hlen,) = struct.unpack_from("<I", block, 8)
             if 12 + hlen > len(block):
-                block += os.read(fd, 12 + hlen - len(block))
+                block += _read_rest(fd, 12 + hlen - len(block))
         size = os.fstat(fd).st_size
     finally:
         os.close(fd)

@@ -127,6 +127,11 @@ def find_dump_root(path: str | os.PathLike) -> tuple[Path, list[Path]]:
     if not p.is_dir():
         raise DumpRootError(f"{p} is not a directory")
     p = p.resolve()
+    try:
+        str(p).encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(p).decode("utf-8", "backslashreplace")
+        raise DumpRootError(f"dump directory {shown} has a name that is not valid UTF-8") from None
     if RANK_DIR.match(p.name):
         return p.parent, [p]
     try:
@@ -315,6 +320,10 @@ class Ingester:
         """Re-scan what a change at `path` (a directory inside the dump root) can affect."""
         if not path.startswith(str(self.root) + os.sep):
             return
+        try:
+            path.encode("utf-8")
+        except UnicodeEncodeError:
+            return  # not a catalog string: the scan of its parent records it as an error
         parts = self._rel(path).split("/")
         m = RANK_DIR.match(parts[0])
         if not m or not os.path.isdir(path):
@@ -346,10 +355,29 @@ class Ingester:
     def _scandir(self, path: str, *, sort: bool = True) -> list[os.DirEntry] | None:
         try:
             with os.scandir(path) as it:
-                return sorted(it, key=_entry_name) if sort else list(it)
+                entries = sorted(it, key=_entry_name) if sort else list(it)
         except OSError as exc:
             self._file_error(self._rel(path), "directory", "walk", f"unreadable directory: {exc.strerror}")
             return None
+        try:
+            "/".join([e.name for e in entries]).encode("utf-8")
+        except UnicodeEncodeError:
+            entries = [e for e in entries if self._utf8_name(e)]
+        return entries
+
+    def _utf8_name(self, entry: os.DirEntry) -> bool:
+        """A name that is not UTF-8 (Linux allows any bytes) cannot be a catalog string: it becomes
+        an error row, shown with its bad bytes escaped, and is left out of the walk."""
+        try:
+            entry.name.encode("utf-8")
+            return True
+        except UnicodeEncodeError:
+            shown = self._rel(os.fsencode(entry.path).decode("utf-8", "backslashreplace"))
+            self.summary.files_seen += 1
+            self._file_error(
+                shown, "unknown", "walk", "file name is not valid UTF-8; rename it to catalog it"
+            )
+            return False
 
     def _ingest_rank(self, rank_dir: Path) -> None:
         rank = int(RANK_DIR.match(rank_dir.name).group(1))

@@ -268,3 +268,35 @@ def test_big_endian_tensor_round_trips(tmp_path, copy_dump):
         f"SELECT nan_count, neg_count, count FROM stats WHERE row_id = {row['row_id']}"
     ).to_pylist()
     assert stats == [{"nan_count": 1, "neg_count": 1, "count": 4}]
+
+
+def test_names_that_are_not_utf8(tmp_path, copy_dump):
+    """Linux names are bytes: one that is not UTF-8 is an error row (bad bytes escaped), never a
+    traceback, and everything else is cataloged; such a dump root is refused with one line."""
+    dump = copy_dump("simple")
+    leaf = os.fsencode(dump / ITER0)
+    victim = sorted(os.listdir(leaf))[5]
+    os.rename(leaf + b"/" + victim, leaf + b"/Add.Add\xff-op1.0.0.5.output.0.DefaultFormat.npy")
+    os.mkdir(os.fsencode(dump / "rank_0") + b"/Net\xfe")
+    cat = Catalog.open(tmp_path / "cat", create=True)
+    summary = cat.ingest(dump)
+    assert summary.errors == 2 and summary.tensors == 242
+    assert _errors(cat) == {
+        f"{ITER0}/Add.Add\\xff-op1.0.0.5.output.0.DefaultFormat.npy": (
+            "walk",
+            "file name is not valid UTF-8; rename it to catalog it",
+        ),
+        "rank_0/Net\\xfe": ("walk", "file name is not valid UTF-8; rename it to catalog it"),
+    }
+    assert cat.ingest(dump).errors == 0  # recorded once
+    bad_root = os.fsencode(tmp_path) + b"/dump\xff"
+    shutil.copytree(dump, os.fsdecode(bad_root))
+    with pytest.raises(DumpRootError, match=r"dump\\xff has a name that is not valid UTF-8"):
+        ingest_dump(tmp_path / "cat2", os.fsdecode(bad_root))
+    out = subprocess.run(
+        [sys.executable, "-m", "catalog.cli", "ingest", bad_root, "--catalog", tmp_path / "cat3"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "not valid UTF-8" in out.stderr

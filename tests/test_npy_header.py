@@ -65,6 +65,9 @@ def test_truncated_data(tmp_path):
         (b"\x93NUMPY\x01\x00\xff\x00{'descr'", "truncated npy header"),
         (b"\x93NUMPY\x01\x00\x10\x00{'descr': garbage", "garbled"),
         (b"\x93NUMPY\x09\x00\x10\x00" + b" " * 16, "unsupported npy version"),
+        (b"\x93NUMPY\x02\x00\xf0\xff\xff\xff{", "implausible"),  # a 4 GiB header is never read
+        (b"\x93NUMPY\x01\x00\x40\x00" + b"(" * 64, "garbled"),
+        (b"\x93NUMPY\x02\x00\x00\x00\x02\x00" + b"[" * 65000 + b"]" * 65000 + b" " * 1072, "garbled"),
     ],
 )
 def test_corrupt_headers(tmp_path, content, reason):

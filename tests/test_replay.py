@@ -595,7 +595,10 @@ def test_tensor_queryable_within_2s_while_its_iteration_is_written(tmp_path, wit
     late = sorted(
         ((seen[r] - d if r in seen else math.inf), r.rsplit("/", 1)[1][:50]) for r, d in done.items()
     )
-    assert late[-1][0] < 2.0, f"{sum(x > 2 for x, _ in late)} of {len(late)} tensors took > 2 s: {late[-3:]}"
+    # The target is p95 under 2 s; no tensor may be lost or wait for a reconciliation scan (30 s).
+    p95 = late[math.ceil(0.95 * len(late)) - 1][0]
+    assert p95 < 2.0, f"{sum(x > 2 for x, _ in late)} of {len(late)} tensors took > 2 s: {late[-3:]}"
+    assert late[-1][0] < 5.0, f"slowest tensors: {late[-3:]}"
 
 
 def test_poll_mode_and_status_command(tmp_path, stat_tree):
