@@ -55,6 +55,7 @@ VERSION = "0.1.0"
 # enough to bound memory.
 _SCAN_BATCH_FILES = 1024
 _SCAN_GROUP_FILES = 16384
+_LIVE_SCAN_MIN_FILES = 256  # a watcher scans settled directories this big like a one-shot ingest
 
 
 class DumpRootError(Exception):
@@ -438,8 +439,9 @@ class Ingester:
         if "mapping.csv" in names:
             mapping = self._read_mapping(rel_dir, entries[names.index("mapping.csv")])
         leaf = _Leaf(rank, net, graph_id, iteration, dir_kind, path, rel_dir, entries, mapping)
-        if self.live:
-            # The watcher's small incremental scans: each file judged by _ingest_tensor's rules.
+        settled = self.live and self._settled(entries)
+        if self.live and not settled:
+            # A directory being written: each file judged by _ingest_tensor's live rules.
             self._process_leaf(leaf, scanned=False)
             return
         npy = [n for n in names if n.endswith(".npy")]
@@ -448,7 +450,7 @@ class Ingester:
             leaf.others = sorted((e for e in entries if not e.name.endswith(".npy")), key=_entry_name)
         # Skip files already cataloged. A fresh run's first visit of a directory skips nothing, so
         # the ids are not computed here for it (the scan computes them, on every core).
-        if self._catalog_had_tensors or rel_dir in self._scanned_dirs:
+        if self.live or self._catalog_had_tensors or rel_dir in self._scanned_dirs:
             prefix, known = rel_dir + "/", self.known_tensors
             leaf.known_names = [n for n in npy if self._row_id_of(prefix + n) in known]
             if leaf.known_names:
@@ -458,10 +460,22 @@ class Ingester:
         self._scanned_dirs.add(rel_dir)
         self._leaf_queue.append(leaf)
         self._queued_files += len(npy)
-        if self._queued_files >= _SCAN_GROUP_FILES:
+        if settled or self._queued_files >= _SCAN_GROUP_FILES:
             self._drain_leaves()
             if self.pending.size() >= self.batch_rows:
                 self._flush()
+
+    def _settled(self, entries: list[os.DirEntry]) -> bool:
+        """Live mode: is this a big directory nothing in which changed for `grace` seconds? The live
+        rules would judge each of its files as a one-shot ingest does, so it is scanned like one, on
+        every core (a watcher started on a dump that already holds millions of files)."""
+        if len(entries) < _LIVE_SCAN_MIN_FILES:
+            return False
+        newest = time.time() - self.grace
+        try:
+            return all(e.stat().st_mtime < newest for e in entries)
+        except OSError:  # a file vanished meanwhile: the directory is not settled
+            return False
 
     def _drain_leaves(self) -> None:
         """Scan the queued leaves' new tensor files on every core, then finish each leaf here.
@@ -656,6 +670,9 @@ class Ingester:
         self.summary.tensors += n
         rels = table.column("rel_path").to_pylist()
         sizes = table.column("file_size").to_pylist()
+        if self.pending_files:  # live: files waited on are judged now
+            for rel in rels:
+                self.pending_files.pop(rel, None)
         for i in [i for i, rel in enumerate(rels) if rel in self.manifest]:
             self._record(rels[i], "tensor", sizes[i], sizes[i], 0, "ok")  # an earlier error is resolved
         if not self.compute_stats:

@@ -4,7 +4,9 @@ the same rows as the file-by-file path, whatever the batching, the helpers, or t
 from __future__ import annotations
 
 import math
+import os
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -175,3 +177,46 @@ def test_statistic_rows_match_unique_keys_only():
     assert got == [2, 1, None, 4, 3, None]
     none = pipeline._match_stat_rows(stats, files.slice(0, 0)).column("row_id")
     assert none.null_count == 6
+
+
+def test_watcher_scans_settled_directories_like_a_one_shot_ingest(tmp_path, monkeypatch):
+    """`dumpcat watch` started on a dump that already holds many files: the directories nothing
+    changed in for `grace` seconds take the batched scan, a directory still being written keeps the
+    file-by-file live rules, and the result equals a one-shot ingest."""
+    from ingest.watch import Watcher
+
+    dump = _bad_tree(tmp_path)
+    old = 1_000_000_000
+    for p in dump.rglob("*"):
+        os.utime(p, (old, old))
+    young_leaf = dump / "rank_3/Net/0/2"
+    young = sorted(young_leaf.glob("*.npy"))[7]
+    full = young.read_bytes()
+    young.write_bytes(full[:100])  # being written: its directory is not settled
+    monkeypatch.setattr(pipeline, "_LIVE_SCAN_MIN_FILES", 20)
+    modes: list[bool] = []
+    process_leaf = pipeline.Ingester._process_leaf
+
+    def spy(self, leaf, *, scanned):
+        modes.append(scanned)
+        return process_leaf(self, leaf, scanned=scanned)
+
+    monkeypatch.setattr(pipeline.Ingester, "_process_leaf", spy)
+    cat_dir = tmp_path / "cat"
+    w = Watcher(cat_dir, dump, "r", interval=0.2, grace=2.0)
+    w.start()
+    try:
+        time.sleep(0.5)
+        assert w.status()["pending"] == 1  # the young file waits, not an error
+        young.write_bytes(full)
+        assert w.wait_idle(timeout=30), w.status()
+        status = w.status()
+    finally:
+        w.stop()
+    assert status["pending"] == 0 and status["errors"] == 6
+    assert True in modes and False in modes  # both paths ran
+    with Catalog.open(cat_dir) as live:
+        got = _content(live)
+    ref = Catalog.open(tmp_path / "ref", create=True)
+    ref.ingest(dump, run="r")
+    assert got == _content(ref)
