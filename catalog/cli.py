@@ -75,7 +75,7 @@ def main() -> None:
     "--workers",
     type=click.IntRange(min=1),
     default=None,
-    help="Processes reading headers and computing statistics (default: one per core).",
+    help="Processes reading headers and computing statistics (default: one per core, at most 8).",
 )
 @click.option(
     "--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal)."

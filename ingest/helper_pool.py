@@ -37,13 +37,31 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_ordered", "start_helpers"]
+__all__ = ["default_workers", "resolve_workers", "run_ordered", "start_helpers"]
 
 _FRAME = 8  # bytes of little-endian length before each pickle
 _HELPER_SLOTS = 2  # batches per helper: one running, the next one ready (more lengthens the tail)
 _HELPER_IDLE_S = 30.0
 _CALLER_COMPUTES = True  # the calling process takes batches too (tests turn it off to test helpers)
 _PACKAGE = __name__.split(".")[0]
+# Default process count: the cores this process may use, at most this many. Beyond it the ingesting
+# process is the bottleneck, and each helper costs ~40 MB; `--workers` goes higher.
+_MAX_DEFAULT_WORKERS = 8
+
+
+def default_workers() -> int:
+    """Processes an ingest uses by default: one per usable core (affinity, cgroup-restricted
+    containers included), at most 8."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, _MAX_DEFAULT_WORKERS))
+
+
+def resolve_workers(workers: int | None) -> int:
+    """``workers`` as given (at least 1), or the default."""
+    return max(1, workers) if workers is not None else default_workers()
 
 
 def _resolve(task: str) -> Callable[..., Any]:
@@ -236,21 +254,20 @@ def _checkin_helpers(helpers: list[_Helper]) -> None:
     """Keep clean helpers for the next call; stop the others (busy with abandoned work, or dead)."""
     for h in helpers:
         with _idle_lock:
-            if h.reusable() and len(_idle_helpers) < (os.cpu_count() or 1):
+            if h.reusable() and len(_idle_helpers) < max(default_workers(), len(helpers)):
                 _idle_helpers.append(h)
                 continue
         h.close()
 
 
 def start_helpers(workers: int | None = None) -> None:
-    """Start ``workers - 1`` helper processes now (default: one per other core), without waiting.
+    """Start ``workers - 1`` helper processes now (default: `default_workers`), without waiting.
 
     A helper takes ~80-250 ms to start, during which the caller computes alone. Ingest calls this
     before walking a dump so that the helpers are ready when work is due. Idle helpers exit by
     themselves after 30 s.
     """
-    workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
-    _checkin_helpers(_checkout_helpers(workers - 1))
+    _checkin_helpers(_checkout_helpers(resolve_workers(workers) - 1))
 
 
 def _shutdown_helpers() -> None:

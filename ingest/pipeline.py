@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from ingest import execution_order, kernel_args, mapping_csv, metadata
 from ingest import graph_rows as graph_rows_mod
-from ingest.helper_pool import run_ordered, start_helpers
+from ingest.helper_pool import resolve_workers, run_ordered, start_helpers
 from ingest.ids import TensorIdHasher, stat_row_ids
 from ingest.leaf_scan import LeafChunk, scan_tensor_files
 from ingest.npy_header import NpyHeaderError, read_npy_header
@@ -506,7 +506,7 @@ class Ingester:
         if batch:
             batches.append(batch)
             owners.append(owner)
-        workers = max(1, self.workers if self.workers is not None else (os.cpu_count() or 1))
+        workers = resolve_workers(self.workers)
         if workers > 1 and len(batches) > 1:
             results = run_ordered(
                 "ingest.leaf_scan:scan_tensor_files", iter(batches), workers, caller_helps=False, slots=6

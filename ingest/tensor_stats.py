@@ -48,7 +48,7 @@ from typing import Literal
 
 import numpy as np
 
-from ingest.helper_pool import run_ordered, start_helpers
+from ingest.helper_pool import resolve_workers, run_ordered, start_helpers
 
 __all__ = [
     "BLOCK_ELEMS",
@@ -518,13 +518,13 @@ def compute_stats_many(
     in job order. Streaming: ``jobs`` is consumed lazily and only a few batches per worker (each ≤ 256
     jobs, ≤ 32 MiB of data) are in flight, so memory stays constant for any number of jobs.
 
-    ``workers`` (default ``os.cpu_count()``) is the number of computing processes: the calling one
+    ``workers`` (default: one per core, at most 8) is the number of computing processes: the calling one
     plus ``workers - 1`` helper processes, which take batches once they have started (~150 ms), so
     nothing waits for them. ``backend="thread"`` uses helper threads instead, for comparison (the GIL
     makes them slower here, see ``bench/bench_stats.py``). A run of fewer than 512 jobs and 64 MiB, or
     ``workers=1``, starts no helpers. If helpers cannot start or die, the caller computes their work.
     """
-    workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
+    workers = resolve_workers(workers)
     batches = _batches(jobs)
     head: list[tuple[list[_JobTuple], int]] = []
     n_jobs = n_bytes = 0

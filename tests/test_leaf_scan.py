@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -220,3 +222,25 @@ def test_watcher_scans_settled_directories_like_a_one_shot_ingest(tmp_path, monk
     ref = Catalog.open(tmp_path / "ref", create=True)
     ref.ingest(dump, run="r")
     assert got == _content(ref)
+
+
+def test_default_workers_follow_the_usable_cores(tmp_path):
+    """One process per core the ingest may run on (taskset / container limits), at most 8: on a
+    1-core affinity an ingest starts no helper process at all."""
+    code = (
+        "import sys, psutil\n"
+        "from ingest.helper_pool import default_workers\n"
+        "from ingest.pipeline import ingest_dump\n"
+        "ingest_dump(sys.argv[1], sys.argv[2])\n"
+        "kids = [c for c in psutil.Process().children() if '_serve' in ' '.join(c.cmdline())]\n"
+        "print(default_workers(), len(kids))\n"
+    )
+    repo = str(Path(__file__).parents[1])
+    cmd = [sys.executable, "-c", code, str(tmp_path / "cat"), str(dump_of("simple"))]
+    one = subprocess.run(["taskset", "-c", "0", *cmd], capture_output=True, text=True, cwd=repo, check=True)
+    assert one.stdout.split() == ["1", "0"]
+    cores = len(os.sched_getaffinity(0))
+    both = subprocess.run(
+        [*cmd[:3], str(tmp_path / "cat2"), cmd[4]], capture_output=True, text=True, cwd=repo
+    )
+    assert both.stdout.split() == [str(min(cores, 8)), str(min(cores, 8) - 1)]
