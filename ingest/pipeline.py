@@ -56,6 +56,7 @@ VERSION = "0.1.0"
 _SCAN_BATCH_FILES = 1024
 _SCAN_GROUP_FILES = 16384
 _LIVE_SCAN_MIN_FILES = 256  # a watcher scans settled directories this big like a one-shot ingest
+_GIANT_LEAF_FILES = 100_000  # a directory bigger than this is read file by file (bounded memory)
 
 
 class DumpRootError(Exception):
@@ -442,6 +443,13 @@ class Ingester:
         settled = self.live and self._settled(entries)
         if self.live and not settled:
             # A directory being written: each file judged by _ingest_tensor's live rules.
+            self._process_leaf(leaf, scanned=False)
+            return
+        if len(entries) > _GIANT_LEAF_FILES:
+            # Scanned rows of a directory are finished together (its statistic.csv is matched
+            # against all of them); one this big goes file by file, flushing as it goes, so
+            # that memory stays bounded by the batch size.
+            entries.sort(key=_entry_name)
             self._process_leaf(leaf, scanned=False)
             return
         npy = [n for n in names if n.endswith(".npy")]

@@ -135,6 +135,11 @@ def test_batching_and_helpers_do_not_change_the_catalog(tmp_path, monkeypatch, w
     summary = cat.ingest(dump, run="r", workers=workers)
     assert summary.errors == 6
     assert _content(cat) == expected
+    # A directory over the giant-leaf bound goes file by file, flushing as it goes.
+    monkeypatch.setattr(pipeline, "_GIANT_LEAF_FILES", 60)
+    summary = pipeline.ingest_dump(tmp_path / f"giant{workers}", dump, "r", workers=workers, batch_rows=100)
+    assert summary.errors == 6 and summary.batches > 12
+    assert _content(Catalog.open(tmp_path / f"giant{workers}")) == expected
 
 
 def test_regrown_leaf_is_scanned_for_new_files_only(tmp_path, copy_dump):
