@@ -57,6 +57,7 @@ _SCAN_BATCH_FILES = 1024
 _SCAN_GROUP_FILES = 16384
 _LIVE_SCAN_MIN_FILES = 256  # a watcher scans settled directories this big like a one-shot ingest
 _GIANT_LEAF_FILES = 100_000  # a directory bigger than this is read file by file (bounded memory)
+_ARROW_CHUNK_ROWS = 16_384  # pending rows built in Python become Arrow tables this many at a time
 
 
 class DumpRootError(Exception):
@@ -84,21 +85,30 @@ class IngestSummary:
 
 @dataclass
 class _Pending:
-    """Rows waiting for the next commit, per table, plus stat jobs for new tensors."""
+    """Rows waiting for the next commit, per table, plus stat jobs for new tensors.
 
-    rows: dict[str, list[tuple]] = field(default_factory=lambda: {name: [] for name in TABLES})
-    tensor_tables: list[pa.Table] = field(default_factory=list)  # scanned `tensors` rows (leaf_scan)
-    tensor_table_rows: int = 0
+    Rows built one by one are tuples in `rows` (statistic.csv chunks are Arrow tables there), and
+    every _ARROW_CHUNK_ROWS of them become an Arrow table in `tables`, where a row takes a fraction
+    of the memory; scanned tensors rows (leaf_scan) arrive as Arrow tables."""
+
+    rows: dict[str, list] = field(default_factory=lambda: {name: [] for name in TABLES})
+    tables: dict[str, list[pa.Table]] = field(default_factory=lambda: {name: [] for name in TABLES})
+    table_rows: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TABLES, 0))
     stat_jobs: list = field(default_factory=list)
     stat_keys: dict[int, tuple[str, tuple]] = field(default_factory=dict)
 
+    def add_table(self, name: str, table: pa.Table) -> None:
+        self.tables[name].append(table)
+        self.table_rows[name] += table.num_rows
+
     def size(self) -> int:
+        """Rows that count towards the flush threshold (statistic.csv chunks count as one each)."""
+        rows, arrow = self.rows, self.table_rows
         return (
-            len(self.rows["tensors"])
-            + self.tensor_table_rows
-            + len(self.rows["stat_rows"])
-            + len(self.rows["manifest"])
-        )
+            len(rows["tensors"]) + arrow["tensors"]
+            + len(rows["stat_rows"])
+            + len(rows["manifest"]) + arrow["manifest"]
+        )  # fmt: skip
 
 
 @dataclass
@@ -240,7 +250,11 @@ class Ingester:
     # -- bookkeeping -----------------------------------------------------------------------
 
     def _add(self, table: str, row: tuple) -> None:
-        self.pending.rows[table].append(row)
+        rows = self.pending.rows[table]
+        rows.append(row)
+        if len(rows) >= _ARROW_CHUNK_ROWS:
+            self.pending.add_table(table, _rows_to_table(rows, TABLES[table]))
+            self.pending.rows[table] = []
 
     def _rel(self, path: str) -> str:
         """Path relative to the dump root; every walked path starts with the root (no relpath:
@@ -671,8 +685,7 @@ class Ingester:
         n = table.num_rows
         if not n:
             return
-        self.pending.tensor_tables.append(table)
-        self.pending.tensor_table_rows += n
+        self.pending.add_table("tensors", table)
         self.known_tensors.update(row_ids)
         self.summary.files_new += n
         self.summary.tensors += n
@@ -977,18 +990,23 @@ class Ingester:
         jobs = self.pending.stat_jobs
         if not jobs:
             return
+        rows: list[tuple] = []
         for row_id, stats, error in compute_stats_many(jobs, md5=self.md5, workers=self.workers):
             rel, keys = self.pending.stat_keys.pop(row_id)
             if error is not None:
                 self._error(rel, "tensor_stats", error)
                 continue
             self.summary.computed_stats += 1
-            self._add(
-                "tensor_stats",
+            rows.append(
                 (row_id, *keys, stats["max"], stats["min"], stats["avg"], stats["count"], stats["neg_count"],
                  stats["pos_count"], stats["nan_count"], stats["neg_inf_count"], stats["pos_inf_count"],
                  stats["zero_count"], stats["l2norm"], stats.get("md5")),
             )  # fmt: skip
+            if len(rows) >= _ARROW_CHUNK_ROWS:  # as Arrow columns, a row takes a fraction of a tuple
+                self.pending.add_table("tensor_stats", _rows_to_table(rows, TABLES["tensor_stats"]))
+                rows = []
+        if rows:
+            self.pending.add_table("tensor_stats", _rows_to_table(rows, TABLES["tensor_stats"]))
         self.pending.stat_jobs = []
         self.pending.stat_keys = {}
 
@@ -997,8 +1015,8 @@ class Ingester:
         self._compute_pending_stats()
         tables: dict[str, pa.Table] = {}
         for name, rows in self.pending.rows.items():
-            if name == "tensors" and self.pending.tensor_tables:
-                parts = self.pending.tensor_tables + ([_rows_to_table(rows, TABLES[name])] if rows else [])
+            if self.pending.tables[name]:
+                parts = self.pending.tables[name] + ([_rows_to_table(rows, TABLES[name])] if rows else [])
                 tables[name] = pa.concat_tables(parts)
                 continue
             if not rows:

@@ -444,7 +444,7 @@ def _stats_from_file(
 # Many tensors, in parallel.
 
 
-@dataclass
+@dataclass(slots=True)
 class StatJob:
     """One tensor to compute: where its data is, as recorded in the catalog's tensors row."""
 
