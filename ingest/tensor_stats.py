@@ -29,7 +29,7 @@ with few numpy passes per block: max and min come first and decide whether the N
 are needed at all; sums are BLAS dot products on a reused float64 copy. ``compute_stats_many`` reads
 files with ``pread`` into a reused buffer (no header re-parse; no mmap, so a file truncated under us
 cannot SIGBUS the process) and uses every core: the calling process computes batches of jobs, and
-``cpu_count - 1`` helper processes take batches as soon as they have started. Threads do not scale
+``workers - 1`` helper processes (``helper_pool``) take batches as soon as they have started. Threads do not scale
 here: numpy calls on cache-sized blocks and small files are too short to amortise the GIL hand-off.
 """
 
@@ -61,8 +61,8 @@ __all__ = [
     "start_helpers",
 ]
 
-# The names of schema.STAT_VALUE_FIELDS, spelled out because helper processes import only this
-# module (no pyarrow) to start fast; tests/test_tensor_stats.py checks the two agree.
+# The names of schema.STAT_VALUE_FIELDS, spelled out so that this module needs only numpy (a helper
+# that computes statistics alone starts fast); tests/test_tensor_stats.py checks the two agree.
 STAT_KEYS = (
     "max",
     "min",
