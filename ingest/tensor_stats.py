@@ -29,8 +29,9 @@ with few numpy passes per block: max and min come first and decide whether the N
 are needed at all; sums are BLAS dot products on a reused float64 copy. ``compute_stats_many`` reads
 files with ``pread`` into a reused buffer (no header re-parse; no mmap, so a file truncated under us
 cannot SIGBUS the process) and uses every core: the calling process computes batches of jobs, and
-``workers - 1`` helper processes (``helper_pool``) take batches as soon as they have started. Threads do not scale
-here: numpy calls on cache-sized blocks and small files are too short to amortise the GIL hand-off.
+``workers - 1`` helper processes (``helper_pool``) take batches as soon as they have started. Threads
+do not scale here: numpy calls on cache-sized blocks and small files are too short to amortise the GIL
+hand-off.
 """
 
 from __future__ import annotations
