@@ -5,6 +5,12 @@ are pending, so memory stays bounded however large the dump is. Every parser is 
 (see the sibling modules); this module only routes files to them, turns their output into rows,
 and records anything that could not be read as an `ingest_errors` row instead of stopping.
 
+Tensor files are the bulk of a dump. A one-shot ingest (and the watcher, for directories that have
+settled) queues iteration directories and reads their npy names and headers in batches on every
+core (`leaf_scan` in `helper_pool` helpers); files that are not complete and well-formed come back
+to be judged one by one (`_ingest_tensor`), which is also how the watcher treats a directory that
+is still being written.
+
 Re-ingest is incremental: a tensor file whose row id is already in the catalog is skipped, and
 append-only files (statistic.csv, the execution-order csvs) resume after the last complete line
 already ingested.
