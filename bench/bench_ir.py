@@ -32,7 +32,7 @@ sys.path.insert(0, str(HERE.parent))
 from ingest.ir_text import clear_caches, parse_ir_text  # noqa: E402
 
 SITE = "/opt/venv/lib/python3.11/site-packages/mindspore"
-USER = "/home/user/project/model.py"
+USER = "/src/project/model.py"
 SCOPE = "Default/network-WithLossCell/_backbone-Net"
 WRAPPER_FRAMES = [
     f"{SITE}/nn/wrap/cell_wrapper.py:423~438, 4~19/    def construct(self, *inputs):/",

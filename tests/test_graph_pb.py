@@ -106,7 +106,8 @@ def test_pb_source_frames_are_outermost_first():
     assert frames[0].code == "def construct(self, *inputs):" and not frames[0].is_user_code
     f = innermost_user_frame(frames)
     assert f is frames[-1]
-    assert (f.file, f.line, f.code) == ("/home/user/dumps/nan_log/train.py", 16, "x = self.log(x)")
+    assert f.file.endswith("/nan_log/train.py")  # where the real training script ran
+    assert (f.line, f.code) == (16, "x = self.log(x)")
     assert (f.line_end, f.col_start, f.col_end) == (None, 12, 23)
     grad = g.by_full_name()["Gradients/Default/network-WithLossCell/_backbone-Net/Grad_Log/Div-op0"]
     assert innermost_user_frame(g.frames[grad.node_key]).line == 16

@@ -24,7 +24,7 @@ DATA = Path(__file__).parent / "data"
 IR = DATA / "ir"
 REAL_IRS = sorted(DATA.glob("**/dump/rank_0/graphs/*.ir"))
 SCOPE = "Default/network-WithLossCell/_backbone-Net"
-USER = "/home/user/proj/train.py"
+USER = "/src/proj/train.py"
 
 
 def _cnode_table(graph):
@@ -350,7 +350,7 @@ def test_malformed_frame_lines(line):
         ("/src/mindspore/python/mindspore/nn/cell.py", True),
         ("<frozen importlib._bootstrap>", True),
         (r"C:\Python39\Lib\site-packages\mindspore\nn\cell.py", True),
-        ("/home/user/dumps/nan_log/train.py", False),
+        ("/srv/jobs/nan_log/train.py", False),
         ("/opt/mindspore-env/train.py", False),
         ("t6.py", False),
     ],
@@ -454,7 +454,8 @@ def test_nan_log_log_op_maps_to_train_py_line_16():
     log = g.by_full_name()[f"{SCOPE}/Log-op0"]
     assert log.op_type == "Log"
     f = innermost_user_frame(g.frames[log.node_key])
-    assert (f.file, f.line, f.code) == ("/home/user/dumps/nan_log/train.py", 16, "x = self.log(x)")
+    assert f.file.endswith("/nan_log/train.py")  # where the real training script ran
+    assert (f.line, f.code) == (16, "x = self.log(x)")
     assert (f.col_start, f.col_end) == (12, 23)
     grad = g.by_full_name()["Gradients/Default/network-WithLossCell/_backbone-Net/Grad_Log/Div-op0"]
     assert innermost_user_frame(g.frames[grad.node_key]).line == 16
