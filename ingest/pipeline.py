@@ -47,7 +47,7 @@ from ingest.npy_name import (
     short_name,
     without_op_index,
 )
-from ingest.schema import TABLES
+from ingest.schema import STAT_VALUE_FIELDS, TABLES
 from ingest.statistic_csv import read_statistic_csv
 from ingest.store import CatalogError, CatalogStore
 from ingest.tensor_stats import StatJob, compute_stats_many
@@ -91,7 +91,7 @@ class IngestSummary:
 
 @dataclass
 class _Pending:
-    """Rows waiting for the next commit, per table, plus stat jobs for new tensors.
+    """Rows waiting for the next commit, per table, plus the tensors to compute statistics for.
 
     Rows built one by one are tuples in `rows` (statistic.csv chunks are Arrow tables there), and
     every _ARROW_CHUNK_ROWS of them become an Arrow table in `tables`, where a row takes a fraction
@@ -100,8 +100,7 @@ class _Pending:
     rows: dict[str, list] = field(default_factory=lambda: {name: [] for name in TABLES})
     tables: dict[str, list[pa.Table]] = field(default_factory=lambda: {name: [] for name in TABLES})
     table_rows: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TABLES, 0))
-    stat_jobs: list = field(default_factory=list)
-    stat_keys: dict[int, tuple[str, tuple]] = field(default_factory=dict)
+    stat_ids: list[int] = field(default_factory=list)  # pending tensors whose statistics are computed
 
     def add_table(self, name: str, table: pa.Table) -> None:
         self.tables[name].append(table)
@@ -702,27 +701,8 @@ class Ingester:
                 self.pending_files.pop(rel, None)
         for i in [i for i, rel in enumerate(rels) if rel in self.manifest]:
             self._record(rels[i], "tensor", sizes[i], sizes[i], 0, "ok")  # an earlier error is resolved
-        if not self.compute_stats:
-            return
-        wanted = [i for i, rid in enumerate(row_ids) if rid not in matched] if matched else range(n)
-        if not wanted:
-            return
-        cols = {
-            c: table.column(c).to_pylist()
-            for c in ("file_name", "op_type", "file_op_name", "file_op_base", "timestamp_us", "io", "slot",
-                      "dtype", "stored_dtype", "shape", "data_offset", "nbytes")
-        }  # fmt: skip
-        path_prefix = leaf.path + os.sep
-        for i in wanted:
-            rid, stored, shape = row_ids[i], cols["stored_dtype"][i], cols["shape"][i]
-            self.pending.stat_jobs.append(
-                StatJob(rid, path_prefix + cols["file_name"][i], cols["data_offset"][i], stored, tuple(shape))
-            )
-            self.pending.stat_keys[rid] = rels[i], (
-                self.run, leaf.rank, leaf.net, leaf.graph_id, leaf.iteration, cols["op_type"][i],
-                cols["file_op_name"][i], cols["file_op_base"][i], cols["timestamp_us"][i], cols["io"][i],
-                cols["slot"][i], cols["dtype"][i], shape, cols["nbytes"][i],
-            )  # fmt: skip
+        if self.compute_stats:
+            self.pending.stat_ids.extend([r for r in row_ids if r not in matched] if matched else row_ids)
 
     def _ingest_tensor(
         self,
@@ -772,14 +752,7 @@ class Ingester:
         if prev is not None:  # an earlier error for this file is now resolved
             self._record(rel, "tensor", size, size, 0, "ok")
         if self.compute_stats and row_id not in matched:
-            self.pending.stat_jobs.append(
-                StatJob(row_id, entry.path, header.data_offset, stored, tuple(header.shape))
-            )
-            self.pending.stat_keys[row_id] = rel, (
-                self.run, rank, net, graph_id, iteration, name.op_type, name.op_name,
-                without_op_index(name.op_name), name.timestamp_us,
-                name.io, name.slot, name.dtype or stored, shape, header.nbytes,
-            )  # fmt: skip
+            self.pending.stat_ids.append(row_id)
 
     def _read_mapping(self, rel_dir: str, entry: os.DirEntry) -> dict[str, str]:
         rel = f"{rel_dir}/mapping.csv"
@@ -992,48 +965,66 @@ class Ingester:
 
     # -- commit ----------------------------------------------------------------------------
 
-    def _compute_pending_stats(self) -> None:
-        jobs = self.pending.stat_jobs
-        if not jobs:
-            return
+    def _computed_stats_table(self, tensors: pa.Table) -> pa.Table | None:
+        """`tensor_stats` rows for the pending tensors that have no statistic.csv row: computed from
+        their data, with their keys taken from their `tensors` rows."""
+        if not self.pending.stat_ids:
+            return None
+        todo = tensors.filter(pc.is_in(tensors.column("row_id"), pa.array(self.pending.stat_ids, pa.int64())))
+        cols = [
+            todo.column(c).to_pylist() for c in ("row_id", "rel_path", "data_offset", "stored_dtype", "shape")
+        ]
+        root = str(self.root) + os.sep
+        jobs = (
+            StatJob(row_id, root + rel, offset, stored, tuple(shape))
+            for row_id, rel, offset, stored, shape in zip(*cols, strict=True)
+        )
+        computed: list[bool] = []
+        chunks: list[pa.Table] = []
         rows: list[tuple] = []
-        for row_id, stats, error in compute_stats_many(jobs, md5=self.md5, workers=self.workers):
-            rel, keys = self.pending.stat_keys.pop(row_id)
+        for i, (_, stats, error) in enumerate(compute_stats_many(jobs, md5=self.md5, workers=self.workers)):
+            computed.append(error is None)
             if error is not None:
-                self._error(rel, "tensor_stats", error)
+                self._error(cols[1][i], "tensor_stats", error)
                 continue
-            self.summary.computed_stats += 1
-            rows.append(
-                (row_id, *keys, stats["max"], stats["min"], stats["avg"], stats["count"], stats["neg_count"],
-                 stats["pos_count"], stats["nan_count"], stats["neg_inf_count"], stats["pos_inf_count"],
-                 stats["zero_count"], stats["l2norm"], stats.get("md5")),
-            )  # fmt: skip
+            rows.append(tuple(stats.get(k) for k in _STAT_VALUES.names))
             if len(rows) >= _ARROW_CHUNK_ROWS:  # as Arrow columns, a row takes a fraction of a tuple
-                self.pending.add_table("tensor_stats", _rows_to_table(rows, TABLES["tensor_stats"]))
+                chunks.append(_rows_to_table(rows, _STAT_VALUES))
                 rows = []
+        chunks.append(_rows_to_table(rows, _STAT_VALUES))
+        self.summary.computed_stats += sum(computed)
+        keys = todo.filter(pa.array(computed, pa.bool_())).select(_STAT_KEY_COLUMNS)
+        values = pa.concat_tables(chunks)
+        return pa.Table.from_arrays([*keys.columns, *values.columns], schema=TABLES["tensor_stats"])
+
+    def _pending_table(self, name: str) -> pa.Table | None:
+        rows, tables = self.pending.rows[name], self.pending.tables[name]
+        if name == "stat_rows":  # statistic.csv chunks are Arrow tables already
+            tables, rows = tables + rows, []
         if rows:
-            self.pending.add_table("tensor_stats", _rows_to_table(rows, TABLES["tensor_stats"]))
-        self.pending.stat_jobs = []
-        self.pending.stat_keys = {}
+            tables = [*tables, _rows_to_table(rows, TABLES[name])]
+        return pa.concat_tables(tables) if tables else None
 
     def _flush(self) -> None:
         self._drain_leaves()
-        self._compute_pending_stats()
         tables: dict[str, pa.Table] = {}
-        for name, rows in self.pending.rows.items():
-            if self.pending.tables[name]:
-                parts = self.pending.tables[name] + ([_rows_to_table(rows, TABLES[name])] if rows else [])
-                tables[name] = pa.concat_tables(parts)
-                continue
-            if not rows:
-                continue
-            if name == "stat_rows":
-                tables[name] = pa.concat_tables(rows)
-            else:
-                tables[name] = _rows_to_table(rows, TABLES[name])
+        tensors = self._pending_table("tensors")
+        if tensors is not None:
+            tables["tensors"] = tensors
+            stats = self._computed_stats_table(tensors)  # may add ingest_errors rows
+            if stats is not None:
+                tables["tensor_stats"] = stats
+        for name in TABLES:
+            if name not in ("tensors", "tensor_stats") and (table := self._pending_table(name)) is not None:
+                tables[name] = table
         if tables and self.store.commit_batch(self.run, tables):
             self.summary.batches += 1
         self.pending = _Pending()
+
+
+# `tensor_stats` = a tensor's keys (from its `tensors` row) + the statistics computed from its data.
+_STAT_KEY_COLUMNS = TABLES["tensor_stats"].names[: -len(STAT_VALUE_FIELDS)]
+_STAT_VALUES = pa.schema(STAT_VALUE_FIELDS)
 
 
 _MATCH_EXACT = ["op_type", "file_op_name", "io", "slot", "timestamp_us"]
