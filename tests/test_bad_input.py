@@ -300,3 +300,28 @@ def test_names_that_are_not_utf8(tmp_path, copy_dump):
     )
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "not valid UTF-8" in out.stderr
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_tensor_whose_statistics_cannot_be_computed(tmp_path, copy_dump, workers):
+    """A well-formed npy whose data cannot be read as numbers (pickled Python objects) is cataloged
+    as a tensor, gets an ingest_errors row at the `tensor_stats` stage and no statistics; every
+    other tensor of the batch gets its statistics."""
+    dump = copy_dump("simple")
+    victim = sorted((dump / ITER0).glob("*.output.0.DefaultFormat.Float32.npy"))[0]
+    np.save(victim, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    cat = Catalog.open(tmp_path / "cat", create=True)
+    s = cat.ingest(dump, workers=workers)
+    rel = str(victim.relative_to(dump))
+    stage, reason = _errors(cat)[rel]
+    assert stage == "tensor_stats" and "Python objects" in reason
+    assert s.errors == 1 and s.tensors == 243 and s.computed_stats == 242
+    q = "SELECT count(*) FILTER (WHERE rel_path = ?) AS victim, count(*) AS n FROM tensors"
+    assert cat.sql(q, [rel]).to_pylist() == [{"victim": 1, "n": 243}]
+    stats = cat.sql(
+        "SELECT count(*) AS n, count(max) AS with_max FROM stats WHERE row_id IN "
+        "(SELECT row_id FROM tensors WHERE rel_path = ?)",
+        [rel],
+    ).to_pylist()
+    assert stats == [{"n": 0, "with_max": 0}]
+    assert cat.sql("SELECT count(*) FROM stats").column(0)[0].as_py() == 242
