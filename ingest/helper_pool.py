@@ -260,14 +260,16 @@ def _checkin_helpers(helpers: list[_Helper]) -> None:
         h.close()
 
 
-def start_helpers(workers: int | None = None) -> None:
-    """Start ``workers - 1`` helper processes now (default: `default_workers`), without waiting.
+def start_helpers(workers: int | None = None, *, caller_computes: bool = True) -> None:
+    """Start the helpers for ``workers`` computing processes now, without waiting: ``workers - 1``
+    when the caller computes too, else ``workers`` (none for a single worker).
 
     A helper takes ~80-250 ms to start, during which the caller computes alone. Ingest calls this
     before walking a dump so that the helpers are ready when work is due. Idle helpers exit by
     themselves after 30 s.
     """
-    _checkin_helpers(_checkout_helpers(resolve_workers(workers) - 1))
+    n = resolve_workers(workers)
+    _checkin_helpers(_checkout_helpers(n - 1 if caller_computes or n == 1 else n))
 
 
 def _shutdown_helpers() -> None:

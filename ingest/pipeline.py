@@ -308,7 +308,8 @@ class Ingester:
         gc.disable()
         try:
             with self.store.writer_lock():
-                start_helpers(self.workers)  # warm while the walk runs (leaf scans, statistics)
+                # Warm while the walk runs: the scan uses `workers` helpers, statistics one less.
+                start_helpers(self.workers, caller_computes=False)
                 self._load_state()
                 for rank_dir in self.ranks:
                     self._ingest_rank(rank_dir)
@@ -520,8 +521,10 @@ class Ingester:
         for index, leaf in enumerate(queue):
             ctx = (self.run, leaf.rank, leaf.net, leaf.graph_id, leaf.iteration, leaf.dir_kind)
             names = leaf.scan_names
-            for start in range(0, len(names), _SCAN_BATCH_FILES):
-                part = names[start : start + _SCAN_BATCH_FILES]
+            start = 0
+            while start < len(names):  # a batch takes whole small leaves, or slices of a big one
+                part = names[start : start + _SCAN_BATCH_FILES - size]
+                start += len(part)
                 originals = [leaf.mapping.get(n) for n in part] if leaf.mapping else [None] * len(part)
                 batch.append((ctx, leaf.path, leaf.rel_dir, part, originals))
                 owner.append(index)
@@ -535,6 +538,8 @@ class Ingester:
             owners.append(owner)
         workers = resolve_workers(self.workers)
         if workers > 1 and len(batches) > 1:
+            # `workers` helpers scan; this process finishes leaves meanwhile (measured: faster than
+            # scanning here too, which delays the finishing and starves the helpers).
             results = run_ordered(
                 "ingest.leaf_scan:scan_tensor_files", iter(batches), workers, caller_helps=False, slots=6
             )
