@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ingest.numbers import parse_uint
+
 EXEC_ORDER_HEADER = "NodeExecutionOrder-FullNameWithScope"
 EXEC_ORDER_FILE = re.compile(r"^ms_execution_order_graph_(\d+)\.csv$")
 GLOBAL_ORDER_FILE = re.compile(r"^ms_global_execution_order_graph_(\d+)\.csv$")
@@ -63,7 +65,7 @@ def parse_global_order(path: str, start_offset: int = 0, start_line: int = 0) ->
         text = line.strip()
         if not text:
             continue
-        if text.isdigit():
+        if parse_uint(text) is not None:
             result.values.append((line_no - 1, text))
         else:
             result.errors.append((line_no, f"not an iteration number: {text[:80]!r}"))

@@ -16,10 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ingest.numbers import INT64_MAX, parse_uint
+
 MAGIC = b"\x93NUMPY"
 _FAST = re.compile(
     r"^\{'descr': '(?P<descr>[^']+)', 'fortran_order': (?P<fortran>False|True), "
-    r"'shape': \((?P<shape>[0-9, ]*)\), \}\s*$"
+    r"'shape': \((?P<shape>(?:[0-9]+, ?)*[0-9]*)\), \}\s*$"
 )
 _READ_SIZE = 512
 
@@ -74,29 +76,34 @@ def _dtype_name(dtype: np.dtype) -> str:
     return dtype.name if dtype.byteorder in ("=", "|") else dtype.str
 
 
-def parse_header_block(block: bytes) -> NpyHeader:
-    """Parse the header from the first bytes of a file (must include the whole header)."""
+def _header_span(block: bytes) -> tuple[int, int, int]:
+    """(npy major version, where the header text starts, where it ends) from a file's first bytes."""
     if len(block) < 10 or not block.startswith(MAGIC):
         raise NpyHeaderError("not an npy file (bad magic)")
     major = block[6]
     if major == 1:
-        (hlen,) = struct.unpack_from("<H", block, 8)
-        start = 10
-    elif major in (2, 3):
+        return major, 10, 10 + struct.unpack_from("<H", block, 8)[0]
+    if major in (2, 3):
         if len(block) < 12:
             raise NpyHeaderError("truncated npy header")
-        (hlen,) = struct.unpack_from("<I", block, 8)
-        start = 12
-    else:
-        raise NpyHeaderError(f"unsupported npy version {major}")
-    end = start + hlen
+        return major, 12, 12 + struct.unpack_from("<I", block, 8)[0]
+    raise NpyHeaderError(f"unsupported npy version {major}")
+
+
+def parse_header_block(block: bytes) -> NpyHeader:
+    """Parse the header from the first bytes of a file (must include the whole header)."""
+    major, start, end = _header_span(block)
     if len(block) < end:
         raise NpyHeaderError("truncated npy header")
     key = block[:end]
     cached = _PARSED.get(key)
     if cached is not None:
         return cached
-    header = _parse_header_text(block[start:end].decode("latin1" if major < 3 else "utf8"), end)
+    try:
+        text = block[start:end].decode("latin1" if major < 3 else "utf8")
+    except UnicodeDecodeError as exc:
+        raise NpyHeaderError("npy v3 header is not UTF-8") from exc
+    header = _parse_header_text(text, end)
     if len(_PARSED) >= _CACHE_MAX:
         _PARSED.clear()
     _PARSED[key] = header
@@ -108,7 +115,7 @@ def _parse_header_text(text: str, end: int) -> NpyHeader:
     if m:
         fortran = m.group("fortran") == "True"
         dims = m.group("shape").replace(" ", "")
-        shape = tuple(int(d) for d in dims.split(",") if d)
+        shape = tuple(_dim(d) for d in dims.split(",") if d)
         return _header(_dtype_of_descr(m.group("descr")), shape, fortran, end)
     else:
         try:
@@ -118,9 +125,16 @@ def _parse_header_text(text: str, end: int) -> NpyHeader:
         if not isinstance(d, dict) or not {"descr", "fortran_order", "shape"} <= d.keys():
             raise NpyHeaderError("npy header lacks descr/fortran_order/shape")
         descr, fortran, shape = d["descr"], bool(d["fortran_order"]), d["shape"]
-        if not isinstance(shape, tuple) or not all(isinstance(x, int) and x >= 0 for x in shape):
-            raise NpyHeaderError(f"bad shape {shape!r} in npy header")
+        if not isinstance(shape, tuple) or not all(type(x) is int and 0 <= x <= INT64_MAX for x in shape):
+            raise NpyHeaderError(f"bad shape {str(shape)[:80]} in npy header")
     return _header(_descr_to_dtype(descr), shape, fortran, end)
+
+
+def _dim(text: str) -> int:
+    value = parse_uint(text)
+    if value is None:
+        raise NpyHeaderError(f"shape dimension {text[:30]} is out of range")
+    return value
 
 
 # numpy refuses headers over 10,000 bytes by default; a corrupt length field must not make us
@@ -139,14 +153,10 @@ def read_npy_header(path: str | os.PathLike) -> tuple[NpyHeader, int]:
     fd = os.open(path, os.O_RDONLY)
     try:
         block = os.read(fd, _READ_SIZE)
-        if len(block) >= 10 and block.startswith(MAGIC) and block[6] == 1:
-            (hlen,) = struct.unpack_from("<H", block, 8)
-            if 10 + hlen > len(block):
-                block += _read_rest(fd, 10 + hlen - len(block))
-        elif len(block) >= 12 and block.startswith(MAGIC) and block[6] in (2, 3):
-            (hlen,) = struct.unpack_from("<I", block, 8)
-            if 12 + hlen > len(block):
-                block += _read_rest(fd, 12 + hlen - len(block))
+        if len(block) >= 12 and block.startswith(MAGIC):
+            end = _header_span(block)[2]
+            if end > len(block):
+                block += _read_rest(fd, end - len(block))
         size = os.fstat(fd).st_size
     finally:
         os.close(fd)

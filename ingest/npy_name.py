@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from ingest.numbers import INT32_MAX, INT64_MAX, parse_uint
+
 # dtype tokens MindSpore writes into file names (compared case-insensitively).
 DTYPE_TOKENS = frozenset(
     {
@@ -101,6 +103,8 @@ def parse_tensor_name(name: str) -> TensorName:
         and fmt
     ):  # fmt: skip
         _explain_bad_fields(fmt, slot, io, ts, stream, task)
+    if len(slot) > 9 or len(ts) > 18 or len(stream) > 18 or len(task) > 18:  # may overflow a column
+        _check_ranges(slot, ts, stream, task)
     op_type = parts[0]
     op_name = parts[1] if len(parts) == 8 else ".".join(parts[1:-6])
     if not op_type or not op_name:
@@ -112,6 +116,14 @@ def parse_tensor_name(name: str) -> TensorName:
     else:
         era = "v1.3-2.2"
     return TensorName(op_type, op_name, int(task), int(stream), int(ts), io, int(slot), fmt, dtype, era)
+
+
+def _check_ranges(slot: str, ts: str, stream: str, task: str) -> None:
+    limits = (("slot", slot, INT32_MAX), ("timestamp", ts, INT64_MAX), ("stream id", stream, INT64_MAX),
+              ("task id", task, INT64_MAX))  # fmt: skip
+    for label, value, limit in limits:
+        if parse_uint(value, limit) is None:
+            raise TensorNameError(f"{label} {value[:30]!r} is out of range")
 
 
 def _explain_bad_fields(fmt: str, slot: str, io: str, ts: str, stream: str, task: str) -> None:

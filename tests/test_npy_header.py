@@ -57,6 +57,12 @@ def test_truncated_data(tmp_path):
         read_npy_header(path)
 
 
+def _v1(header: bytes) -> bytes:
+    """An npy v1.0 preamble for this header text (padded to 64 bytes, as numpy writes it)."""
+    text = header + b" " * (-(len(header) + 11) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text
+
+
 @pytest.mark.parametrize(
     "content, reason",
     [
@@ -68,6 +74,13 @@ def test_truncated_data(tmp_path):
         (b"\x93NUMPY\x02\x00\xf0\xff\xff\xff{", "implausible"),  # a 4 GiB header is never read
         (b"\x93NUMPY\x01\x00\x40\x00" + b"(" * 64, "garbled"),
         (b"\x93NUMPY\x02\x00\x00\x00\x02\x00" + b"[" * 65000 + b"]" * 65000 + b" " * 1072, "garbled"),
+        (
+            _v1(b"{'descr': '<f4', 'fortran_order': False, 'shape': (" + b"9" * 5000 + b",), }"),
+            "out of range",
+        ),
+        (_v1(b"{'descr': '<f4', 'fortran_order': False, 'shape': (True,), }"), "bad shape"),
+        (_v1(b"{'descr': '<f4', 'fortran_order': False, 'shape': (, ), }"), "garbled"),
+        (b"\x93NUMPY\x03\x00\x10\x00\x00\x00{'descr': '\xff'}   ", "not UTF-8"),
     ],
 )
 def test_corrupt_headers(tmp_path, content, reason):

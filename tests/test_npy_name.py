@@ -82,6 +82,10 @@ def test_op_name_that_looks_like_a_dtype_is_not_eaten():
         ("Add.Add-op1.0.0.12x3.output.0.DefaultFormat.npy", "timestamp"),
         ("Add.Add-op1.0.0.123.output.a.DefaultFormat.npy", "slot"),
         (".Add-op1.0.0.123.output.0.DefaultFormat.npy", "empty op type"),
+        ("Add.Add-op1.0.0.5.output.\u00b2.DefaultFormat.npy", "slot"),  # a digit int() refuses
+        ("Add.Add-op1.0.0.99999999999999999999999.output.0.DefaultFormat.npy", "timestamp .* out of range"),
+        ("Add.Add-op1.0.0.5.output.2147483648.DefaultFormat.npy", "slot .* out of range"),  # > INT32
+        ("Add.Add-op1." + "9" * 5000 + ".0.5.output.0.DefaultFormat.npy", "task id .* out of range"),
     ],
 )
 def test_bad_names_raise_with_reason(name, reason):
