@@ -14,8 +14,9 @@ not data. Because every row id is a function of the run and the file's path, and
 committed atomically together with its manifest, a watcher killed at any moment and restarted
 ends with exactly the catalog a one-shot ingest gives.
 
-The many small batches a live ingest commits are merged in the background (`compact`), and the
-files they replace are deleted a minute later, after every reader has moved to the new snapshot.
+The many small batches a live ingest commits are merged after a commit once enough have piled up
+(`compact`), and the files they replace are deleted a minute later, after every reader has moved to
+the new snapshot.
 """
 
 from __future__ import annotations
@@ -44,8 +45,6 @@ class _DirtyDirs(FileSystemEventHandler):
         self.root = root
         self.lock = threading.Lock()
         self.dirs: dict[str, float] = {}  # directory -> first time it was marked
-        self.events = 0
-        self.wake = threading.Event()
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.event_type in IGNORED_EVENTS:
@@ -53,7 +52,6 @@ class _DirtyDirs(FileSystemEventHandler):
         paths = [event.src_path, getattr(event, "dest_path", "") or ""]
         now = time.monotonic()
         with self.lock:
-            self.events += 1
             for p in paths:
                 if not p:
                     continue
@@ -61,7 +59,6 @@ class _DirtyDirs(FileSystemEventHandler):
                 target = p if event.is_directory and event.event_type != "deleted" else os.path.dirname(p)
                 if target.startswith(self.root):
                     self.dirs.setdefault(target, now)
-        self.wake.set()
 
     def take(self) -> dict[str, float]:
         with self.lock:
@@ -108,7 +105,6 @@ class Watcher:
         self.compact_min_batches = compact_min_batches
         self.ingester = Ingester(
             self.store, self.run, self.root, ranks, compute_stats=compute_stats, md5=md5, workers=workers,
-            batch_rows=10**9,
         )  # fmt: skip
         self.ingester.live = True
         self.ingester.grace = grace
@@ -116,6 +112,7 @@ class Watcher:
         self.mode = "poll" if poll else "inotify"
         self._dirty = _DirtyDirs(str(self.root))
         self._stop = threading.Event()
+        self._wake = threading.Event()  # cuts the loop's sleep short (stop, wait_idle)
         self._idle = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -127,6 +124,7 @@ class Watcher:
         self._cycle = 0
         self._cycle_lock = threading.Lock()
         self._reconcile_now = False
+        self._counters: dict = {}  # taken on the watch thread after each commit (see status())
 
     # -- control ---------------------------------------------------------------------------
 
@@ -138,19 +136,15 @@ class Watcher:
     def request_stop(self) -> None:
         """Ask the loop to flush and stop (safe from a signal handler); `stop()` waits for it."""
         self._stop.set()
+        self._wake.set()
 
     def running(self) -> bool:
         """Is the background thread still watching?"""
         return self._thread is not None and self._thread.is_alive()
 
-    def run_forever(self) -> None:
-        """Watch in this thread until `stop()` (e.g. from a signal handler)."""
-        self._main()
-
     def stop(self, timeout: float = 30.0) -> None:
         """Flush what is complete and stop."""
-        self._stop.set()
-        self._dirty.wake.set()
+        self.request_stop()
         if self._thread is not None:
             self._thread.join(timeout)
         if self._error is not None:
@@ -168,7 +162,7 @@ class Watcher:
             # first cycle that starts after this request.
             target = self._cycle + 2 + self._cycle % 2
             self._reconcile_now = True
-        self._dirty.wake.set()
+        self._wake.set()
         while time.monotonic() < deadline:
             if self._error is not None:
                 raise self._error
@@ -216,11 +210,11 @@ class Watcher:
         next_reconcile = 0.0
         while True:
             started = time.monotonic()
+            stopping = self._stop.is_set()  # read once: the last cycle is a full rescan
             with self._cycle_lock:
                 self._cycle += 1
-                reconcile = self._reconcile_now or started >= next_reconcile or self._stop.is_set()
+                reconcile = self._reconcile_now or started >= next_reconcile or stopping
                 self._reconcile_now = False
-            stopping = self._stop.is_set()
             dirty = self._dirty.take()
             if dirty:
                 first = min(dirty.values())
@@ -242,7 +236,8 @@ class Watcher:
             # Sleep out the interval: events arriving meanwhile are coalesced into the next batch.
             remaining = self.interval - (time.monotonic() - started)
             if remaining > 0:
-                self._stop.wait(remaining)
+                self._wake.wait(remaining)
+            self._wake.clear()
 
     def _after_commit(self) -> None:
         ing = self.ingester
@@ -256,17 +251,16 @@ class Watcher:
         if self.store.compact(self.run, min_batches=self.compact_min_batches):
             self._compactions += 1
         self.store.purge_retired()
+        self._take_counters()
         self._write_status()
 
     # -- status ----------------------------------------------------------------------------
 
     def status(self) -> dict:
-        """Counters for `dumpcat status` and for tests."""
-        ing = self.ingester
-        ok = sum(1 for v in ing.manifest.values() if v[3] == "ok")
-        errors = sum(1 for v in ing.manifest.values() if v[3] == "error")
-        ingested = len(ing.known_tensors) + ok
-        pending = len(ing.pending_files)
+        """Counters for `dumpcat status` and for tests, as of the last commit. Safe from any thread:
+        they are taken on the watch thread, the only one that changes the ingester's state."""
+        with self._cycle_lock:
+            counters = dict(self._counters)
         lag = 0.0 if self._oldest_change is None else time.monotonic() - self._oldest_change
         return {
             "run": self.run,
@@ -275,15 +269,27 @@ class Watcher:
             "mode": self.mode,
             "started_at": self._started,
             "last_flush": self._last_flush,
+            **counters,
+            "lag_seconds": round(lag, 3),
+            "batches": self._batches,
+            "compactions": self._compactions,
+        }
+
+    def _take_counters(self) -> None:
+        ing = self.ingester
+        ok = sum(1 for v in ing.manifest.values() if v[3] == "ok")
+        errors = sum(1 for v in ing.manifest.values() if v[3] == "error")
+        ingested = len(ing.known_tensors) + ok
+        pending = len(ing.pending_files)
+        counters = {
             "files_seen": ingested + errors + pending,
             "ingested": ingested,
             "tensors": len(ing.known_tensors),
             "pending": pending,
             "errors": errors,
-            "lag_seconds": round(lag, 3),
-            "batches": self._batches,
-            "compactions": self._compactions,
         }
+        with self._cycle_lock:
+            self._counters = counters
 
     def _write_status(self) -> None:
         path = status_path(self.store.root, self.run)

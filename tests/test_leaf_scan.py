@@ -112,7 +112,13 @@ def test_batching_and_helpers_do_not_change_the_catalog(tmp_path, monkeypatch, w
     reference = Catalog.open(tmp_path / "ref", create=True)
     ingester_cls = pipeline.Ingester
 
+    modes: list[bool] = []
+
     class FileByFile(ingester_cls):
+        def _process_leaf(self, leaf, *, scanned):
+            modes.append(scanned)
+            return super()._process_leaf(leaf, scanned=scanned)
+
         def _ingest_leaf(self, *args):
             self.live, live = True, self.live
             self.grace = self.settle = 0.0  # live-mode rules, nothing young: judge every file now
@@ -124,6 +130,7 @@ def test_batching_and_helpers_do_not_change_the_catalog(tmp_path, monkeypatch, w
     monkeypatch.setattr(pipeline, "Ingester", FileByFile)
     reference.ingest(dump, run="r")
     monkeypatch.setattr(pipeline, "Ingester", ingester_cls)
+    assert modes and not any(modes), "the reference must be the file-by-file path"
     expected = _content(reference)
     assert sum(1 for r in expected[2] if r["stage"] == "npy_header") == 3
     assert sum(1 for r in expected[2] if r["stage"] == "name") == 3
@@ -199,6 +206,9 @@ def test_watcher_scans_settled_directories_like_a_one_shot_ingest(tmp_path, monk
     young_leaf = dump / "rank_3/Net/0/2"
     young = sorted(young_leaf.glob("*.npy"))[7]
     full = young.read_bytes()
+    ref = Catalog.open(tmp_path / "ref", create=True)
+    ref.ingest(dump, run="r")  # the tree as it ends
+    n_tensors = ref.sql("SELECT count(*) FROM tensors").column(0)[0].as_py()
     young.write_bytes(full[:100])  # being written: its directory is not settled
     monkeypatch.setattr(pipeline, "_LIVE_SCAN_MIN_FILES", 20)
     modes: list[bool] = []
@@ -210,23 +220,23 @@ def test_watcher_scans_settled_directories_like_a_one_shot_ingest(tmp_path, monk
 
     monkeypatch.setattr(pipeline.Ingester, "_process_leaf", spy)
     cat_dir = tmp_path / "cat"
-    w = Watcher(cat_dir, dump, "r", interval=0.2, grace=2.0)
+    w = Watcher(cat_dir, dump, "r", interval=0.2, grace=60.0)
     w.start()
     try:
-        time.sleep(0.5)
-        assert w.status()["pending"] == 1  # the young file waits, not an error
+        deadline = time.monotonic() + 60
+        while w.status().get("tensors", 0) < n_tensors - 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        first = w.status()
+        assert first["tensors"] == n_tensors - 1 and first["pending"] == 1, first  # waits, no error
         young.write_bytes(full)
-        assert w.wait_idle(timeout=30), w.status()
+        assert w.wait_idle(timeout=60), w.status()
         status = w.status()
     finally:
         w.stop()
     assert status["pending"] == 0 and status["errors"] == 6
     assert True in modes and False in modes  # both paths ran
     with Catalog.open(cat_dir) as live:
-        got = _content(live)
-    ref = Catalog.open(tmp_path / "ref", create=True)
-    ref.ingest(dump, run="r")
-    assert got == _content(ref)
+        assert _content(live) == _content(ref)
 
 
 def test_default_workers_follow_the_usable_cores(tmp_path):
