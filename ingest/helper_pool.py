@@ -30,6 +30,7 @@ import pickle
 import queue
 import select
 import selectors
+import signal
 import subprocess
 import sys
 import threading
@@ -74,6 +75,9 @@ def _resolve(task: str) -> Callable[..., Any]:
 
 def _serve(idle_s: float = _HELPER_IDLE_S, preload: Sequence[str] = ()) -> None:
     """Helper-process main loop: ``(index, task, batch, args)`` frames in, ``(index, result)`` out."""
+    # Ctrl-C in the terminal is the caller's to handle (a watcher flushes on it, with its helpers);
+    # a helper ends when the caller closes its stdin or dies.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # a stray print goes to stderr, never into the result stream
 

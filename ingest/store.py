@@ -67,7 +67,12 @@ class CatalogStore:
                 raise CatalogError(f"{self.root} is not a dumpcat catalog (no {MARKER})")
             if self.root.exists() and not self.root.is_dir():
                 raise CatalogError(f"{self.root} exists and is not a directory")
-            if self.root.exists() and any(p.name != ".lock" for p in self.root.iterdir()):
+            # A creation cut short (crash before the marker) left only what it writes first.
+            leftovers = {"data", SNAPSHOT}
+            if self.root.exists() and any(
+                p.name not in leftovers and not p.name.startswith((f".{SNAPSHOT}.", f".{MARKER}."))
+                for p in self.root.iterdir()
+            ):
                 raise CatalogError(f"{self.root} is a non-empty directory that is not a dumpcat catalog")
             try:
                 self.root.mkdir(parents=True, exist_ok=True)
@@ -95,7 +100,10 @@ class CatalogStore:
 
     def snapshot_token(self) -> tuple[int, int]:
         """Cheap change detector for readers: (mtime_ns, inode) of snapshot.json."""
-        st = os.stat(self.root / SNAPSHOT)
+        try:
+            st = os.stat(self.root / SNAPSHOT)
+        except OSError as exc:
+            raise CatalogError(f"cannot read {self.root / SNAPSHOT}: {exc.strerror}") from exc
         return (st.st_mtime_ns, st.st_ino)
 
     def table_files(self, snapshot: dict | None = None) -> dict[str, list[str]]:
@@ -177,6 +185,8 @@ class CatalogStore:
         with ThreadPoolExecutor(max_workers=min(4, len(tables)), thread_name_prefix="dumpcat-write") as pool:
             list(pool.map(write, tables.items()))
         _fsync_path(bdir)
+        _fsync_path(bdir.parent)  # the batch directory's entry (and a new run directory's)
+        _fsync_path(bdir.parent.parent)
         return rel
 
     def compact(self, run: str, *, small_rows: int = 50_000, min_batches: int = 16) -> int:

@@ -49,7 +49,7 @@ from typing import Literal
 
 import numpy as np
 
-from ingest.helper_pool import resolve_workers, run_ordered, start_helpers
+from ingest.helper_pool import resolve_workers, run_ordered
 
 __all__ = [
     "BLOCK_ELEMS",
@@ -59,7 +59,6 @@ __all__ = [
     "compute_stats",
     "compute_stats_many",
     "open_tensor",
-    "start_helpers",
 ]
 
 # The names of schema.STAT_VALUE_FIELDS, spelled out so that this module needs only numpy (a helper

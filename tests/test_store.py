@@ -73,3 +73,26 @@ def test_uncommitted_batch_of_a_crashed_writer_is_removed(tmp_path, copy_dump):
     with store.writer_lock():
         pass
     assert not orphan.exists()
+
+
+def test_creation_cut_short_is_finished_and_other_folders_are_refused(tmp_path, copy_dump):
+    """A crash while a catalog is being created leaves data/ and snapshot.json (and maybe a temp
+    file) but no marker: creating it again finishes the job. A folder with anything else is not
+    taken over."""
+    import pytest
+
+    from ingest.store import CatalogError
+
+    half = tmp_path / "half"
+    (half / "data").mkdir(parents=True)
+    (half / "snapshot.json").write_text('{"version": 0, "batches": []}')
+    (half / ".snapshot.json.4242.tmp").write_text("{")
+    cat = Catalog.open(half, create=True)
+    assert cat.ingest(copy_dump("simple")).tensors == 243
+    other = tmp_path / "other"
+    (other / "data").mkdir(parents=True)
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(CatalogError, match="non-empty directory"):
+        CatalogStore(other, create=True)
+    with pytest.raises(CatalogError, match="not a dumpcat catalog"):
+        Catalog.open(tmp_path / "nothing")

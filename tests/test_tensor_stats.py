@@ -666,3 +666,26 @@ def test_start_helpers_ahead_of_time(tmp_path: Path, monkeypatch: pytest.MonkeyP
     results = list(compute_stats_many(jobs, workers=3))
     assert [stats["min"] for _, stats, _ in results] == [float(-i) for i in range(10)]
     assert sorted(h.proc.pid for h in hp._idle_helpers) == started
+
+
+def test_helpers_ignore_ctrl_c(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C reaches the whole terminal process group: a helper must survive it, so that the
+    caller (a watcher flushing on SIGINT) still has its helpers."""
+    import signal
+    import time
+
+    monkeypatch.setattr(ts, "_INLINE_JOBS", 0)
+    monkeypatch.setattr(hp, "_CALLER_COMPUTES", False)
+    hp.start_helpers(workers=2)
+    [helper] = hp._idle_helpers
+    deadline = time.monotonic() + 30
+    while not helper.ready and time.monotonic() < deadline:  # SIGINT before the handler is set kills
+        helper.receive()
+        time.sleep(0.01)
+    os.kill(helper.proc.pid, signal.SIGINT)
+    time.sleep(0.3)
+    assert helper.proc.poll() is None, "the helper died of SIGINT"
+    jobs = [save(tmp_path, f"c{i}", np.arange(i + 1, dtype=np.float32)) for i in range(6)]
+    results = list(compute_stats_many(jobs, workers=2))
+    assert [stats["max"] for _, stats, _ in results] == [float(i) for i in range(6)]
+    assert [h.proc.pid for h in hp._idle_helpers] == [helper.proc.pid]  # the same helper did the work
