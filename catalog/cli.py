@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 import click
 import duckdb
@@ -26,28 +27,36 @@ FORMAT_OPTION = click.option(
 )
 
 
-def _run_query(run) -> object:
-    """Run a query callable; a bad query is one line on stderr and exit status 1."""
-    try:
-        return run()
-    except duckdb.Error as exc:
-        _fail(" ".join(str(exc).split()))
-
-
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     click.echo(f"dumpcat: error: {message}", err=True)
     sys.exit(1)
 
 
+class _Commands(click.Group):
+    """Every command's expected failures (a bad query, an unusable catalog or dump, a file that
+    cannot be written) become one line on stderr and exit status 1, never a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # `dumpcat sql ... | head`: the reader has what it wanted
+            sys.stderr.close()
+            sys.exit(0)
+        except (CatalogError, DumpRootError, TensorNotFoundError, duckdb.Error) as exc:
+            _fail(" ".join(str(exc).split()))
+        except OSError as exc:
+            where = f": {exc.filename}" if exc.filename else ""
+            _fail(f"{exc.strerror or exc}{where}")
+
+
 def _open(path: str) -> Catalog:
-    try:
-        return Catalog.open(path)
-    except CatalogError as exc:
-        _fail(str(exc))
-        raise  # unreachable
+    """Open a catalog and load its views now, so that a damaged one fails here, in one line."""
+    cat = Catalog.open(path)
+    cat.refresh()
+    return cat
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option("0.1.0", prog_name="dumpcat")
 def main() -> None:
     """dumpcat: a SQL catalog of deep-learning framework dumps."""
@@ -133,7 +142,7 @@ def ingest(
 def sql(catalog_path: str, query: str, fmt: str) -> None:
     """Run a SQL QUERY against the catalog's views (stats, tensors, ops, ...)."""
     cat = _open(catalog_path)
-    result = _run_query(lambda: cat.sql(query))
+    result = cat.sql(query)
     write_table(result, sys.stdout, fmt)
 
 
@@ -316,7 +325,7 @@ def where(catalog_path: str, line_spec: str | None, code: str | None, fmt: str) 
             _fail(f"--line wants FILE:LINE, e.g. train.py:58; got {line_spec!r}")
         line = int(number)
     cat = _open(catalog_path)
-    result = _run_query(lambda: cat.where(file=file, line=line, code=code))
+    result = cat.where(file=file, line=line, code=code)
     if result.num_rows == 0:
         click.echo(
             "no operator was created by that line (is the graph IR in the dump? see `ir_nodes`)", err=True
@@ -331,7 +340,7 @@ def where(catalog_path: str, line_spec: str | None, code: str | None, fmt: str) 
 def anomalies(catalog_path: str, run: str | None, fmt: str) -> None:
     """The first operator (in execution order) whose output holds NaN or Inf, per iteration."""
     cat = _open(catalog_path)
-    result = _run_query(lambda: cat.anomalies(run))
+    result = cat.anomalies(run)
     write_table(result, sys.stdout, fmt)
 
 

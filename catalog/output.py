@@ -5,9 +5,11 @@ from __future__ import annotations
 import csv
 import json
 import math
+from decimal import Decimal
 from typing import Any, TextIO
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from tabulate import tabulate
 
 
@@ -34,13 +36,33 @@ def _csv_value(value: Any) -> Any:
 
 
 def _json_value(value: Any) -> Any:
+    """A value JSON can hold: non-finite floats as "nan"/"inf"/"-inf" (JSON has none), HUGEINT and
+    DECIMAL sums as numbers, BLOBs as hex, dates and times as ISO text, nested lists and structs."""
     if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # JSON has no NaN/Infinity: "nan", "inf", "-inf"
+        return str(value)
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, bytes):
+        return value.hex()
     if isinstance(value, list):
         return [_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
     if hasattr(value, "isoformat"):
         return value.isoformat()
     return value
+
+
+def _rows(table: pa.Table) -> list[dict]:
+    """Rows as Python values. Dates and times Python cannot hold ('infinity'::TIMESTAMP, year
+    290000) make the whole conversion fail, so then temporal columns are rendered as text."""
+    try:
+        return table.to_pylist()
+    except (OverflowError, ValueError, pa.ArrowInvalid):
+        columns = [
+            pc.cast(col, pa.string()) if pa.types.is_temporal(col.type) else col for col in table.columns
+        ]
+        return pa.Table.from_arrays(columns, names=table.column_names).to_pylist()
 
 
 def write_table(table: pa.Table, out: TextIO, fmt: str = "table") -> None:
@@ -49,12 +71,12 @@ def write_table(table: pa.Table, out: TextIO, fmt: str = "table") -> None:
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(table.column_names)
         for batch in table.to_batches(max_chunksize=10_000):
-            for row in batch.to_pylist():
+            for row in _rows(pa.Table.from_batches([batch], schema=table.schema)):
                 writer.writerow([_csv_value(v) for v in row.values()])
     elif fmt == "json":
-        for row in table.to_pylist():
-            out.write(json.dumps({k: _json_value(v) for k, v in row.items()}) + "\n")
+        for row in _rows(table):
+            out.write(json.dumps(_json_value(row), allow_nan=False, default=str) + "\n")
     else:
-        rows = [[_cell(v) for v in row.values()] for row in table.to_pylist()]
+        rows = [[_cell(v) for v in row.values()] for row in _rows(table)]
         out.write(tabulate(rows, headers=table.column_names, tablefmt="simple", disable_numparse=True) + "\n")
         out.write(f"({table.num_rows} row{'s' if table.num_rows != 1 else ''})\n")

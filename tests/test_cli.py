@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 import subprocess
 import sys
 
@@ -51,6 +52,23 @@ def test_sql_csv_and_json(cat):
     assert str(recs[0]["row_id"]) == rows[0]["row_id"]
 
 
+def test_json_and_csv_hold_every_duckdb_value(cat):
+    """HUGEINT sums, BLOBs, structs holding NaN and timestamps Python cannot represent are written
+    as valid JSON (and CSV), not a traceback."""
+    q = (
+        "SELECT sum(nbytes) AS total, '\\x01\\xff'::BLOB AS raw, {'m': max(max)} AS st,"
+        " 'infinity'::TIMESTAMPTZ AS forever FROM stats WHERE op_type = 'Log'"
+    )
+    [line] = dumpcat("sql", cat, q, "--format", "json").stdout.splitlines()
+    assert "NaN" not in line and "Infinity" not in line  # strict JSON has neither
+    rec = json.loads(line)
+    assert isinstance(rec["total"], int) and rec["total"] > 0
+    assert rec["raw"] == "01ff" and rec["st"] == {"m": "nan"} and rec["forever"]
+    rows = list(csv.DictReader(io.StringIO(dumpcat("sql", cat, q, "--format", "csv").stdout)))
+    assert rows[0]["total"] == str(rec["total"])
+    assert "(1 row)" in dumpcat("sql", cat, q).stdout
+
+
 def test_tensor_out_and_print(cat, tmp_path):
     q = "SELECT row_id FROM tensors WHERE op_type='Log' AND io='output' AND iteration=0"
     row_id = dumpcat("sql", cat, q, "--format", "csv").stdout.splitlines()[1]
@@ -76,10 +94,20 @@ def test_views_lists_columns(cat):
         (("sql", "{missing}", "SELECT 1"), "is not a dumpcat catalog"),
         (("ingest", "{missing}", "--catalog", "{tmp}/c2"), "does not exist"),
         (("ingest", "{tmp}", "--catalog", "{tmp}/c3"), "no rank_N directories"),
+        (("sql", "{damaged}", "SELECT 1"), "cannot read"),  # a damaged snapshot.json
+        (("status", "{damaged}"), "cannot read"),
+        (("tensor", "{cat}", "{row_id}", "--out", "{tmp}/no/such/dir/t.npy"), "No such file or directory"),
     ],
 )
 def test_errors_are_one_line_exit_1(cat, tmp_path, args, message):
-    args = [a.format(cat=cat, missing=tmp_path / "missing", tmp=tmp_path) for a in args]
+    damaged = tmp_path / "damaged"
+    shutil.copytree(cat, damaged)
+    (damaged / "snapshot.json").write_text("{")
+    row_id = dumpcat("sql", cat, "SELECT min(row_id) FROM tensors", "--format", "csv").stdout.split()[1]
+    args = [
+        a.format(cat=cat, missing=tmp_path / "missing", tmp=tmp_path, damaged=damaged, row_id=row_id)
+        for a in args
+    ]
     proc = dumpcat(*args, check=False)
     assert proc.returncode == 1
     assert proc.stderr.startswith("dumpcat: error: ") and message in proc.stderr
