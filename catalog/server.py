@@ -25,9 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+from pyarrow import ArrowException
 
 from catalog import guard, pg_catalog, pgwire
 from catalog.api import Catalog
+from ingest.store import CatalogError
 
 log = logging.getLogger("dumpcat.server")
 
@@ -41,6 +43,9 @@ class Limits:
     max_concurrent: int = 8  # statements running at once; the others wait their turn
     max_connections: int = 128
     memory_limit: str = "2GB"
+
+
+_LOGIN_SECONDS = 60.0
 
 
 class QueryError(Exception):
@@ -218,7 +223,8 @@ class Server:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         session = None
         try:
-            params = await self._startup(reader, writer)
+            # A client that never finishes logging in holds a socket: give it a minute.
+            params = await asyncio.wait_for(self._startup(reader, writer), _LOGIN_SECONDS)
             if params is None:
                 return
             if len(self.sessions) >= self.limits.max_connections:
@@ -227,12 +233,16 @@ class Server:
                 return
             self._pid += 1
             session = Session(self, self._pid, secrets.randbits(31), reader, writer, params)
-            if not await session.authenticate():
+            if not await asyncio.wait_for(session.authenticate(), _LOGIN_SECONDS):
                 return
             self.sessions[session.pid] = session
             await session.run()
-        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, TimeoutError):
             pass
+        except (ValueError, IndexError, struct.error) as exc:  # a malformed protocol message
+            with contextlib.suppress(Exception):
+                writer.write(pgwire.error_response("08P01", f"invalid protocol message: {exc}", "FATAL"))
+                await writer.drain()
         except Exception:  # one bad client never takes the server down
             log.exception("connection failed")
         finally:
@@ -414,7 +424,12 @@ class Session:
             if tag == b"X":
                 return
             if tag == b"Q":
-                await self.simple_query(body.rstrip(b"\x00").decode())
+                try:
+                    text = body.rstrip(b"\x00").decode()
+                except UnicodeDecodeError:
+                    self.send(pgwire.error_response("22021", 'invalid byte sequence for encoding "UTF8"'))
+                else:
+                    await self.simple_query(text)
                 self.send(pgwire.ready(self.tx))
                 await self.writer.drain()
                 continue
@@ -476,8 +491,8 @@ class Session:
                 res = await self._portal_result(name)
                 self.send(pgwire.row_description(res.fields) if res.fields else pgwire.NO_DATA)
         elif tag == b"E":
-            name = pgwire.Reader(body).cstr()
-            limit = struct.unpack_from("!i", body, len(name) + 1)[0]
+            r = pgwire.Reader(body)
+            name, limit = r.cstr(), r.int32()  # the name's length in bytes, not characters
             res = await self._portal_result(name)
             rows = res.rows[res.sent :] if limit <= 0 else res.rows[res.sent : res.sent + limit]
             res.sent += len(rows)
@@ -584,12 +599,21 @@ class Session:
             self.statements.clear()
             return Result(None, tag="DISCARD ALL")
         if k == "deallocate":
-            self.statements.pop(st.args[0], None)
+            if st.args[0].upper() == "ALL":
+                self.statements.clear()
+            else:
+                self.statements.pop(st.args[0], None)
             return Result(None, tag="DEALLOCATE")
         return Result(None, tag=st.text.split()[0].upper())
 
+    def _cursor(self) -> duckdb.DuckDBPyConnection:
+        try:
+            return self.server.catalog.cursor()
+        except (CatalogError, duckdb.Error) as exc:  # e.g. the catalog was damaged under the server
+            raise QueryError(f"catalog unavailable: {' '.join(str(exc).split())}", "58030") from exc
+
     def _describe(self, query: str, nparams: int) -> list[tuple[str, int]] | None:
-        cur = self.server.catalog.cursor()
+        cur = self._cursor()
         try:
             try:
                 st = guard.classify(query, cur)
@@ -614,7 +638,7 @@ class Session:
 
     def _run(self, text: str, values: list) -> Result:
         limits = self.server.limits
-        cur = self.server.catalog.cursor()
+        cur = self._cursor()
         timer = None
         try:
             try:
@@ -656,6 +680,8 @@ class Session:
             return Result(fields, rows, f"SELECT {len(rows)}")
         except duckdb.Error as exc:
             raise QueryError(str(exc).splitlines()[0], sqlstate_of(exc)) from exc
+        except (OverflowError, ValueError, ArrowException) as exc:  # a value the wire cannot carry
+            raise QueryError(f"cannot send this result: {exc}", "22008") from exc
         finally:
             if timer is not None:
                 timer.cancel()

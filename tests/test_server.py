@@ -132,6 +132,64 @@ def test_psycopg_transactions_and_errors(server):
         assert c.execute("SELECT 1").fetchall() == [(1,)]
         with pytest.raises(psycopg.errors.SyntaxError):
             c.execute("SELEC 1")
+    with connect(server) as c:  # the server is still up and serves a new session
+        assert c.execute("SELECT count(*) > 0 FROM tensors").fetchall() == [(True,)]
+        # A value Python's clients cannot hold either way is sent or refused, never a dropped link.
+        try:
+            c.execute("SELECT 'infinity'::TIMESTAMPTZ AS t").fetchall()
+        except psycopg.Error as exc:
+            assert exc.sqlstate is not None
+        assert c.execute("SELECT 1").fetchall() == [(1,)]
+
+
+def _raw_session(srv, *messages: bytes) -> list[tuple[bytes, bytes]]:
+    """Log in over a bare socket (trust auth), send raw protocol messages, return what came back
+    (type, body) until the server closes or says ReadyForQuery after the last message."""
+    import socket
+    import struct
+
+    def msg(tag: bytes, body: bytes) -> bytes:
+        return tag + struct.pack("!i", len(body) + 4) + body
+
+    params = b"user\x00probe\x00database\x00dumpcat\x00\x00"
+    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    sock.sendall(struct.pack("!ii", len(params) + 8, 196608) + params)
+    buf, out = b"", []
+
+    def read_until_ready() -> bool:
+        nonlocal buf
+        while True:
+            while len(buf) >= 5 and len(buf) >= 1 + struct.unpack("!i", buf[1:5])[0]:
+                n = struct.unpack("!i", buf[1:5])[0]
+                tag, body, buf = buf[:1], buf[5 : 1 + n], buf[1 + n :]
+                out.append((tag, body))
+                if tag == b"Z":
+                    return True
+            chunk = sock.recv(65536)
+            if not chunk:
+                return False
+            buf += chunk
+
+    with sock:
+        assert read_until_ready(), "login failed"
+        for tag_body in messages:
+            sock.sendall(msg(tag_body[:1], tag_body[1:]))
+            if not read_until_ready():
+                break
+    return out
+
+
+def test_malformed_client_messages_get_errors_and_the_server_stays_up(trust_server):
+    bad_utf8 = _raw_session(trust_server, b"QSELECT '\xff\xfe'\x00", b"QSELECT 42\x00")
+    errors = [body for tag, body in bad_utf8 if tag == b"E"]
+    assert len(errors) == 1 and b"22021" in errors[0]
+    assert any(tag == b"D" and b"42" in body for tag, body in bad_utf8)  # the session went on
+    for broken in (b"Pstmt-without-terminators", b"B\x00\x00\x00\x05", b"E"):
+        replies = _raw_session(trust_server, broken)
+        fatal = [body for tag, body in replies if tag == b"E"]
+        assert fatal and b"08P01" in fatal[-1] and b"FATAL" in fatal[-1], replies[-3:]
+    with psycopg.connect(host="127.0.0.1", port=trust_server.port, dbname="dumpcat", user="x") as c:
+        assert c.execute("SELECT 1").fetchall() == [(1,)]
 
 
 def test_auth(server, cat_path):
@@ -214,9 +272,20 @@ def test_timeout_row_cap_and_cancel(server):
         assert err.value.sqlstate == "54000"
         assert len(c.execute("SELECT * FROM range(1000)").fetchall()) == 1000
     with connect(server) as c:
-        threading.Timer(0.3, c.cancel_safe).start()  # cancel() holds the GIL while it waits
-        with pytest.raises(psycopg.errors.QueryCanceled, match="user request"):
-            c.execute("SELECT sum(hash(i)) FROM range(100000000000) t(i)")
+        done = threading.Event()
+
+        def cancel_until_done() -> None:  # a cancel that lands before the query starts is lost
+            while not done.wait(0.2):
+                c.cancel_safe()
+
+        canceller = threading.Thread(target=cancel_until_done)
+        canceller.start()
+        try:
+            with pytest.raises(psycopg.errors.QueryCanceled, match="user request"):
+                c.execute("SELECT sum(hash(i)) FROM range(100000000000) t(i)")
+        finally:
+            done.set()
+            canceller.join()
         assert c.execute("SELECT 1").fetchall() == [(1,)]
 
 
