@@ -351,11 +351,12 @@ def _to_shape(arr: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
         bad = np.zeros(len(arr), dtype=bool) if bad is None else bad
         for i, s in enumerate(src.to_pylist()):
             try:
-                out.append(None if s is None else _shape_from_text(s))
-                pa.array([out[-1]], type=typ)
+                shape = None if s is None else _shape_from_text(s)
+                pa.array([shape], type=typ)
             except (ValueError, OverflowError, pa.ArrowInvalid):
-                out[-1] = None
+                shape = None
                 bad[i] = True
+            out.append(shape)
         return pa.array(out, type=typ), bad
     offsets = np.zeros(len(arr) + 1, dtype=np.int32)
     np.cumsum(np.bincount(parents, minlength=len(arr)), out=offsets[1:])
@@ -543,7 +544,8 @@ def _read_statistic_csv(
             pos = start_offset
             next_line = start_line + 1
         tables: list[pa.Table] = []
-        errors: list[tuple[int, str]] = [] if hdr is not None else [(1, str(reason))]
+        # A missing header is reported once, on the first read, not again on every resume.
+        errors: list[tuple[int, str]] = [(1, str(reason))] if hdr is None and start_offset == 0 else []
         consumed = pos
         carry = b""
         skipping = 0  # bytes so far of an over-long line that is dropped instead of buffered

@@ -294,6 +294,31 @@ def test_headerless_file_gives_one_error(tmp_path):
     assert r.end_line == 2 and r.end_offset == path.stat().st_size
 
 
+def test_headerless_file_that_grows_is_reported_once(tmp_path):
+    path = tmp_path / "statistic.csv"
+    line = 'Add,Add-op1,0,0,1655271093812345,output,0,24,float32,"(2,3)",6,1,3.5,6,0,6,0,0,0,0\n'
+    path.write_text(line)
+    first = read_statistic_csv(path)
+    with path.open("a") as fh:
+        fh.write(line)
+    again = read_statistic_csv(path, start_offset=first.end_offset, start_line=first.end_line)
+    assert len(first.errors) == 1 and again.errors == [] and again.end_line == 2
+
+
+def test_dimension_beyond_int64_is_one_bad_row(tmp_path):
+    """A shape no BIGINT holds fails its own row; the rows around it keep their shapes."""
+    path = tmp_path / "statistic.csv"
+    path.write_text(
+        V23_HEADER
+        + f'Add,{ADD0},0,0,1,output,0,4,float32,"(2,3)",1,0,1,\n'
+        + f'Add,{ADD0},0,0,2,output,0,4,float32,"({"9" * 30},1)",1,0,1,\n'
+        + f'Add,{ADD0},0,0,3,output,0,4,float32,"(5)",1,0,1,\n'
+    )
+    r = read_statistic_csv(path)
+    assert [ln for ln, _ in r.errors] == [3]
+    assert {ln: row["shape"] for ln, row in by_line(r).items()} == {2: [2, 3], 4: [5]}
+
+
 def test_binary_garbage_gives_one_error(tmp_path):
     path = tmp_path / "statistic.csv"
     path.write_bytes(bytes(range(256)) * 40 + b"\n\xff\xfe,,,\n")
