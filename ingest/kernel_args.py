@@ -7,8 +7,9 @@ everything after the first dot.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from ingest.metadata import MetadataError, as_text, load_json
 
 
 class KernelArgsError(ValueError):
@@ -27,9 +28,9 @@ def parse_kernel_args_name(name: str) -> tuple[str, str]:
 def read_kernel_args(path: str | Path) -> list[tuple[str, str]]:
     """(arg_name, value) pairs; non-string values are kept as their JSON text."""
     try:
-        obj = json.loads(Path(path).read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise KernelArgsError(f"not valid JSON: {exc}") from exc
+        _, obj = load_json(path)
+    except MetadataError as exc:
+        raise KernelArgsError(str(exc)) from exc
     if not isinstance(obj, dict):
         raise KernelArgsError("kernel-args JSON is not an object")
-    return [(str(k), v if isinstance(v, str) else json.dumps(v)) for k, v in obj.items()]
+    return [(as_text(k), as_text(v)) for k, v in obj.items()]

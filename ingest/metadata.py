@@ -8,29 +8,42 @@ DuckDB's json functions.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class MetadataError(ValueError):
     """A metadata file that is not valid JSON of the expected shape."""
 
 
+def load_json(path: str | Path) -> tuple[str, object]:
+    """(text, parsed value) of a JSON file; MetadataError (a ValueError) when it is not JSON,
+    however it fails: bad UTF-8, bad syntax, or nesting too deep to parse."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+        return text, json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise MetadataError(f"{Path(path).name} is not valid JSON: {exc}") from exc
+
+
+def as_text(value: object) -> str:
+    """A JSON value as catalog text: strings as they are (a lone surrogate escape, which no
+    UTF-8 column holds, becomes U+FFFD), other values as their JSON text."""
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
+
+
 def read_config_json(path: str | Path) -> dict[str, str | None]:
     """device_target and ms_version from config.json."""
-    try:
-        obj = json.loads(Path(path).read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise MetadataError(f"config.json is not valid JSON: {exc}") from exc
+    _, obj = load_json(path)
     if not isinstance(obj, dict):
         raise MetadataError("config.json is not a JSON object")
-    return {"device_target": obj.get("device_target"), "ms_version": obj.get("ms_version")}
+    keys = ("device_target", "ms_version")
+    return {key: None if obj.get(key) is None else as_text(obj[key]) for key in keys}
 
 
 def read_json_text(path: str | Path) -> str:
     """The file's text, after checking it is JSON (data_dump.json, hccl.json)."""
-    text = Path(path).read_text(encoding="utf-8")
-    try:
-        json.loads(text)
-    except ValueError as exc:
-        raise MetadataError(f"{Path(path).name} is not valid JSON: {exc}") from exc
-    return text
+    return load_json(path)[0]

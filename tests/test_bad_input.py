@@ -325,3 +325,25 @@ def test_tensor_whose_statistics_cannot_be_computed(tmp_path, copy_dump, workers
     ).to_pylist()
     assert stats == [{"n": 0, "with_max": 0}]
     assert cat.sql("SELECT count(*) FROM stats").column(0)[0].as_py() == 242
+
+
+def test_json_files_with_odd_values_or_deep_nesting(tmp_path, copy_dump):
+    """JSON that parses but holds what no catalog column takes (a number where text is expected,
+    a lone surrogate escape), and JSON nested too deep to parse: values are kept as text, the
+    unparseable file is one error row, and nothing raises."""
+    dump = copy_dump("simple")
+    meta = dump / "rank_0" / ".dump_metadata"
+    (meta / "config.json").write_text('{"device_target": "CPU\\ud800", "ms_version": 2.5}')
+    (meta / "data_dump.json").write_text("[" * 100_000)
+    (dump / ITER0 / "Add.Add-op1.json").write_text('{"\\udc00key": "v", "n": null, "shape": [2, 3]}')
+    cat = Catalog.open(tmp_path / "cat", create=True)
+    s = cat.ingest(dump)
+    assert s.errors == 1 and _errors(cat)["rank_0/.dump_metadata/data_dump.json"][0] == "metadata"
+    meta_rows = cat.sql("SELECT device_target, ms_version FROM rank_metadata").to_pylist()
+    assert meta_rows == [{"device_target": "CPU\ufffd", "ms_version": "2.5"}]
+    args = cat.sql("SELECT arg_name, arg_value FROM kernel_args ORDER BY arg_name").to_pylist()
+    assert args == [
+        {"arg_name": "n", "arg_value": "null"},
+        {"arg_name": "shape", "arg_value": "[2, 3]"},
+        {"arg_name": "\ufffdkey", "arg_value": "v"},
+    ]
