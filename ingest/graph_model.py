@@ -24,6 +24,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ingest.numbers import INT32_MAX, parse_int
+
 # The graph files of a dump: `graphs/ms_output_trace_code_graph_{graph_id}.ir` and `.pb`.
 GRAPH_FILE = re.compile(r"^ms_output_trace_code_graph_(\d+)\.(pb|ir)$")
 
@@ -102,13 +104,18 @@ def parse_frame_line(line: str, depth: int) -> SourceFrame | None:
     if m is None or _FRAME_PREFIX.match(line, 0, i) is None:
         return None
     file, l1, l2, lend, c0, c1, code = m.group("file", "l1", "l2", "lend", "c0", "c1", "code")
+    texts = (l1 if l1 is not None else l2, lend, c0, c1)
+    numbers = [None if t is None else parse_int(t, INT32_MAX) for t in texts]
+    if any(n is None and t is not None for n, t in zip(numbers, texts, strict=True)):
+        return None  # a line or column no source file has: malformed
+    line_no, line_end, col_start, col_end = numbers
     frame = SourceFrame(
         depth=depth,
         file=file,
-        line=int(l1 if l1 is not None else l2),
-        line_end=int(lend) if lend is not None else None,
-        col_start=int(c0) if c0 is not None else None,
-        col_end=int(c1) if c1 is not None else None,
+        line=line_no,
+        line_end=line_end,
+        col_start=col_start,
+        col_end=col_end,
         code=(code or "").strip(),
         is_user_code=not is_framework_path(file),
     )

@@ -15,8 +15,8 @@ it yields the same `ParsedGraph` shape, with the same node keys (see `ingest.gra
   first frame `#  - In file`); frames are reversed per stack so depth 0 is the outermost frame,
   as in the `.ir`.
 
-A truncated or corrupt file never raises: protobuf's decode error becomes an error entry, and
-the complete `NodeProto`s before the cut are salvaged by walking the wire format by hand.
+A truncated or corrupt file becomes an error entry (protobuf's decode error), and the complete
+`NodeProto`s before the cut are salvaged by walking the wire format by hand.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from ingest.graph_model import (
     is_frame_line,
     parse_frame_line,
 )
+from ingest.numbers import parse_uint
 
 _KERNEL_GRAPH = re.compile(r"kernel_graph_?(\d+)$")
 _CANDIDATE_START = re.compile(r"^\s*#\s*-\s+In file ")
@@ -100,7 +101,7 @@ def parse_graph_pb_file(path: str | Path) -> ParsedGraph:
 
 
 def parse_graph_pb(data: bytes, graph_id: int | None = None) -> ParsedGraph:
-    """Decode a serialized `debugger.ModelProto`; never raises on bad input."""
+    """Decode a serialized `debugger.ModelProto`; a decode error becomes an error entry."""
     result = ParsedGraph(graph_id=graph_id, source="pb")
     model = pb.ModelProto()
     try:
@@ -300,7 +301,11 @@ def value_text(v: pb.ValueProto, top: bool = True) -> str:
 
 
 def _f32(x: float) -> float:
-    return struct.unpack("<f", struct.pack("<f", x))[0]
+    """The float32 nearest to x, as MindSpore prints it; a double beyond float32 stays as it is."""
+    try:
+        return struct.unpack("<f", struct.pack("<f", x))[0]
+    except OverflowError:
+        return x
 
 
 # --- source frames -------------------------------------------------------------------------------
@@ -392,7 +397,8 @@ def _build(graph: pb.GraphProto, result: ParsedGraph, salvaged: bool = False) ->
             ref_type.setdefault(ckey, f"<{_dtype_name(dt)}, NoShape>" if dt != pb.DT_TENSOR else "")
     for n in graph.node:
         name = _t(n.name)
-        key = f"{gname}:%{int(name) - 1}" if name.isdigit() and int(name) > 0 else f"{gname}:{name}"
+        index = parse_uint(name)
+        key = f"{gname}:%{index - 1}" if index else f"{gname}:{name}"
         ref_key.setdefault(name, key)
         ref_type.setdefault(name, type_text(n.output_type) if n.HasField("output_type") else "")
 

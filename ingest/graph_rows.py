@@ -60,8 +60,10 @@ def parse_graph(files: dict[str, str], directory: Path) -> tuple[ParsedGraph | N
             continue
         try:
             parsed = parse(directory / name)
-        except (OSError, UnicodeDecodeError) as exc:
-            problems.append((name, f"unreadable: {exc}"))
+        except (ValueError, OverflowError, RecursionError, IndexError) as exc:
+            # Content no real graph holds (numbers beyond any index, nesting beyond any type)
+            # that a parser did not turn into one of its line errors: the whole file is one error.
+            problems.append((name, f"cannot parse: {type(exc).__name__}: {str(exc)[:200]}"))
             continue
         for where, reason in parsed.errors:
             problems.append((f"{name}:{where}" if where not in (None, "") else name, reason))

@@ -20,9 +20,10 @@ accepted (reference §4):
   `# Scope: (scope)` when full names are switched off;
 - source traces `# In file ...` in all three spellings (shared parser in `graph_model`).
 
-The parser streams line by line and never raises on bad input: an unknown line inside a
-subgraph, an unparsable node line or a truncated file becomes an entry in `ParsedGraph.errors`
-(with its line number) and everything else is still returned.
+The parser streams line by line: an unknown line inside a subgraph, an unparsable node line or a
+truncated file becomes an entry in `ParsedGraph.errors` (with its line number) and everything else
+is still returned. Numbers beyond any real graph (a 5,000-digit index) may raise ValueError, which
+`graph_rows.parse_graph` records as the file's error.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from ingest.graph_model import (
     is_frame_line,
     parse_frame_line,
 )
+from ingest.numbers import parse_uint
 
 _KERNEL_GRAPH = re.compile(r"kernel_graph_?(\d+)$")
 _NODE_HEAD = re.compile(r"%(\d+)(?:\(([^)]*)\))? = ")
@@ -120,6 +122,10 @@ def _split_top(s: str, sep: str = ",") -> list[str]:
     return parts
 
 
+# `Tuple[Int64*N]` repeats an element N times; a bigger N is not expanded (a memory bomb).
+_MAX_REPEAT = 100_000
+
+
 def _dims(text: str) -> list[int]:
     """Integers of a shape text: `(2, 3)`, `[2, 3]`, `{2, 3}`, or the >10-dim `[i]:{v}` form."""
     if "]:{" in text:
@@ -138,9 +144,9 @@ def _type_leaves(t: str) -> list[str]:
                     continue
                 count = 1
                 star = elem.rfind("*")
-                if star > 0 and elem[star + 1 :].isdigit() and elem.count("[", star) == 0:
-                    count = int(elem[star + 1 :])
-                    elem = elem[:star]
+                repeat = parse_uint(elem[star + 1 :], _MAX_REPEAT) if star > 0 else None
+                if repeat is not None and elem.count("[", star) == 0:
+                    count, elem = repeat, elem[:star]
                 out.extend(_type_leaves(elem) * count)
             return out
     return [t]
@@ -678,12 +684,12 @@ def _header_line(st: _State, s: str, line_no: int) -> None:
         value = value.strip()
         if key == "ir entry" and value.startswith("@"):
             st.result.graph_name = value[1:]
-        elif key in ("total subgraphs", "total subgraph") and value.isdigit():
+        elif key in ("total subgraphs", "total subgraph") and parse_uint(value) is not None:
             st.declared_subgraphs = int(value)
         return  # other comments: # Attrs:, # Params:, # Order:, #   1: @g:CNode..., frames of a graph
     if s.startswith("Total number of cnodes:"):
         v = s.rpartition(":")[2].strip()
-        if v.isdigit():
+        if parse_uint(v) is not None:
             st.declared_cnodes = int(v)
         return
     if s.startswith(("subgraph attr:", "subgraph instance:", "Node counting information", "Total number of")):

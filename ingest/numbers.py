@@ -18,3 +18,11 @@ def parse_uint(text: str, limit: int = INT64_MAX) -> int | None:
         return None
     value = int(text)
     return value if value <= limit else None
+
+
+def parse_int(text: str, limit: int = INT64_MAX) -> int | None:
+    """`parse_uint` that also takes a leading '-' (MindSpore writes column -1 for "unknown")."""
+    if text.startswith("-"):
+        value = parse_uint(text[1:], limit)
+        return None if value is None else -value
+    return parse_uint(text, limit)

@@ -224,3 +224,27 @@ def test_old_ir_generations_give_the_same_tables(tmp_path, old_form):
         tables.append([cat.sql(q).to_pylist() for q in TABLE_QUERIES])
     assert tables[0][0], "the fixture has nodes"
     assert tables[0] == tables[1]
+
+
+def test_hostile_numbers_in_graph_files_are_errors_not_crashes(tmp_path, copy_dump):
+    """An .ir whose type repeats an element 3 billion times, whose header count is a Unicode digit
+    and one of whose frames has a line number of 5,000 digits: no memory bomb, no traceback; the
+    graph's problems are error rows and every tensor is still cataloged."""
+    dump = copy_dump("nan_log")
+    graphs = dump / "rank_0/graphs"
+    (graphs / "ms_output_trace_code_graph_0.pb").unlink()
+    ir = graphs / "ms_output_trace_code_graph_0.ir"
+    text = ir.read_text()
+    text = text.replace("# Total subgraphs: 1", "# Total subgraphs: \u00b2", 1)
+    text = text.replace("Tuple[Tensor[Float32]*4]", "Tuple[Tensor[Float32]*3000000000]", 1)
+    text = text.replace("cell_wrapper.py:423~438", "cell_wrapper.py:" + "9" * 5000 + "~438", 1)
+    ir.write_text(text)
+    cat = Catalog.open(tmp_path / "cat", create=True)
+    s = cat.ingest(dump)
+    assert s.tensors == 180
+    errors = cat.sql("SELECT path, stage, reason FROM ingest_errors").to_pylist()
+    kinds = [(e["stage"], e["reason"].split(":")[0]) for e in errors]
+    assert kinds == [("graph", "unparsable source-trace line")]
+    assert errors[0]["path"].startswith("rank_0/graphs/ms_output_trace_code_graph_0.ir:")
+    # The rest of the graph is there: the bad frame is one line, not the file.
+    assert cat.sql("SELECT source_line FROM ops WHERE op_name LIKE '%/Log-op0'").column(0).to_pylist() == [16]
