@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ingest.execution_order import read_complete_lines
+
 
 def read_mapping_csv(path: str | Path) -> tuple[dict[str, str], list[tuple[int, str]]]:
     """({mapped: original}, errors as (line number, reason)). Only complete lines are read."""
-    data = Path(path).read_bytes()
-    cut = data.rfind(b"\n") + 1
+    lines, _, _ = read_complete_lines(str(path), 0, 0)
     mapping: dict[str, str] = {}
     errors: list[tuple[int, str]] = []
-    for i, raw in enumerate(data[:cut].decode("utf-8", errors="replace").split("\n")[:-1], start=1):
+    for i, raw in enumerate(lines, start=1):
         line = raw.strip()
         if not line:
             continue

@@ -147,7 +147,8 @@ def short_name(full_name: str) -> str:
     return full_name.rsplit("/", 1)[-1]
 
 
-_OP_INDEX = re.compile(r"-op\d+$")
+OP_INDEX_PATTERN = r"-op[0-9]+$"  # also used as an Arrow regex (pipeline: statistic.csv rows)
+_OP_INDEX = re.compile(OP_INDEX_PATTERN)
 
 
 def without_op_index(name: str) -> str:

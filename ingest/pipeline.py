@@ -39,6 +39,7 @@ from ingest.ids import TensorIdHasher, stat_row_ids
 from ingest.leaf_scan import LeafChunk, scan_tensor_files
 from ingest.npy_header import NpyHeaderError, read_npy_header
 from ingest.npy_name import (
+    OP_INDEX_PATTERN,
     TensorName,
     TensorNameError,
     op_type_of,
@@ -803,7 +804,9 @@ class Ingester:
         }
         for col, (value, typ) in consts.items():
             table = table.append_column(col, pa.array([value] * n, typ))
-        base = pc.replace_substring_regex(table.column("file_op_name"), pattern=r"-op\d+$", replacement="")
+        base = pc.replace_substring_regex(
+            table.column("file_op_name"), pattern=OP_INDEX_PATTERN, replacement=""
+        )
         table = table.append_column("file_op_base", base)
         return table, result
 
