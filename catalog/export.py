@@ -29,7 +29,7 @@ import duckdb
 from catalog.api import DUCKDB_CONFIG
 from catalog.views import _quote_literal, define_views, view_sql_files
 from ingest.schema import TABLES
-from ingest.store import CatalogStore
+from ingest.store import CatalogStore, fsync_path
 
 __all__ = ["DEFAULT_STORAGE_VERSION", "ExportSummary", "export_duckdb"]
 
@@ -121,6 +121,7 @@ def export_duckdb(
             # the new snapshot.
             con.close()
             _remove(tmp)
+            _remove(Path(f"{tmp}.wal"))
             if attempt == 2 or store.snapshot_token() == token:
                 raise
             continue
@@ -131,22 +132,12 @@ def export_duckdb(
             raise
         con.close()
         break
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_path(tmp)
     # A WAL left by an earlier writer of `out` would be replayed onto the new file: drop it.
     _remove(Path(f"{out}.wal"))
     os.replace(tmp, out)
-    try:
-        dfd = os.open(out.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        fsync_path(out.parent)
     return ExportSummary(
         path=out,
         views=views,

@@ -77,8 +77,8 @@ class CatalogStore:
             try:
                 self.root.mkdir(parents=True, exist_ok=True)
                 (self.root / "data").mkdir(exist_ok=True)
-                self._write_json_atomic(self.root / SNAPSHOT, {"version": 0, "batches": []})
-                self._write_json_atomic(marker, {"format": "dumpcat", "version": FORMAT_VERSION})
+                write_json_atomic(self.root / SNAPSHOT, {"version": 0, "batches": []})
+                write_json_atomic(marker, {"format": "dumpcat", "version": FORMAT_VERSION})
             except OSError as exc:
                 raise CatalogError(f"cannot create catalog at {self.root}: {exc.strerror}") from exc
         else:
@@ -153,15 +153,22 @@ class CatalogStore:
         tables = {k: v for k, v in tables.items() if v is not None and v.num_rows > 0}
         if not tables:
             return None
-        batch_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
-        rel = self._write_batch_files(run, batch_id, tables)
+        entry = self._write_batch(run, tables)
         snap = self.snapshot()
+        snap["batches"].append(entry)
+        self._commit_snapshot(snap)
+        return entry["id"]
+
+    def _write_batch(self, run: str, tables: dict[str, pa.Table], suffix: str = "") -> dict:
+        """Write a batch's files (not yet visible) and return its snapshot entry."""
+        batch_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}{suffix}"
+        rel = self._write_batch_files(run, batch_id, tables)
+        return {"id": batch_id, "run": run, "path": rel, "tables": {k: v.num_rows for k, v in tables.items()}}
+
+    def _commit_snapshot(self, snap: dict) -> None:
+        """Make `snap` the catalog's state: one atomic rename readers see all of or nothing of."""
         snap["version"] = snap.get("version", 0) + 1
-        snap["batches"].append(
-            {"id": batch_id, "run": run, "path": rel, "tables": {k: v.num_rows for k, v in tables.items()}}
-        )
-        self._write_json_atomic(self.root / SNAPSHOT, snap)
-        return batch_id
+        write_json_atomic(self.root / SNAPSHOT, snap)
 
     def _write_batch_files(self, run: str, batch_id: str, tables: dict[str, pa.Table]) -> str:
         """Write and fsync a batch directory (not yet visible: the snapshot does not list it)."""
@@ -179,14 +186,14 @@ class CatalogStore:
                 compression="zstd",
                 write_statistics=_STATISTICS_COLUMNS[name],
             )
-            _fsync_path(path)
+            fsync_path(path)
 
         # Encoding and fsync release the GIL: the tables of a batch are written side by side.
         with ThreadPoolExecutor(max_workers=min(4, len(tables)), thread_name_prefix="dumpcat-write") as pool:
             list(pool.map(write, tables.items()))
-        _fsync_path(bdir)
-        _fsync_path(bdir.parent)  # the batch directory's entry (and a new run directory's)
-        _fsync_path(bdir.parent.parent)
+        fsync_path(bdir)
+        fsync_path(bdir.parent)  # the batch directory's entry (and a new run directory's)
+        fsync_path(bdir.parent.parent)
         return rel
 
     def compact(self, run: str, *, small_rows: int = 50_000, min_batches: int = 16) -> int:
@@ -221,22 +228,15 @@ class CatalogStore:
                 path = self.root / batch["path"] / f"{table}.parquet"
                 merged.setdefault(table, []).append(pq.read_table(path).cast(TABLES[table]))
         tables = {name: pa.concat_tables(parts) for name, parts in merged.items()}
-        batch_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}-c"
-        rel = self._write_batch_files(run, batch_id, tables)
-        entry = {
-            "id": batch_id,
-            "run": run,
-            "path": rel,
-            "tables": {k: v.num_rows for k, v in tables.items()},
-        }
+        entry = self._write_batch(run, tables, suffix="-c")
         old = [snap["batches"][i] for i in group]
-        batches = [b for j, b in enumerate(snap["batches"]) if j not in set(group[1:])]
+        merged_away = set(group[1:])
+        batches = [b for j, b in enumerate(snap["batches"]) if j not in merged_away]
         batches[group[0]] = entry
         snap["batches"] = batches
-        snap["version"] = snap.get("version", 0) + 1
         now = time.time()
         snap.setdefault("retired", []).extend({"path": b["path"], "at": now} for b in old)
-        self._write_json_atomic(self.root / SNAPSHOT, snap)
+        self._commit_snapshot(snap)
         return len(group)
 
     def purge_retired(self, older_than: float = 60.0) -> int:
@@ -251,21 +251,25 @@ class CatalogStore:
         for r in gone:
             shutil.rmtree(self.root / r["path"], ignore_errors=True)
         snap["retired"] = [r for r in retired if r["at"] >= cutoff]
-        self._write_json_atomic(self.root / SNAPSHOT, snap)
+        write_json_atomic(self.root / SNAPSHOT, snap)
         return len(gone)
 
-    @staticmethod
-    def _write_json_atomic(path: Path, obj: dict) -> None:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "w") as fh:
-            json.dump(obj, fh, indent=1)
+
+def write_json_atomic(path: Path, obj: dict, *, durable: bool = True) -> None:
+    """Replace `path` with `obj` as JSON by a rename: a reader sees the old or the new file whole.
+    `durable` also fsyncs the file and its directory (the snapshot; not a status file)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as fh:
+        json.dump(obj, fh, indent=1)
+        if durable:
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        _fsync_path(path.parent)
+    os.replace(tmp, path)
+    if durable:
+        fsync_path(path.parent)
 
 
-def _fsync_path(path: Path) -> None:
+def fsync_path(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

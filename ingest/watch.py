@@ -26,14 +26,13 @@ import os
 import threading
 import time
 from pathlib import Path
-from urllib.parse import quote
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
 from ingest.pipeline import RANK_DIR, DumpRootError, Ingester, find_dump_root
-from ingest.store import CatalogError, CatalogStore
+from ingest.store import CatalogError, CatalogStore, run_dir_name, write_json_atomic
 
 IGNORED_EVENTS = {"opened", "closed_no_write"}
 
@@ -68,7 +67,7 @@ class _DirtyDirs(FileSystemEventHandler):
 
 def status_path(catalog: str | os.PathLike, run: str) -> Path:
     """Where the watcher of `run` writes its status (read by `dumpcat status`)."""
-    return Path(catalog) / "watch" / f"{quote(run, safe='')}.json"
+    return Path(catalog) / "watch" / f"{run_dir_name(run).removeprefix('run=')}.json"
 
 
 class Watcher:
@@ -294,9 +293,7 @@ class Watcher:
     def _write_status(self) -> None:
         path = status_path(self.store.root, self.run)
         path.parent.mkdir(exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.status(), indent=1))
-        os.replace(tmp, path)
+        write_json_atomic(path, self.status(), durable=False)  # rewritten every cycle
 
 
 def read_status(catalog: str | os.PathLike) -> dict[str, dict]:
