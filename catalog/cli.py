@@ -1,4 +1,4 @@
-"""The `dumpcat` command line: a thin shell over the Python API (every command is one call).
+"""The `dumpcat` command line: a thin shell over the Python API.
 
 Errors the user can act on (missing dump root, unusable catalog, bad SQL, unknown row id) are
 one line on stderr and exit status 1; problems inside a dump never fail an ingest, they are
@@ -22,6 +22,22 @@ from catalog.views import query_text
 from ingest.pipeline import DumpRootError
 from ingest.store import CatalogError
 
+# Options shared by `ingest` and `watch`.
+CATALOG_OPTION = click.option(
+    "--catalog",
+    "-c",
+    "catalog_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Catalog directory (created if missing).",
+)
+RUN_OPTION = click.option("--run", "run", default=None, help="Run name (default: the dump folder's name).")
+STATS_OPTION = click.option(
+    "--stats/--no-stats",
+    "compute_stats",
+    default=True,
+    help="Compute statistics from tensor data where statistic.csv has none (default: on).",
+)
 FORMAT_OPTION = click.option(
     "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True
 )
@@ -64,21 +80,9 @@ def main() -> None:
 
 @main.command()
 @click.argument("dump_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "--catalog",
-    "-c",
-    "catalog_path",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="Catalog directory (created if missing).",
-)
-@click.option("--run", "run", default=None, help="Run name (default: the dump folder's name).")
-@click.option(
-    "--stats/--no-stats",
-    "compute_stats",
-    default=True,
-    help="Compute statistics from tensor data where statistic.csv has none (default: on).",
-)
+@CATALOG_OPTION
+@RUN_OPTION
+@STATS_OPTION
 @click.option("--md5", is_flag=True, help="Also compute the md5 of tensors whose statistics are computed.")
 @click.option(
     "--workers",
@@ -103,28 +107,15 @@ def ingest(
 
     if run is not None and len(dump_dirs) > 1:
         _fail("--run names a single dump; give one DUMP_DIR per run or leave --run out")
-    try:
-        cat = Catalog.open(catalog_path, create=True)
-    except CatalogError as exc:
-        _fail(str(exc))
+    cat = Catalog.open(catalog_path, create=True)
     disable = None if progress is None else not progress
     for dump_dir in dump_dirs:
         with tqdm(
             desc=f"ingest {dump_dir.name}", unit=" files", disable=disable, file=sys.stderr, leave=False
         ) as bar:
-            try:
-                s = cat.ingest(
-                    dump_dir,
-                    run,
-                    compute_stats=compute_stats,
-                    md5=md5,
-                    workers=workers,
-                    on_progress=bar.update,
-                )
-            except (DumpRootError, CatalogError) as exc:
-                _fail(str(exc))
-            except OSError as exc:
-                _fail(f"cannot write catalog {catalog_path}: {exc}")
+            s = cat.ingest(
+                dump_dir, run, compute_stats=compute_stats, md5=md5, workers=workers, on_progress=bar.update
+            )
         rate = s.files_seen / s.seconds if s.seconds > 0 else 0.0
         click.echo(
             f"run {s.run!r} ({s.dump_root}): {s.files_seen} files seen, {s.tensors} new tensors, "
@@ -159,12 +150,10 @@ def sql(catalog_path: str, query: str, fmt: str) -> None:
 def tensor(catalog_path: str, row_id: int, out: Path | None) -> None:
     """Fetch the tensor with ROW_ID: print it, or save it with --out."""
     cat = _open(catalog_path)
+    path, _ = cat.locate(row_id)
     try:
-        path, _ = cat.locate(row_id)
         array = cat.tensor(row_id)
-    except (TensorNotFoundError, CatalogError) as exc:
-        _fail(str(exc))
-    except ValueError as exc:
+    except ValueError as exc:  # the file changed since it was cataloged
         _fail(f"cannot read tensor {row_id}: {exc}")
     if out is not None:
         np.save(out, np.asarray(array))
@@ -178,15 +167,8 @@ def tensor(catalog_path: str, row_id: int, out: Path | None) -> None:
 
 @main.command()
 @click.argument("dump_dir", type=click.Path(path_type=Path))
-@click.option(
-    "--catalog",
-    "-c",
-    "catalog_path",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="Catalog directory (created if missing).",
-)
-@click.option("--run", "run", default=None, help="Run name (default: the dump folder's name).")
+@CATALOG_OPTION
+@RUN_OPTION
 @click.option("--poll", is_flag=True, help="Poll the file system instead of inotify (network file systems).")
 @click.option(
     "--interval",
@@ -209,12 +191,7 @@ def tensor(catalog_path: str, row_id: int, out: Path | None) -> None:
     show_default=True,
     help="Seconds a file may stay incomplete before it is judged (and, if bad, reported).",
 )
-@click.option(
-    "--stats/--no-stats",
-    "compute_stats",
-    default=True,
-    help="Compute statistics from tensor data where statistic.csv has none.",
-)
+@STATS_OPTION
 def watch(
     dump_dir: Path,
     catalog_path: Path,
@@ -230,19 +207,16 @@ def watch(
 
     from ingest.watch import Watcher
 
-    try:
-        watcher = Watcher(
-            catalog_path,
-            dump_dir,
-            run,
-            poll=poll,
-            interval=interval,
-            reconcile_every=reconcile,
-            grace=grace,
-            compute_stats=compute_stats,
-        )
-    except (DumpRootError, CatalogError) as exc:
-        _fail(str(exc))
+    watcher = Watcher(
+        catalog_path,
+        dump_dir,
+        run,
+        poll=poll,
+        interval=interval,
+        reconcile_every=reconcile,
+        grace=grace,
+        compute_stats=compute_stats,
+    )
 
     def _stop(signum, frame):
         watcher.request_stop()
@@ -264,10 +238,7 @@ def watch(
                 err=True,
             )
             last = time.monotonic()
-    try:
-        watcher.stop()
-    except (DumpRootError, CatalogError) as exc:
-        _fail(str(exc))
+    watcher.stop()
     st = watcher.status()
     click.echo(f"stopped: {st['tensors']} tensors, {st['pending']} pending, {st['errors']} errors", err=True)
 
@@ -378,24 +349,19 @@ def export_duckdb_cmd(catalog_path: str, out_path: Path, materialize: bool, stor
     """Write the catalog's views to a DuckDB database file (for SQLAlchemy tools and DuckDB clients)."""
     from catalog.export import export_duckdb
 
-    try:
-        summary = export_duckdb(
-            catalog_path,
-            out_path,
-            materialize=materialize,
-            storage_version=None if storage_version == "latest" else storage_version,
-        )
-    except CatalogError as exc:
-        _fail(str(exc))
-    except (duckdb.Error, OSError) as exc:
-        _fail(" ".join(str(exc).split()))
+    summary = export_duckdb(
+        catalog_path,
+        out_path,
+        materialize=materialize,
+        storage_version=None if storage_version == "latest" else storage_version,
+    )
     click.echo(summary.line())
 
 
 @main.command()
 @click.argument("catalog_path", metavar="CAT")
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=5433, show_default=True, type=int)
+@click.option("--port", default=5433, show_default=True, type=click.IntRange(0, 65535))
 @click.option(
     "--watch",
     "watch_dir",
@@ -411,9 +377,9 @@ def export_duckdb_cmd(catalog_path: str, out_path: Path, materialize: bool, stor
 )
 @click.option("--tls-cert", default=None, type=click.Path(exists=True, dir_okay=False))
 @click.option("--tls-key", default=None, type=click.Path(exists=True, dir_okay=False))
-@click.option("--query-timeout", default=30.0, show_default=True, type=float)
-@click.option("--max-rows", default=100_000, show_default=True, type=int)
-@click.option("--max-concurrent", default=8, show_default=True, type=int)
+@click.option("--query-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True))
+@click.option("--max-rows", default=100_000, show_default=True, type=click.IntRange(min=1))
+@click.option("--max-concurrent", default=8, show_default=True, type=click.IntRange(min=1))
 def serve(
     catalog_path: str,
     host: str,
@@ -447,7 +413,7 @@ def serve(
             auth=auth,
             limits=Limits(query_timeout=query_timeout, max_rows=max_rows, max_concurrent=max_concurrent),
         )
-    except (ValueError, CatalogError, DumpRootError, OSError) as exc:
+    except ValueError as exc:  # bad option combinations (e.g. no --user on a public address)
         _fail(str(exc))
 
 
