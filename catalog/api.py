@@ -12,7 +12,6 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import numpy as np
@@ -172,8 +171,3 @@ class Catalog:
 
     def __repr__(self) -> str:
         return f"Catalog({str(self.path)!r})"
-
-
-def as_records(table: pa.Table) -> list[dict[str, Any]]:
-    """Rows of a result as dicts (for callers that do not want Arrow)."""
-    return table.to_pylist()

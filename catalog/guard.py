@@ -19,19 +19,18 @@ from dataclasses import dataclass
 
 import duckdb
 
+SQLSTATE_READ_ONLY = "25006"  # read_only_sql_transaction
+SQLSTATE_PRIVILEGE = "42501"  # insufficient_privilege
+SQLSTATE_SYNTAX = "42601"
+
 
 class Refused(Exception):
     """A statement the server will not run; carries the SQLSTATE to send."""
 
-    def __init__(self, message: str, sqlstate: str = "42501") -> None:
+    def __init__(self, message: str, sqlstate: str = SQLSTATE_PRIVILEGE) -> None:
         super().__init__(message)
         self.sqlstate = sqlstate
 
-
-SQLSTATE_READ_ONLY = "25006"  # read_only_sql_transaction
-SQLSTATE_PRIVILEGE = "42501"  # insufficient_privilege
-SQLSTATE_SYNTAX = "42601"
-SQLSTATE_FEATURE = "0A000"
 
 ALLOWED_TABLE_FUNCTIONS = {
     "range", "generate_series", "unnest", "json_each", "json_tree", "repeat", "generate_subscripts",
@@ -94,10 +93,10 @@ def split(sql: str) -> list[str]:
     return [p for p in parts if p.strip().strip(";").strip()]
 
 
-def _walk(node: object, con: duckdb.DuckDBPyConnection) -> None:
+def _walk(node: object) -> None:
     if isinstance(node, list):
         for x in node:
-            _walk(x, con)
+            _walk(x)
         return
     if not isinstance(node, dict):
         return
@@ -117,7 +116,7 @@ def _walk(node: object, con: duckdb.DuckDBPyConnection) -> None:
             raise Refused(f"function {name}() is not allowed here")
     for v in node.values():
         if isinstance(v, dict | list):
-            _walk(v, con)
+            _walk(v)
 
 
 _EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+|\([^)]*\)\s*)?", re.I)
@@ -132,7 +131,7 @@ def check_select(text: str, con: duckdb.DuckDBPyConnection) -> None:
         if "Only SELECT" in msg:
             raise Refused("only queries (SELECT) are allowed: the catalog is read-only", SQLSTATE_READ_ONLY)
         raise Refused(msg, SQLSTATE_SYNTAX)
-    _walk(tree.get("statements", []), con)
+    _walk(tree.get("statements", []))
 
 
 _READ_TYPES = {"SELECT"}

@@ -28,7 +28,7 @@ CANCEL_REQUEST = 80877102
 # -- type OIDs ---------------------------------------------------------------------------------
 
 BOOL, BYTEA, NAME, INT8, INT2, INT4, TEXT, OID = 16, 17, 19, 20, 21, 23, 25, 26
-JSON, FLOAT4, FLOAT8, UNKNOWN, VARCHAR = 114, 700, 701, 705, 1043
+JSON, FLOAT4, FLOAT8, VARCHAR = 114, 700, 701, 1043
 DATE, TIME, TIMESTAMP, TIMESTAMPTZ, INTERVAL, NUMERIC, UUID = 1082, 1083, 1114, 1184, 1186, 1700, 2950
 ARRAY_OF = {BOOL: 1000, INT2: 1005, INT4: 1007, TEXT: 1009, INT8: 1016, FLOAT4: 1021, FLOAT8: 1022}
 TYPE_NAMES = {
@@ -360,16 +360,9 @@ def command_complete(tag: str) -> bytes:
     return msg(b"C", cstr(tag))
 
 
-def error_response(sqlstate: str, message: str, severity: str = "ERROR", detail: str | None = None) -> bytes:
+def error_response(sqlstate: str, message: str, severity: str = "ERROR") -> bytes:
     body = b"S" + cstr(severity) + b"V" + cstr(severity) + b"C" + cstr(sqlstate) + b"M" + cstr(message)
-    if detail:
-        body += b"D" + cstr(detail)
     return msg(b"E", body + b"\x00")
-
-
-def notice_response(message: str, sqlstate: str = "00000", severity: str = "NOTICE") -> bytes:
-    body = b"S" + cstr(severity) + b"V" + cstr(severity) + b"C" + cstr(sqlstate) + b"M" + cstr(message)
-    return msg(b"N", body + b"\x00")
 
 
 PARSE_COMPLETE = msg(b"1")

@@ -192,13 +192,6 @@ class ParsedGraph:
     errors: list[tuple[int | str, str]] = field(default_factory=list)
     graph_name: str | None = None  # the entry graph (`kernel_graph0`)
 
-    def node(self, key: str) -> GraphNode | None:
-        """The node with this key (linear scan; build a dict for repeated look-ups)."""
-        for n in self.nodes:
-            if n.node_key == key:
-                return n
-        return None
-
     def by_full_name(self) -> dict[str, GraphNode]:
         """Nodes that have a full name, keyed by it."""
         return {n.full_name: n for n in self.nodes if n.full_name}

@@ -410,7 +410,7 @@ def _stats_from_file(
     _, nbytes = _nbytes(dtype, shape)
     acc = _Accumulator(dtype, md5)
     itemsize = dtype.itemsize
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(path, os.O_RDONLY)
     try:
         if nbytes == 0:
             size = os.fstat(fd).st_size
