@@ -31,18 +31,7 @@ def view_oids() -> dict[str, int]:
 def _settings_case() -> str:
     """SQL CASE answering `current_setting(name)` for what clients read on connect (Grafana asks
     for server_version_num and search_path); NULL for anything else."""
-    settings = {
-        "server_version_num": _version_num(),
-        "server_version": PG_VERSION,
-        "search_path": '"$user", public',
-        "server_encoding": "UTF8",
-        "client_encoding": "UTF8",
-        "standard_conforming_strings": "on",
-        "datestyle": "ISO, MDY",
-        "timezone": "UTC",
-        "max_identifier_length": "63",
-    }
-    whens = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in settings.items())
+    whens = " ".join(f"WHEN '{k.lower()}' THEN '{v}'" for k, v in SERVER_SETTINGS.items())
     return f"CASE lower(name) {whens} END"
 
 
@@ -332,6 +321,31 @@ def setup_sql() -> list[str]:
     ]
     return stmts
 
+
+# What the server reports and SHOW/current_setting() answer (sessions start from a copy).
+SERVER_SETTINGS = {
+    "server_version": PG_VERSION,
+    "server_version_num": _version_num(),
+    "server_encoding": "UTF8",
+    "client_encoding": "UTF8",
+    "DateStyle": "ISO, MDY",
+    "IntervalStyle": "postgres",
+    "TimeZone": "UTC",
+    "integer_datetimes": "on",
+    "standard_conforming_strings": "on",
+    "is_superuser": "off",
+    "application_name": "",
+    "search_path": '"$user", public',
+    "transaction_isolation": "read committed",
+    "default_transaction_isolation": "read committed",
+    "transaction_read_only": "on",
+    "default_transaction_read_only": "on",
+    "max_identifier_length": "63",
+    "lc_collate": "C.UTF-8",
+    "lc_ctype": "C.UTF-8",
+    "extra_float_digits": "1",
+    "statement_timeout": "0",
+}
 
 _SETTINGS_CASE = _settings_case()
 

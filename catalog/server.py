@@ -284,29 +284,7 @@ class Server:
             return params  # type: ignore[return-value]
 
 
-DEFAULT_SETTINGS = {
-    "server_version": pg_catalog.PG_VERSION,
-    "server_version_num": "140000",
-    "server_encoding": "UTF8",
-    "client_encoding": "UTF8",
-    "DateStyle": "ISO, MDY",
-    "IntervalStyle": "postgres",
-    "TimeZone": "UTC",
-    "integer_datetimes": "on",
-    "standard_conforming_strings": "on",
-    "is_superuser": "off",
-    "application_name": "",
-    "search_path": '"$user", public',
-    "transaction_isolation": "read committed",
-    "default_transaction_isolation": "read committed",
-    "transaction_read_only": "on",
-    "default_transaction_read_only": "on",
-    "max_identifier_length": "63",
-    "lc_collate": "C.UTF-8",
-    "lc_ctype": "C.UTF-8",
-    "extra_float_digits": "1",
-    "statement_timeout": "0",
-}
+DEFAULT_SETTINGS = pg_catalog.SERVER_SETTINGS
 REPORTED = ["server_version", "server_encoding", "client_encoding", "DateStyle", "IntervalStyle", "TimeZone",
             "integer_datetimes", "standard_conforming_strings", "is_superuser", "application_name",
             "session_authorization", "default_transaction_read_only"]  # fmt: skip
