@@ -373,6 +373,10 @@ _PG_FUNCS = {
 }  # fmt: skip
 _PG_FUNCS |= set(_NULL_FUNCS)
 _INFO_NAMES = {"schemata", "tables", "columns", "views"}
+# An emulated function called without `pg_catalog.` (longest names first, so none shadows another).
+_BARE_PG_FUNC = re.compile(
+    r"(?<![.\w])(" + "|".join(sorted(_PG_FUNCS, key=len, reverse=True)) + r")\s*\(", re.I
+)
 
 _LITERAL = re.compile(r"(?:[EeXx]?'(?:[^']|'')*')+|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/", re.S)
 _REG_LITERAL = re.compile(r"('(?:[^']|'')*')\s*::\s*(?:pg_catalog\.)?(regclass|regtype)\b", re.I)
@@ -426,15 +430,7 @@ def _rewrite_code(code: str) -> str:
         return f"dumpcat_pg.{low}" if low in _PG_NAMES else m.group(0)
 
     code = re.sub(r"(?<![.\w])(pg_\w+)\b(?!\s*\()", bare, code)
-    code = re.sub(
-        r"(?<![.\w])(current_database|current_schema|current_schemas|version|format_type|pg_get_userbyid"
-        r"|pg_table_is_visible|obj_description|col_description|array_lower|array_upper|quote_ident"
-        r"|current_setting|parse_ident"
-        r"|pg_encoding_to_char|pg_get_expr|has_table_privilege|has_schema_privilege)\s*\(",
-        lambda m: f"dumpcat_pg.{m.group(1).lower()}(",
-        code,
-        flags=re.I,
-    )
+    code = _BARE_PG_FUNC.sub(lambda m: f"dumpcat_pg.{m.group(1).lower()}(", code)
     code = re.sub(r"(?<![.\w])(current_user|session_user)\b(?!\s*\()", r"dumpcat_pg.\1()", code, flags=re.I)
     code = re.sub(r"\bcurrent_schema\b(?!\s*\()", "dumpcat_pg.current_schema()", code, flags=re.I)
     return code

@@ -420,3 +420,17 @@ def test_grafana_metadata_queries(trust_server):
     assert ("stats",) in got["tables"] and ("first_anomaly",) in got["tables"]
     assert got["tables_of_schema"] == got["tables"]
     assert ("nan_count", "bigint") in got["columns"] and ("op_name", "text") in got["columns"]
+
+
+def test_emulated_functions_answer_with_or_without_pg_catalog(trust_server):
+    """Emulated pg_catalog functions are found whether the client qualifies them or not
+    (pg_total_relation_size used to work only qualified)."""
+    dsn = dict(host="127.0.0.1", port=trust_server.port, dbname="dumpcat", user="x", autocommit=True)
+    calls = [
+        "pg_total_relation_size(16384)", "pg_relation_size(16384)", "format_type(23, NULL)",
+        "pg_get_userbyid(10)", "pg_get_expr(NULL, 0)", "pg_get_function_result(1)",
+    ]  # fmt: skip
+    with psycopg.connect(**dsn) as c:
+        for call in calls:
+            bare = c.execute(f"SELECT {call}").fetchall()
+            assert bare == c.execute(f"SELECT pg_catalog.{call}").fetchall(), call
