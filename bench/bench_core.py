@@ -93,7 +93,10 @@ def walk(root: str) -> int:
 
 
 def walk_read_headers(root: str) -> int:
-    """Walk plus open/read(512)/close of every .npy: the syscalls ingest cannot avoid."""
+    """Walk plus open/read(512)/close of every .npy: the syscalls ingest cannot avoid.
+
+    Written out rather than built on `walk` with a per-file callback: the call would slow the
+    bare walk, which is the baseline every ratio is taken against."""
     n = 0
     stack = [root]
     while stack:

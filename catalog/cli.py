@@ -17,6 +17,7 @@ import duckdb
 import numpy as np
 
 from catalog.api import Catalog, TensorNotFoundError
+from catalog.export import DEFAULT_STORAGE_VERSION
 from catalog.output import write_table
 from catalog.views import query_text
 from ingest.pipeline import DumpRootError
@@ -341,7 +342,7 @@ def views(catalog_path: str) -> None:
 )
 @click.option(
     "--storage-version",
-    default="v1.0.0",
+    default=DEFAULT_STORAGE_VERSION,
     show_default=True,
     help="DuckDB storage format; v1.0.0 opens in DuckDB 1.0+, 'latest' only in DuckDB 2.",
 )

@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 
 from catalog import Catalog
-from catalog.export import DEFAULT_STORAGE_VERSION, export_duckdb
+from catalog.export import export_duckdb
 from catalog.views import USER_VIEWS
 from ingest.schema import TABLES
 from ingest.store import CatalogError
@@ -189,10 +189,6 @@ def test_latest_storage_is_not_readable_by_duckdb_1x(cat_path, duckdb_1x, tmp_pa
 
 
 # -- writing -----------------------------------------------------------------------------------
-
-
-def test_default_storage_version():
-    assert DEFAULT_STORAGE_VERSION == "v1.0.0"
 
 
 def test_replaces_atomically_and_leaves_no_temporary_files(cat_path, tmp_path):

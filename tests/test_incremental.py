@@ -3,7 +3,6 @@ SIGKILL at any moment leaves a catalog that a re-run completes to exactly a one-
 
 from __future__ import annotations
 
-import math
 import os
 import random
 import shutil
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from catalog import Catalog
+from tests.compare import catalog_content
 
 COMPARE = (
     "SELECT row_id, rel_path, op_name, shape, dtype FROM tensors ORDER BY row_id",
@@ -27,12 +27,7 @@ COMPARE = (
 
 
 def _content(cat: Catalog) -> list:
-    """What a catalog holds, comparable with == (NaN, which equals nothing, becomes "nan")."""
-
-    def norm(v):
-        return "nan" if isinstance(v, float) and math.isnan(v) else v
-
-    return [[{k: norm(v) for k, v in row.items()} for row in cat.sql(q).to_pylist()] for q in COMPARE]
+    return catalog_content(cat, COMPARE)
 
 
 def test_reingest_adds_nothing_and_ids_are_stable(tmp_path, copy_dump):

@@ -3,7 +3,6 @@ the same rows as the file-by-file path, whatever the batching, the helpers, or t
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import subprocess
@@ -23,6 +22,7 @@ from ingest.leaf_scan import scan_tensor_files
 from ingest.npy_header import read_npy_header
 from ingest.npy_name import parse_tensor_name
 from ingest.schema import TENSORS
+from tests.compare import catalog_content
 from tests.conftest import dump_of
 
 COMPARE = (
@@ -39,10 +39,7 @@ def _stop_helpers():
 
 
 def _content(cat: Catalog) -> list:
-    def norm(v):
-        return "nan" if isinstance(v, float) and math.isnan(v) else v
-
-    return [[{k: norm(v) for k, v in r.items()} for r in cat.sql(q).to_pylist()] for q in COMPARE]
+    return catalog_content(cat, COMPARE)
 
 
 def test_scan_gives_header_and_name_fields_and_hands_back_bad_files(copy_dump):
