@@ -91,6 +91,8 @@ class Catalog:
         for attempt in (1, 2):
             cur = self.cursor()
             try:
+                if len(cur.extract_statements(query)) > 1:  # DuckDB would run all, return the last
+                    raise duckdb.InvalidInputException("one SQL statement at a time, please")
                 rel = cur.sql(query, params=params)
                 return rel.to_arrow_table() if rel is not None else pa.table({})
             except duckdb.IOException:

@@ -95,6 +95,7 @@ def test_views_lists_columns(cat):
         (("ingest", "{missing}", "--catalog", "{tmp}/c2"), "does not exist"),
         (("ingest", "{tmp}", "--catalog", "{tmp}/c3"), "no rank_N directories"),
         (("sql", "{damaged}", "SELECT 1"), "cannot read"),  # a damaged snapshot.json
+        (("sql", "{cat}", "SELECT 1; SELECT 2"), "one SQL statement at a time"),
         (("status", "{damaged}"), "cannot read"),
         (("tensor", "{cat}", "{row_id}", "--out", "{tmp}/no/such/dir/t.npy"), "No such file or directory"),
     ],
