@@ -17,12 +17,14 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from catalog.guard import Refused as QueryRefused
+from catalog.guard import classify_query
 from catalog.tensor_index import TensorIndex, TensorLocation
 from catalog.views import define_views, query_text
 from ingest.pipeline import IngestSummary, ingest_dump
 from ingest.store import CatalogError, CatalogStore
 
-__all__ = ["Catalog", "CatalogError", "TensorNotFoundError"]
+__all__ = ["Catalog", "CatalogError", "QueryRefused", "TensorNotFoundError"]
 
 DUCKDB_CONFIG = {
     # Only the extensions built into the wheel load here; never try to download others.
@@ -83,17 +85,18 @@ class Catalog:
         return self._con.cursor()
 
     def sql(self, query: str, params: list | tuple | dict | None = None) -> pa.Table:
-        """Run one SQL statement against the catalog's views and return the result.
+        """Run one query against the catalog's views and return the result.
 
+        The catalog is read-only: the statement must be a query allowed by the same policy as
+        `dumpcat serve` (`catalog.guard`); anything else raises QueryRefused with the reason.
         If a parquet file vanished under the query (a live ingest compacted and purged it after
         a new snapshot), the views are refreshed and the query runs once more.
         """
+        text = classify_query(query)
         for attempt in (1, 2):
             cur = self.cursor()
             try:
-                if len(cur.extract_statements(query)) > 1:  # DuckDB would run all, return the last
-                    raise duckdb.InvalidInputException("one SQL statement at a time, please")
-                rel = cur.sql(query, params=params)
+                rel = cur.sql(text, params=params)
                 return rel.to_arrow_table() if rel is not None else pa.table({})
             except duckdb.IOException:
                 if attempt == 2 or self.store.snapshot_token() == self._token:

@@ -16,7 +16,7 @@ import click
 import duckdb
 import numpy as np
 
-from catalog.api import Catalog, TensorNotFoundError
+from catalog.api import Catalog, QueryRefused, TensorNotFoundError
 from catalog.export import DEFAULT_STORAGE_VERSION
 from catalog.output import write_table
 from catalog.views import query_text
@@ -61,6 +61,8 @@ class _Commands(click.Group):
             sys.exit(0)
         except (CatalogError, DumpRootError, TensorNotFoundError, duckdb.Error) as exc:
             _fail(" ".join(str(exc).split()))
+        except QueryRefused as exc:
+            _fail(f"refused: {' '.join(str(exc).split())}")
         except OSError as exc:
             where = f": {exc.filename}" if exc.filename else ""
             _fail(f"{exc.strerror or exc}{where}")

@@ -1,80 +1,147 @@
-"""Query containment for the server: only reads of the catalog get through.
+"""Statement policy: which SQL a client may run against the catalog, decided by DuckDB's parser.
 
-Statements are split and typed by DuckDB's own parser (`duckdb.extract_statements`); SELECT
-statements (and the SELECT under EXPLAIN) are parsed again into DuckDB's parse tree
-(`json_serialize_sql`) and every table reference and function call is checked: table functions
-must be on an allow-list (no `read_csv`, `read_parquet`, `glob`, `query`...), a few scalar
-functions are forbidden (`getenv`, `query`...), and a table name that looks like a file path
-(DuckDB's replacement scans would read it) is refused. PostgreSQL session statements (SET, SHOW,
-RESET, BEGIN/COMMIT/ROLLBACK, DISCARD, DEALLOCATE) are recognised here and answered by the server
-without ever reaching DuckDB. DuckDB itself runs with `enable_external_access=false` limited to the
-catalog's data directory and a locked configuration (see `catalog.server`), as a second wall.
+This is the second wall. The first is the engine the server runs client SQL on
+(`catalog.sandbox`): no file system access, a read-only catalog, a locked configuration, and a
+process with a memory limit. The guard turns what the engine would refuse anyway into clear
+errors and refuses what is harmless to the engine but not meant for clients (settings,
+file-reading table functions that would only fail later).
+
+Every decision comes from a parser, never from patterns over the text:
+
+- statements are split and typed by DuckDB's `extract_statements`;
+- a query's parse tree (`json_serialize_sql`) is walked for table functions, file-like table
+  names and forbidden functions; names are the parser's, so quoting, casing, comments or a schema
+  prefix change nothing;
+- `EXPLAIN [ANALYZE]` is read with DuckDB's tokenizer and the statement after it is classified on
+  its own; what runs is rebuilt from the parts that were checked.
+
+Parsing happens on a private DuckDB connection per thread that never executes client SQL. The
+PostgreSQL session commands drivers send (SET, SHOW, RESET, BEGIN/COMMIT/ROLLBACK, DISCARD,
+DEALLOCATE, LISTEN) are recognised by anchored patterns and answered by the server itself; they
+never reach DuckDB, so recognising them is not a security decision.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import threading
 from dataclasses import dataclass
 
 import duckdb
 
-SQLSTATE_READ_ONLY = "25006"  # read_only_sql_transaction
-SQLSTATE_PRIVILEGE = "42501"  # insufficient_privilege
+SQLSTATE_PRIVILEGE = "42501"  # insufficient_privilege: reads of files, writes, settings, extensions
+SQLSTATE_UNSUPPORTED = "0A000"  # feature_not_supported
 SQLSTATE_SYNTAX = "42601"
+SQLSTATE_TOO_COMPLEX = "54001"  # statement_too_complex
+
+MAX_EXPRESSION_DEPTH = 250
 
 
 class Refused(Exception):
-    """A statement the server will not run; carries the SQLSTATE to send."""
+    """A statement the catalog will not run; carries the SQLSTATE a server sends."""
 
     def __init__(self, message: str, sqlstate: str = SQLSTATE_PRIVILEGE) -> None:
         super().__init__(message)
         self.sqlstate = sqlstate
 
 
+# Table functions a query may use in FROM: generators and DuckDB's own metadata.
 ALLOWED_TABLE_FUNCTIONS = {
     "range", "generate_series", "unnest", "json_each", "json_tree", "repeat", "generate_subscripts",
     "duckdb_tables", "duckdb_views", "duckdb_columns", "duckdb_schemas", "duckdb_types",
     "duckdb_functions", "duckdb_databases", "duckdb_constraints", "duckdb_indexes", "duckdb_keywords",
     "pragma_table_info", "pragma_show", "pragma_version", "pragma_platform", "test_all_types",
-    "summary", "show", "describe",
+    "summary", "show", "describe", "show_tables", "show_databases",
 }  # fmt: skip
 
+# Scalar functions that touch the outside world or the engine's configuration.
 FORBIDDEN_FUNCTIONS = {
-    "getenv", "query", "query_table", "read_text", "read_blob", "read_csv", "read_csv_auto",
-    "read_parquet", "parquet_scan", "read_json", "read_json_auto", "read_ndjson", "read_ndjson_auto",
-    "read_json_objects", "read_ndjson_objects", "glob", "sniff_csv", "current_setting_all",
-    "load_extension", "install_extension", "checkpoint", "force_checkpoint", "sqlite_scan",
-    "postgres_scan", "iceberg_scan", "delta_scan", "duckdb_secrets", "duckdb_logs", "write_log",
+    "getenv", "query", "query_table", "current_setting", "current_setting_all", "load_extension",
+    "install_extension", "checkpoint", "force_checkpoint", "write_log", "enable_logging",
+    "disable_logging", "truncate_duckdb_logs", "set_variable", "which_secret",
 }  # fmt: skip
+# The server's PostgreSQL emulation (catalog.pg_catalog) lives in these schemas: its macros,
+# `current_setting` among them, answer from fixed values and are always allowed.
+EMULATION_SCHEMAS = {"dumpcat_pg", "dumpcat_is"}
 
+# A table name DuckDB would read as a file (replacement scan): a path, a glob, an extension.
 _FILE_LIKE = re.compile(r"[/\\:*?~]|\.[A-Za-z0-9]{1,8}$")
+
+# What to say about statement types that are not queries.
+_REFUSALS = {
+    "COPY": "COPY is not allowed: the catalog is read-only and has no file access",
+    "EXPORT": "EXPORT DATABASE is not allowed: the catalog is read-only",
+    "ATTACH": "ATTACH is not allowed: only the catalog's views can be queried",
+    "DETACH": "DETACH is not allowed",
+    "LOAD": "INSTALL and LOAD are not allowed: no extensions",
+    "PRAGMA": "PRAGMA is not allowed",
+    "CALL": "CALL is not allowed: query table functions with SELECT",
+    "SET": "SET of DuckDB settings is not allowed: the configuration is fixed",
+    "PREPARE": "PREPARE is not supported: use the protocol's prepared statements",
+    "EXECUTE": "EXECUTE is not supported: use the protocol's prepared statements",
+}
 
 _SESSION = [
     ("set", re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?(?!SESSION\s+CHARACTERISTICS)"
-                       r"(?!TRANSACTION\b)([\w.]+)\s*(?:=|\bTO\b)\s*(.*?)\s*;?\s*$", re.I | re.S)),
-    ("set_time_zone", re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?TIME\s+ZONE\s+(.*?)\s*;?\s*$",
-                                 re.I | re.S)),
-    ("set_noop", re.compile(r"^\s*SET\s+(?:SESSION\s+CHARACTERISTICS|TRANSACTION|NAMES)\b.*$", re.I | re.S)),
+                       r"(?!TRANSACTION\b)(?!VARIABLE\b)([\w.]+)\s*(?:=|\bTO\b)\s*([^;]*?)\s*;?\s*$", re.I)),
+    ("set_time_zone", re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?TIME\s+ZONE\s+([^;]*?)\s*;?\s*$", re.I)),
+    ("set_noop", re.compile(r"^\s*SET\s+(?:SESSION\s+CHARACTERISTICS|TRANSACTION|NAMES)\b[^;]*;?\s*$", re.I)),
     ("reset", re.compile(r"^\s*RESET\s+([\w.]+|ALL)\s*;?\s*$", re.I)),
-    ("show", re.compile(r"^\s*SHOW\s+(?!TABLES\b|ALL\s+TABLES\b)([\w.]+)\s*;?\s*$", re.I)),
-    ("begin", re.compile(r"^\s*(BEGIN|START\s+TRANSACTION)\b.*$", re.I | re.S)),
-    ("commit", re.compile(r"^\s*(COMMIT|END)\b.*$", re.I | re.S)),
-    ("rollback", re.compile(r"^\s*(ROLLBACK|ABORT)\b.*$", re.I | re.S)),
+    ("show", re.compile(r"^\s*SHOW\s+(?!TABLES\b|ALL\s+TABLES\b|DATABASES\b)([\w.]+)\s*;?\s*$", re.I)),
+    ("begin", re.compile(r"^\s*(?:BEGIN|START\s+TRANSACTION)\b[\w\s,]*;?\s*$", re.I)),
+    ("commit", re.compile(r"^\s*(?:COMMIT|END)\b[\w\s]*;?\s*$", re.I)),
+    ("rollback", re.compile(r"^\s*(?:ROLLBACK|ABORT)\b[\w\s]*;?\s*$", re.I)),
     ("discard", re.compile(r"^\s*DISCARD\s+\w+\s*;?\s*$", re.I)),
     ("deallocate", re.compile(r"^\s*DEALLOCATE\s+(?:PREPARE\s+)?(\w+)\s*;?\s*$", re.I)),
-    ("noop", re.compile(r"^\s*(UNLISTEN|LISTEN|CLOSE)\b.*$", re.I | re.S)),
+    ("noop", re.compile(r"^\s*(?:UNLISTEN|LISTEN|CLOSE)\s+[\w*\"]+\s*;?\s*$", re.I)),
 ]  # fmt: skip
 
 
-@dataclass
+@dataclass(frozen=True)
 class Statement:
-    kind: str  # select | set | set_time_zone | set_noop | reset | show | begin | commit | ...
+    """A statement the policy allows: kind `query` (text is what to run) or a session command."""
+
+    kind: str  # query | set | set_time_zone | set_noop | reset | show | begin | commit | ...
     text: str
     args: tuple[str, ...] = ()
 
 
+_local = threading.local()
+
+
+def _parser() -> duckdb.DuckDBPyConnection:
+    """This thread's private parsing connection: no data, no file access, never runs client SQL."""
+    con = getattr(_local, "con", None)
+    if con is None:
+        con = duckdb.connect(
+            ":memory:",
+            config={
+                "enable_external_access": "false",
+                "autoinstall_known_extensions": "false",
+                "autoload_known_extensions": "false",
+                "max_expression_depth": str(MAX_EXPRESSION_DEPTH),
+                "lock_configuration": "true",
+            },
+        )
+        _local.con = con
+    return con
+
+
+def interrupt_parser() -> None:
+    """Interrupt a parse running on this thread's parser connection (from another thread: pass it)."""
+    con = getattr(_local, "con", None)
+    if con is not None:
+        con.interrupt()
+
+
+def parser_connection() -> duckdb.DuckDBPyConnection:
+    """The calling thread's parser connection (a worker interrupts it when a statement times out)."""
+    return _parser()
+
+
 def session_statement(text: str) -> Statement | None:
+    """A PostgreSQL session command the server answers itself, or None."""
     for kind, rx in _SESSION:
         m = rx.match(text)
         if m:
@@ -82,90 +149,145 @@ def session_statement(text: str) -> Statement | None:
     return None
 
 
+_TOO_DEEP = f"statement too complex: expressions nest deeper than {MAX_EXPRESSION_DEPTH} levels"
+
+
+def _parser_error(exc: duckdb.Error) -> Refused:
+    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "expression depth" in message or "too deep" in message.lower():
+        return Refused(_TOO_DEEP, SQLSTATE_TOO_COMPLEX)
+    return Refused(message, SQLSTATE_SYNTAX)
+
+
 def split(sql: str) -> list[str]:
-    """The statements of a query string, split by DuckDB's parser (one string if it cannot parse)."""
+    """The statements of a query string, split by DuckDB's parser.
+
+    A string the parser cannot read comes back whole (it may be a session command DuckDB does not
+    know, such as DISCARD ALL; `classify` then refuses it if it is not).
+    """
     if not sql.strip().strip(";").strip():
         return []
     try:
-        parts = [s.query.strip() for s in duckdb.extract_statements(sql)]
+        parts = [s.query.strip() for s in _parser().extract_statements(sql)]
     except duckdb.Error:
+        return [sql]
+    except RecursionError:
         return [sql]
     return [p for p in parts if p.strip().strip(";").strip()]
 
 
-def _walk(node: object) -> None:
-    if isinstance(node, list):
-        for x in node:
-            _walk(x)
-        return
-    if not isinstance(node, dict):
-        return
-    t = node.get("type")
-    if t == "TABLE_FUNCTION":
-        fn = node.get("function") or {}
-        name = str(fn.get("function_name", "")).lower()
-        if name not in ALLOWED_TABLE_FUNCTIONS:
-            raise Refused(f"table function {name}() is not allowed here: query the catalog's views")
-    elif t == "BASE_TABLE":
-        name = str(node.get("table_name", ""))
-        if _FILE_LIKE.search(name):
-            raise Refused(f"reading files is not allowed here: {name!r}; query the catalog's views")
-    if node.get("class") == "FUNCTION":
-        name = str(node.get("function_name", "")).lower()
-        if name in FORBIDDEN_FUNCTIONS:
-            raise Refused(f"function {name}() is not allowed here")
-    for v in node.values():
-        if isinstance(v, dict | list):
-            _walk(v)
+def _walk(tree: object) -> None:
+    """Refuse a parse tree that reads files or calls what clients may not call (iterative: a deep
+    tree cannot exhaust the Python stack)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        kind = node.get("type")
+        if kind == "TABLE_FUNCTION":
+            fn = node.get("function") or {}
+            name = str(fn.get("function_name", "")).lower()
+            schema = str(fn.get("schema", "")).lower()
+            if name not in ALLOWED_TABLE_FUNCTIONS and schema not in EMULATION_SCHEMAS:
+                raise Refused(f"table function {name}() is not allowed: query the catalog's views")
+        elif kind == "BASE_TABLE":
+            name = str(node.get("table_name", ""))
+            if _FILE_LIKE.search(name):
+                raise Refused(f"reading files is not allowed: {name!r}; query the catalog's views")
+        if node.get("class") == "FUNCTION":
+            name = str(node.get("function_name", "")).lower()
+            schema = str(node.get("schema", "")).lower()
+            if name in FORBIDDEN_FUNCTIONS and schema not in EMULATION_SCHEMAS:
+                hint = ": SHOW name answers PostgreSQL settings" if "setting" in name else ""
+                raise Refused(f"function {name}() is not allowed{hint}")
+        stack.extend(v for v in node.values() if isinstance(v, dict | list))
 
 
-_EXPLAIN = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+|\([^)]*\)\s*)?", re.I)
-
-
-def check_select(text: str, con: duckdb.DuckDBPyConnection) -> None:
+def check_query(text: str) -> None:
     """Refuse a SELECT whose parse tree reads files or calls forbidden functions."""
-    rows = con.sql("SELECT json_serialize_sql($1::VARCHAR)", params=[text]).fetchall()
-    tree = json.loads(rows[0][0])
+    try:
+        rows = _parser().execute("SELECT json_serialize_sql($1::VARCHAR)", [text]).fetchall()
+        tree = json.loads(rows[0][0])
+    except duckdb.InterruptException:
+        raise
+    except RecursionError as exc:
+        raise Refused("statement too complex: nested too deeply", SQLSTATE_TOO_COMPLEX) from exc
+    except duckdb.Error as exc:
+        raise _parser_error(exc) from exc
     if tree.get("error"):
-        msg = tree.get("error_message", "cannot parse statement")
-        if "Only SELECT" in msg:
-            raise Refused("only queries (SELECT) are allowed: the catalog is read-only", SQLSTATE_READ_ONLY)
-        raise Refused(msg, SQLSTATE_SYNTAX)
+        message = str(tree.get("error_message", "cannot parse statement"))
+        if "expression depth" in message:
+            raise Refused(_TOO_DEEP, SQLSTATE_TOO_COMPLEX)
+        raise Refused(message, SQLSTATE_SYNTAX)
     _walk(tree.get("statements", []))
 
 
-_READ_TYPES = {"SELECT"}
-_WRITE_MESSAGES = {
-    "COPY": "COPY is not allowed: the catalog is read-only",
-    "ATTACH": "ATTACH is not allowed",
-    "DETACH": "DETACH is not allowed",
-    "LOAD": "INSTALL and LOAD are not allowed",
-    "PRAGMA": "PRAGMA is not allowed",
-    "CALL": "CALL is not allowed",
-    "EXPORT": "EXPORT is not allowed",
-}
+def _explained(text: str) -> Statement:
+    """`EXPLAIN [ANALYZE] query`: the query is classified on its own; option lists are refused."""
+    try:
+        tokens = duckdb.tokenize(text)
+    except (duckdb.Error, RuntimeError) as exc:
+        raise Refused(str(exc), SQLSTATE_SYNTAX) from exc
+    tokens = [t for t in tokens if t[1] != duckdb.token_type.comment]
+    words = [(offset, text[offset:].split(None, 1)[0].rstrip("(").upper()) for offset, _ in tokens[:3]]
+    if not words or words[0][1] != "EXPLAIN" or len(words) < 2:
+        raise Refused("cannot read this EXPLAIN statement", SQLSTATE_SYNTAX)
+    prefix, rest = "EXPLAIN", words[1][0]
+    if words[1][1] in ("ANALYZE", "ANALYSE") and len(words) > 2:
+        prefix, rest = "EXPLAIN ANALYZE", words[2][0]
+    if text[rest:].startswith("("):
+        raise Refused(
+            "EXPLAIN options are not supported: use EXPLAIN or EXPLAIN ANALYZE", SQLSTATE_UNSUPPORTED
+        )
+    inner = classify(text[rest:])
+    if inner.kind != "query" or inner.text.upper().startswith("EXPLAIN"):
+        raise Refused("only EXPLAIN of a query is allowed", SQLSTATE_UNSUPPORTED)
+    return Statement("query", f"{prefix} {inner.text}")
 
 
-def classify(text: str, con: duckdb.DuckDBPyConnection) -> Statement:
+def classify(text: str) -> Statement:
     """Type one statement and refuse anything that is not a harmless read (raises Refused)."""
     session = session_statement(text)
     if session is not None:
         return session
     try:
-        stmts = duckdb.extract_statements(text)
+        stmts = _parser().extract_statements(text)
+    except duckdb.InterruptException:
+        raise
     except duckdb.Error as exc:
-        raise Refused(str(exc).splitlines()[0], SQLSTATE_SYNTAX) from exc
+        raise _parser_error(exc) from exc
+    except ValueError as exc:  # a statement type the Python API does not know
+        raise Refused(f"statement not allowed: {exc}", SQLSTATE_PRIVILEGE) from exc
+    except RecursionError as exc:
+        raise Refused("statement too complex: nested too deeply", SQLSTATE_TOO_COMPLEX) from exc
+    if not stmts:
+        raise Refused("empty statement", SQLSTATE_SYNTAX)
     if len(stmts) != 1:
-        raise Refused("one statement at a time here", SQLSTATE_SYNTAX)
+        raise Refused("one statement at a time", SQLSTATE_SYNTAX)
     stype = stmts[0].type.name
     if stype == "EXPLAIN":
-        inner = _EXPLAIN.sub("", text, count=1)
-        if inner == text or classify(inner, con).kind != "select":
-            raise Refused("only EXPLAIN of a query is allowed", SQLSTATE_READ_ONLY)
-        return Statement("select", text)
-    if stype in _READ_TYPES:
-        check_select(text, con)
-        return Statement("select", text)
-    if stype in _WRITE_MESSAGES:
-        raise Refused(_WRITE_MESSAGES[stype], SQLSTATE_PRIVILEGE)
-    raise Refused(f"{stype} statements are not allowed: the catalog is read-only", SQLSTATE_READ_ONLY)
+        return _explained(text.strip())
+    if stype == "SELECT":
+        check_query(text)
+        return Statement("query", text)
+    if stype in _REFUSALS:
+        sqlstate = SQLSTATE_UNSUPPORTED if stype in ("PREPARE", "EXECUTE") else SQLSTATE_PRIVILEGE
+        raise Refused(_REFUSALS[stype], sqlstate)
+    raise Refused(f"{stype} statements are not allowed: the catalog is read-only", SQLSTATE_PRIVILEGE)
+
+
+def classify_query(text: str) -> str:
+    """The text to run for a statement that must be a query (Catalog.sql, `dumpcat sql`)."""
+    if not text.strip().strip(";").strip():
+        raise Refused("empty statement: give one SQL query", SQLSTATE_SYNTAX)
+    st = classify(text)
+    if st.kind != "query":
+        word = st.text.split()[0].upper() if st.text.split() else st.kind
+        raise Refused(
+            f"{word} is a session command for the server; here only queries run", SQLSTATE_UNSUPPORTED
+        )
+    return st.text

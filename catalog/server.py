@@ -1,11 +1,22 @@
-"""`dumpcat serve`: the catalog over the PostgreSQL wire protocol, read-only.
+"""`dumpcat serve`: the catalog over the PostgreSQL wire protocol, read-only and contained.
 
-An asyncio server speaks protocol 3 (`catalog.pgwire`); every query runs on its own DuckDB cursor of
-one shared `Catalog` in a bounded thread pool, after `catalog.guard` allowed it and
-`catalog.pg_catalog` rewrote catalog lookups. Per-query timeout and cancel requests interrupt the
-cursor; results above a row cap are refused; DuckDB runs with external access disabled except for
-the catalog directory, a memory limit and a locked configuration. An optional in-process watcher
-keeps the catalog current while it serves (`--watch`).
+An asyncio server speaks protocol 3 (`catalog.pgwire`) and does nothing else with what clients
+send: every statement — rewriting PostgreSQL catalog references, splitting, classifying,
+describing, running — happens in a pool of statement worker processes (`catalog.worker_pool`,
+`catalog.statement_worker`) running the contained engine of `catalog.sandbox`. So:
+
+- the engine is the wall (no file access, a read-only catalog, locked settings), the statement
+  policy of `catalog.guard` a second one;
+- every phase (Parse, Describe, Bind/Execute, simple queries) runs under `--query-timeout` and
+  can be cancelled; a worker that does not stop in time, or dies, is replaced, and its client
+  gets an error while every other session goes on;
+- each worker's address space is capped, so `--memory-limit` holds for what DuckDB's own limit
+  does not count;
+- results stream to the client in chunks (`--max-rows`, `--max-result-bytes` cap them);
+- idle sessions are closed after `--idle-timeout`, and when every login slot is taken the
+  longest-idle session makes room for a new one.
+
+An optional in-process watcher keeps the catalog current while it serves (`--watch`).
 """
 
 from __future__ import annotations
@@ -13,23 +24,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import json
 import logging
 import os
 import secrets
+import shutil
 import ssl
 import struct
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
-import duckdb
-from pyarrow import ArrowException
-
-from catalog import guard, pg_catalog, pgwire
-from catalog.api import Catalog
-from ingest.store import CatalogError
+from catalog import pg_catalog, pgwire
+from catalog.sandbox import build_views_database, private_folder
+from catalog.statement_worker import DATA, DONE, ERROR, LIST, NODATA, PARSED, ROWDESC, parse_size
+from catalog.worker_pool import Job, JobFailed, WorkerPool, error_of
+from ingest.store import CatalogStore
 
 log = logging.getLogger("dumpcat.server")
 
@@ -38,14 +48,25 @@ MAX_MESSAGE = 16 << 20
 
 @dataclass
 class Limits:
-    query_timeout: float = 30.0  # seconds per statement
-    max_rows: int = 100_000  # rows per result; more is refused (add LIMIT)
-    max_concurrent: int = 8  # statements running at once; the others wait their turn
-    max_connections: int = 128
-    memory_limit: str = "2GB"
+    """What one client can take. Defaults are the `dumpcat serve` defaults."""
 
+    query_timeout: float = 30.0  # seconds per statement, each protocol phase included
+    max_rows: int = 100_000  # rows per result; more is an error (add LIMIT)
+    max_result_bytes: int = 256 << 20  # bytes of DataRows per result; more is an error
+    max_concurrent: int = 4  # statement worker processes: statements running at once
+    max_connections: int = 128  # logged-in sessions
+    memory_limit: str = "1GB"  # per statement: DuckDB's limit and each worker's address-space budget
+    idle_timeout: float = 600.0  # seconds a session may wait between messages
+    evict_idle_after: float = 5.0  # when all slots are taken, a session idle this long makes room
+    login_timeout: float = 60.0  # seconds to finish startup and authentication
+    threads: int | None = None  # DuckDB threads per worker (default: cores / workers, at least 1)
 
-_LOGIN_SECONDS = 60.0
+    def validate(self) -> None:
+        parse_size(self.memory_limit)
+        if min(self.query_timeout, self.idle_timeout, self.login_timeout) <= 0:
+            raise ValueError("timeouts must be positive")
+        if min(self.max_rows, self.max_result_bytes, self.max_concurrent, self.max_connections) < 1:
+            raise ValueError("limits must be at least 1")
 
 
 class QueryError(Exception):
@@ -54,33 +75,27 @@ class QueryError(Exception):
         self.sqlstate = sqlstate
 
 
-_ERROR_CODES = [
-    (duckdb.InterruptException, "57014"),
-    (duckdb.PermissionException, "42501"),
-    (duckdb.ParserException, "42601"),
-    (duckdb.CatalogException, "42P01"),
-    (duckdb.BinderException, "42703"),
-    (duckdb.ConversionException, "22P02"),
-    (duckdb.OutOfRangeException, "22003"),
-    (duckdb.InvalidInputException, "22023"),
-    (duckdb.OutOfMemoryException, "53200"),
-    (duckdb.NotImplementedException, "0A000"),
-]
+@dataclass
+class Prepared:
+    """A parsed statement: a query (text to run) or a session command the server answers."""
 
-
-def sqlstate_of(exc: BaseException) -> str:
-    for cls, code in _ERROR_CODES:
-        if isinstance(exc, cls):
-            return code
-    return "XX000"
+    kind: str
+    text: str
+    args: tuple[str, ...]
+    nparams: int
+    param_oids: list[int]
 
 
 @dataclass
-class Result:
-    fields: list[tuple[str, int]] | None  # None: no rows (SET, BEGIN...)
-    rows: list[bytes] = field(default_factory=list)  # DataRow messages
-    tag: str = "SELECT 0"
+class Portal:
+    statement: Prepared
+    params: list  # [hex or None, oid, format]
+    job: Job | None = None  # a query started by Describe, waiting for Execute
+    rowdesc: bytes | None = None
+    rows: list[bytes] | None = None  # buffered DataRows (Execute with a row limit)
+    tag: str = ""
     sent: int = 0
+    finished: bool = False
 
 
 def _is_loopback(host: str) -> bool:
@@ -116,21 +131,32 @@ class Server:
         self.users = dict(users or {})
         self.auth = auth
         self.limits = limits or Limits()
+        self.limits.validate()
         self._verifiers = {u: pgwire.ScramVerifier.from_password(p) for u, p in self.users.items()}
         self.ssl_context: ssl.SSLContext | None = None
         if tls:
             self.ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             self.ssl_context.load_cert_chain(tls[0], tls[1])
-        self.catalog_path = Path(catalog_path)
+        self.store = CatalogStore(catalog_path)  # a CatalogError here: not a catalog
+        self.catalog_path = self.store.root
         self.watcher = None
         if watch is not None:
             from ingest.watch import Watcher
 
             self.watcher = Watcher(catalog_path, watch, run)
-        self.catalog = Catalog.open(catalog_path)
-        self._lock_down()
-        self.pool = ThreadPoolExecutor(self.limits.max_concurrent, thread_name_prefix="dumpcat-q")
+        self._folder = private_folder()
+        views_db = build_views_database(self._folder)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        threads = self.limits.threads or max(1, cores // self.limits.max_concurrent)
+        self.worker_config = {
+            "catalog": str(self.catalog_path),
+            "views_db": str(views_db),
+            "memory_limit": self.limits.memory_limit,
+            "threads": threads,
+        }
+        self.pool: WorkerPool | None = None
         self.sessions: dict[int, Session] = {}
+        self._pending = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.AbstractServer | None = None
         self._thread: threading.Thread | None = None
@@ -138,41 +164,34 @@ class Server:
         self._stopped: asyncio.Event | None = None
         self._pid = 1000
 
-    def _lock_down(self) -> None:
-        cur = self.catalog.cursor()
-        try:
-            pg_catalog.install(cur)
-            root = str(self.catalog.path).replace("'", "''")
-            cur.execute(f"SET allowed_directories = ['{root}/']")
-            cur.execute("SET enable_external_access = false")
-            cur.execute(f"SET memory_limit = '{self.limits.memory_limit}'")
-            cur.execute("SET lock_configuration = true")
-        finally:
-            cur.close()
-
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def _main(self) -> None:
         self._stopped = asyncio.Event()
-        self._server = await asyncio.start_server(self._handle, self.host, self.port, limit=MAX_MESSAGE)
-        self.port = self._server.sockets[0].getsockname()[1]
-        if self.watcher is not None:
-            self.watcher.start()
-        self._started.set()
-        await self._stopped.wait()
-        self._server.close()
-        for s in list(self.sessions.values()):
-            s.cancel()
-            s.writer.close()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._server.wait_closed(), 2)
+        self.pool = WorkerPool(self.worker_config, self.limits.max_concurrent)
+        try:
+            await self.pool.start()
+            self._server = await asyncio.start_server(self._handle, self.host, self.port, limit=MAX_MESSAGE)
+            self.port = self._server.sockets[0].getsockname()[1]
+            if self.watcher is not None:
+                self.watcher.start()
+            self._started.set()
+            await self._stopped.wait()
+            self._server.close()
+            for s in list(self.sessions.values()):
+                s.cancel()
+                s.writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+        finally:
+            await self.pool.close()
 
     def start(self) -> Server:
         def runner() -> None:
             self._loop = asyncio.new_event_loop()
             try:
                 self._loop.run_until_complete(self._main())
-            except BaseException as exc:  # surface bind errors to start()
+            except BaseException as exc:  # surface bind and worker start-up errors to start()
                 self._error = exc
                 self._started.set()
             finally:
@@ -183,20 +202,23 @@ class Server:
         self._thread.start()
         self._started.wait()
         if self._error is not None:
+            self._cleanup()
             raise self._error
         return self
+
+    def _cleanup(self) -> None:
+        shutil.rmtree(self._folder, ignore_errors=True)
 
     def stop(self) -> None:
         if self._loop is not None and self._stopped is not None and self._thread is not None:
             with contextlib.suppress(RuntimeError):  # loop already closed: stopped by request_stop()
                 self._loop.call_soon_threadsafe(self._stopped.set)
-            self._thread.join(10)
+            self._thread.join(15)
         if self.watcher is not None:
             with contextlib.suppress(Exception):
                 self.watcher.stop()
             self.watcher = None
-        self.pool.shutdown(wait=True, cancel_futures=True)
-        self.catalog.close()
+        self._cleanup()
 
     def serve_forever(self) -> None:
         self.start()
@@ -212,6 +234,10 @@ class Server:
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(self._stopped.set)
 
+    def worker_pids(self) -> list[int]:
+        """Process ids of the statement workers (for monitoring and tests)."""
+        return self.pool.pids() if self.pool is not None else []
+
     def __enter__(self) -> Server:
         return self.start()
 
@@ -222,20 +248,28 @@ class Server:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         session = None
+        if self._pending >= self.limits.max_connections:  # sockets that never log in cost a slot each
+            writer.close()
+            return
+        self._pending += 1
+        pending = True
         try:
-            # A client that never finishes logging in holds a socket: give it a minute.
-            params = await asyncio.wait_for(self._startup(reader, writer), _LOGIN_SECONDS)
-            if params is None:
-                return
-            if len(self.sessions) >= self.limits.max_connections:
-                writer.write(pgwire.error_response("53300", "sorry, too many clients already", "FATAL"))
-                await writer.drain()
-                return
-            self._pid += 1
-            session = Session(self, self._pid, secrets.randbits(31), reader, writer, params)
-            if not await asyncio.wait_for(session.authenticate(), _LOGIN_SECONDS):
-                return
-            self.sessions[session.pid] = session
+            try:
+                params = await asyncio.wait_for(self._startup(reader, writer), self.limits.login_timeout)
+                if params is None:
+                    return
+                if not self._make_room():
+                    writer.write(pgwire.error_response("53300", "sorry, too many clients already", "FATAL"))
+                    await writer.drain()
+                    return
+                self._pid += 1
+                session = Session(self, self._pid, secrets.randbits(31), reader, writer, params)
+                self.sessions[session.pid] = session  # counted from here: a login holds a slot
+                if not await asyncio.wait_for(session.authenticate(), self.limits.login_timeout):
+                    return
+            finally:
+                self._pending -= 1
+                pending = False
             await session.run()
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, TimeoutError):
             pass
@@ -246,11 +280,29 @@ class Server:
         except Exception:  # one bad client never takes the server down
             log.exception("connection failed")
         finally:
+            if pending:
+                self._pending -= 1
             if session is not None:
                 self.sessions.pop(session.pid, None)
                 session.close()
             with contextlib.suppress(Exception):
                 writer.close()
+
+    def _make_room(self) -> bool:
+        """True if a new session fits: when every slot is taken, the session idle longest (at least
+        `evict_idle_after` seconds) is closed to make room."""
+        if len(self.sessions) < self.limits.max_connections:
+            return True
+        now = time.monotonic()
+        idle = [(s.idle_since, s) for s in self.sessions.values() if s.idle_since is not None]
+        if not idle:
+            return False
+        since, victim = min(idle, key=lambda x: x[0])
+        if now - since < self.limits.evict_idle_after:
+            return False
+        victim.evict("terminating connection: it was idle and the server needed its slot")
+        self.sessions.pop(victim.pid, None)
+        return True
 
     async def _startup(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> dict | None:
         while True:
@@ -274,7 +326,7 @@ class Server:
             if code == pgwire.CANCEL_REQUEST:
                 pid, secret = params  # type: ignore[misc]
                 s = self.sessions.get(pid)
-                if s is not None and s.secret == secret:
+                if s is not None and secrets.compare_digest(str(s.secret), str(secret)):
                     s.cancel()
                 return None
             if code != pgwire.PROTOCOL_3:
@@ -291,10 +343,11 @@ REPORTED = ["server_version", "server_encoding", "client_encoding", "DateStyle",
 
 
 class Session:
-    """One client connection."""
+    """One client connection: protocol state here, statements in the worker pool."""
 
     def __init__(self, server: Server, pid: int, secret: int, reader, writer, params: dict) -> None:
         self.server = server
+        self.limits = server.limits
         self.pid, self.secret = pid, secret
         self.reader: asyncio.StreamReader = reader
         self.writer: asyncio.StreamWriter = writer
@@ -305,21 +358,29 @@ class Session:
             if k not in ("user", "database", "options", "replication"):
                 self.settings[k.lower()] = v
         self.tx = "I"
-        self.statements: dict[str, tuple[str, list[int]]] = {}
-        self.portals: dict[str, tuple[str, list, Result | None]] = {}
-        self._cur: duckdb.DuckDBPyConnection | None = None
-        self._cur_lock = threading.Lock()
-        self._cancelled = False
+        self.statements: dict[str, Prepared] = {}
+        self.portals: dict[str, Portal] = {}
+        self.job: Job | None = None  # the job running for this session, if any
+        self.idle_since: float | None = None  # waiting for the client since (monotonic)
+        self._closed = False
 
     def close(self) -> None:
+        self._closed = True
         self.cancel()
+        for portal in self.portals.values():
+            self._drop(portal)
+        if self.server.pool is not None:
+            self.server.pool.forget(self.pid)
 
     def cancel(self) -> None:
-        with self._cur_lock:
-            self._cancelled = True
-            if self._cur is not None:
-                with contextlib.suppress(Exception):
-                    self._cur.interrupt()
+        if self.job is not None:
+            self.job.cancel()
+
+    def evict(self, message: str) -> None:
+        with contextlib.suppress(Exception):
+            self.writer.write(pgwire.error_response("57P01", message, "FATAL"))
+            self.writer.close()
+        self._closed = True
 
     # -- I/O ---------------------------------------------------------------------------------
 
@@ -395,10 +456,24 @@ class Session:
 
     # -- message loop ------------------------------------------------------------------------
 
+    async def next_message(self) -> tuple[bytes, bytes] | None:
+        """The client's next message, or None when it stayed idle past --idle-timeout."""
+        self.idle_since = time.monotonic()
+        try:
+            return await asyncio.wait_for(self.read_message(), self.limits.idle_timeout)
+        except TimeoutError:
+            await self.fatal("57P05", "terminating connection due to idle-session timeout")
+            return None
+        finally:
+            self.idle_since = None
+
     async def run(self) -> None:
         skip_to_sync = False
-        while True:
-            tag, body = await self.read_message()
+        while not self._closed:
+            message = await self.next_message()
+            if message is None or self._closed:
+                return
+            tag, body = message
             if tag == b"X":
                 return
             if tag == b"Q":
@@ -413,6 +488,7 @@ class Session:
                 continue
             if tag == b"S":
                 skip_to_sync = False
+                await self._drop_started()
                 if self.tx == "I":
                     self.portals.clear()
                 self.send(pgwire.ready(self.tx))
@@ -432,111 +508,113 @@ class Session:
                 skip_to_sync = True
             await self.writer.drain()
 
-    async def extended(self, tag: bytes, body: bytes) -> None:
-        if tag == b"P":
-            p = pgwire.parse_parse(body)
-            self.statements[p.name] = (pg_catalog.rewrite(p.query), p.param_oids)
-            self.send(pgwire.PARSE_COMPLETE)
-        elif tag == b"B":
-            b = pgwire.parse_bind(body)
-            if b.statement not in self.statements:
-                raise QueryError(f'prepared statement "{b.statement}" does not exist', "26000")
-            query, oids = self.statements[b.statement]
-            fmts = pgwire.param_formats(b)
-            if any(f != 0 for f in b.result_formats):
-                raise QueryError("binary result format is not supported", "0A000")
-            try:
-                values = [
-                    pgwire.decode_param(raw, oids[i] if i < len(oids) else 0, fmts[i])
-                    for i, raw in enumerate(b.params)
-                ]
-            except (ValueError, UnicodeDecodeError, struct.error) as exc:
-                raise QueryError(f"invalid parameter: {exc}", "22P02") from exc
-            self.portals[b.portal] = (query, values, None)
-            self.send(pgwire.BIND_COMPLETE)
-        elif tag == b"D":
-            kind, name = body[:1], body[1:].rstrip(b"\x00").decode()
-            if kind == b"S":
-                if name not in self.statements:
-                    raise QueryError(f'prepared statement "{name}" does not exist', "26000")
-                query, oids = self.statements[name]
-                n = _param_count(query)
-                all_oids = [oids[i] if i < len(oids) and oids[i] else pgwire.TEXT for i in range(n)]
-                self.send(pgwire.parameter_description(all_oids))
-                fields = await self.call(self._describe, query, n)
-                self.send(pgwire.row_description(fields) if fields else pgwire.NO_DATA)
-            else:
-                res = await self._portal_result(name)
-                self.send(pgwire.row_description(res.fields) if res.fields else pgwire.NO_DATA)
-        elif tag == b"E":
-            r = pgwire.Reader(body)
-            name, limit = r.cstr(), r.int32()  # the name's length in bytes, not characters
-            res = await self._portal_result(name)
-            rows = res.rows[res.sent :] if limit <= 0 else res.rows[res.sent : res.sent + limit]
-            res.sent += len(rows)
-            self.send(b"".join(rows))
-            if limit > 0 and res.sent < len(res.rows):
-                self.send(pgwire.PORTAL_SUSPENDED)
-            else:
-                self.send(pgwire.command_complete(res.tag) if res.tag else pgwire.EMPTY_QUERY)
-        elif tag == b"C":
-            kind, name = body[:1], body[1:].rstrip(b"\x00").decode()
-            (self.statements if kind == b"S" else self.portals).pop(name, None)
-            self.send(pgwire.CLOSE_COMPLETE)
-        else:
-            raise QueryError(f"unsupported message {tag!r}", "08P01")
+    # -- talking to the workers --------------------------------------------------------------
 
-    async def _portal_result(self, name: str) -> Result:
-        if name not in self.portals:
-            raise QueryError(f'portal "{name}" does not exist', "34000")
-        query, values, res = self.portals[name]
-        if res is None:
-            stmts = guard.split(query)
-            if len(stmts) > 1:
-                raise QueryError("cannot insert multiple commands into a prepared statement", "42601")
-            res = await self.execute(stmts[0] if stmts else "", values)
-            self.portals[name] = (query, values, res)
-        return res
+    async def start_job(self, request: dict) -> Job:
+        pool = self.server.pool
+        assert pool is not None
+        try:
+            job = await pool.job({**request, "sid": self.pid}, self.limits.query_timeout)
+        except JobFailed as exc:
+            raise QueryError(str(exc), exc.sqlstate) from exc
+        self.job = job
+        return job
+
+    async def frame(self, job: Job) -> tuple[bytes, bytes]:
+        """The job's next frame; an ERROR frame or a lost worker becomes a QueryError."""
+        try:
+            kind, payload = await job.frame()
+        except JobFailed as exc:
+            raise QueryError(str(exc), exc.sqlstate) from exc
+        finally:
+            if job.done and self.job is job:
+                self.job = None
+        if kind == ERROR:
+            raise QueryError(*reversed(error_of(payload)))
+        return kind, payload
+
+    async def request(self, request: dict) -> tuple[bytes, bytes]:
+        """A request answered by one terminal frame (parse, a simple query's split)."""
+        job = await self.start_job(request)
+        return await self.frame(job)
+
+    async def drain(self, job: Job) -> None:
+        """Wait until the client took what was sent, within the statement's deadline."""
+        try:
+            await asyncio.wait_for(self.writer.drain(), job.remaining())
+        except TimeoutError:
+            job.fail()  # the worker is blocked writing to us; it is replaced
+            raise ConnectionError("client stopped reading a result") from None
+
+    async def stream(self, job: Job, *, rowdesc: bool, first: tuple[bytes, bytes] | None = None) -> str:
+        """Forward a running query's frames to the client until it finishes; returns its tag."""
+        while True:
+            kind, payload = first if first is not None else await self.frame(job)
+            first = None
+            if kind == ROWDESC:
+                if rowdesc:
+                    self.send(payload)
+            elif kind == DATA:
+                self.send(payload)
+                await self.drain(job)
+            elif kind in (DONE, NODATA):
+                return json.loads(payload).get("tag", "") if kind == DONE else ""
+            else:
+                raise QueryError(f"unexpected reply {kind!r} from a statement worker", "XX000")
+
+    def _limits(self) -> dict:
+        return {"max_rows": self.limits.max_rows, "max_bytes": self.limits.max_result_bytes}
+
+    # -- simple query ------------------------------------------------------------------------
 
     async def simple_query(self, text: str) -> None:
-        text = pg_catalog.rewrite(text)
-        stmts = guard.split(text)
-        if not stmts:
+        if not text.strip().strip(";").strip():
             self.send(pgwire.EMPTY_QUERY)
             return
-        for stmt in stmts:
-            try:
-                res = await self.execute(stmt, [])
-            except QueryError as exc:
-                self.send(pgwire.error_response(exc.sqlstate, str(exc)))
-                if self.tx == "T":
-                    self.tx = "E"
+        try:
+            job = await self.start_job(
+                {"op": "simple", "text": text, "aborted": self.tx == "E", **self._limits()}
+            )
+            kind, payload = await self.frame(job)
+            if kind != LIST:
+                tag = await self.stream(job, rowdesc=True, first=(kind, payload))
+                self.send(pgwire.command_complete(tag))
                 return
-            if res.fields is not None:
-                self.send(pgwire.row_description(res.fields))
-                self.send(b"".join(res.rows))
-            self.send(pgwire.command_complete(res.tag))
-            await self.writer.drain()
+            parts = json.loads(payload)
+            if not parts:
+                self.send(pgwire.EMPTY_QUERY)
+            for part in parts:
+                if "session" in part:
+                    info = part["session"]
+                    self._check_aborted(info["kind"])
+                    self._answer_session(Prepared(info["kind"], info["text"], tuple(info["args"]), 0, []))
+                    continue
+                self._check_aborted("query")
+                job = await self.start_job({"op": "run", "text": part["query"], **self._limits()})
+                tag = await self.stream(job, rowdesc=True)
+                self.send(pgwire.command_complete(tag))
+                await self.writer.drain()
+        except QueryError as exc:
+            self.send(pgwire.error_response(exc.sqlstate, str(exc)))
+            if self.tx == "T":
+                self.tx = "E"
 
-    async def call(self, fn, *args):
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.server.pool, fn, *args)
-
-    # -- statements --------------------------------------------------------------------------
-
-    async def execute(self, text: str, values: list) -> Result:
-        if not text.strip():
-            return Result(None, tag="")
-        if self.tx == "E" and not guard.session_statement(text):
+    def _check_aborted(self, kind: str) -> None:
+        if self.tx == "E" and kind not in ("commit", "rollback"):
             raise QueryError(
                 "current transaction is aborted, commands ignored until end of transaction block", "25P02"
             )
-        session = guard.session_statement(text)
-        if session is not None:
-            return self._session(session)
-        return await self.call(self._run, text, values)
 
-    def _session(self, st: guard.Statement) -> Result:
+    def _answer_session(self, st: Prepared) -> None:
+        """Send the complete answer to a session command (rows for SHOW, then CommandComplete)."""
+        fields, rows, tag = self._session(st)
+        if fields is not None:
+            self.send(pgwire.row_description(fields))
+            self.send(b"".join(rows))
+        self.send(pgwire.command_complete(tag))
+
+    def _session(self, st: Prepared) -> tuple[list | None, list[bytes], str]:
+        """(fields, DataRows, tag) of a PostgreSQL session command, answered without DuckDB."""
         k = st.kind
         if k == "set":
             name, value = st.args[0].lower(), st.args[1].strip().strip("'\"")
@@ -546,133 +624,215 @@ class Session:
             for rep in REPORTED:
                 if rep.lower() == name:
                     self.send(pgwire.parameter_status(rep, value))
-            return Result(None, tag="SET")
+            return None, [], "SET"
         if k == "set_time_zone":
             self.settings["timezone"] = st.args[0].strip("'\"")
-            return Result(None, tag="SET")
+            return None, [], "SET"
         if k == "set_noop":
-            return Result(None, tag="SET")
+            return None, [], "SET"
         if k == "reset":
             name = st.args[0].lower()
             if name == "all":
                 self.settings.update({a.lower(): b for a, b in DEFAULT_SETTINGS.items()})
             else:
                 self.settings[name] = DEFAULT_SETTINGS.get(name, "")
-            return Result(None, tag="RESET")
+            return None, [], "RESET"
         if k == "show":
             name = st.args[0].lower()
             if name not in self.settings:
                 raise QueryError(f'unrecognized configuration parameter "{name}"', "42704")
-            row = pgwire.encode_rows_text([[self.settings[name]]])
-            return Result([(name, pgwire.TEXT)], row, "SHOW")
+            return [(name, pgwire.TEXT)], pgwire.encode_rows_text([[self.settings[name]]]), "SHOW"
         if k == "begin":
             if self.tx == "I":
                 self.tx = "T"
-            return Result(None, tag="BEGIN")
+            return None, [], "BEGIN"
         if k in ("commit", "rollback"):
             tag = "ROLLBACK" if k == "rollback" or self.tx == "E" else "COMMIT"
             self.tx = "I"
-            return Result(None, tag=tag)
+            return None, [], tag
         if k == "discard":
             self.statements.clear()
-            return Result(None, tag="DISCARD ALL")
+            return None, [], "DISCARD ALL"
         if k == "deallocate":
             if st.args[0].upper() == "ALL":
                 self.statements.clear()
             else:
                 self.statements.pop(st.args[0], None)
-            return Result(None, tag="DEALLOCATE")
-        return Result(None, tag=st.text.split()[0].upper())
+            return None, [], "DEALLOCATE"
+        return None, [], st.text.split()[0].upper()
 
-    def _cursor(self) -> duckdb.DuckDBPyConnection:
-        try:
-            return self.server.catalog.cursor()
-        except (CatalogError, duckdb.Error) as exc:  # e.g. the catalog was damaged under the server
-            raise QueryError(f"catalog unavailable: {' '.join(str(exc).split())}", "58030") from exc
+    # -- extended query ----------------------------------------------------------------------
 
-    def _describe(self, query: str, nparams: int) -> list[tuple[str, int]] | None:
-        cur = self._cursor()
-        try:
-            try:
-                st = guard.classify(query, cur)
-            except guard.Refused as exc:
-                raise QueryError(str(exc), exc.sqlstate) from exc
-            if st.kind == "show":
-                return [(st.args[0].lower(), pgwire.TEXT)]
-            if st.kind != "select":
-                return None
-            try:
-                rel = cur.sql(f"SELECT * FROM ({query.rstrip().rstrip(';')}) AS _q LIMIT 0",
-                              params=[None] * nparams or None)  # fmt: skip
-                schema = rel.to_arrow_table().schema
-            except duckdb.Error:
-                rel = cur.sql(query, params=[None] * nparams or None)
-                schema = rel.limit(0).to_arrow_table().schema
-            return [(f.name, pgwire.oid_of(f.type)) for f in schema]
-        except duckdb.Error as exc:
-            raise QueryError(str(exc).splitlines()[0], sqlstate_of(exc)) from exc
-        finally:
-            cur.close()
+    async def extended(self, tag: bytes, body: bytes) -> None:
+        if tag == b"P":
+            p = pgwire.parse_parse(body)
+            kind, payload = await self.request({"op": "parse", "text": p.query})
+            if kind != PARSED:
+                raise QueryError(f"unexpected reply {kind!r} from a statement worker", "XX000")
+            info = json.loads(payload)
+            self.statements[p.name] = Prepared(
+                info["kind"], info["text"], tuple(info["args"]), info["nparams"], list(p.param_oids)
+            )
+            self.send(pgwire.PARSE_COMPLETE)
+        elif tag == b"B":
+            b = pgwire.parse_bind(body)
+            st = self._statement(b.statement)
+            if any(f != 0 for f in b.result_formats):
+                raise QueryError("binary result format is not supported", "0A000")
+            fmts = pgwire.param_formats(b)
+            params = [
+                [None if raw is None else bytes(raw).hex(),
+                 st.param_oids[i] if i < len(st.param_oids) else 0, fmts[i]]
+                for i, raw in enumerate(b.params)
+            ]  # fmt: skip
+            if b.portal in self.portals:
+                self._drop(self.portals.pop(b.portal))
+            self.portals[b.portal] = Portal(st, params)
+            self.send(pgwire.BIND_COMPLETE)
+        elif tag == b"D":
+            kind, name = body[:1], body[1:].rstrip(b"\x00").decode()
+            if kind == b"S":
+                await self._describe_statement(self._statement(name))
+            else:
+                await self._describe_portal(self._portal(name))
+        elif tag == b"E":
+            r = pgwire.Reader(body)
+            name, limit = r.cstr(), r.int32()  # the name's length in bytes, not characters
+            await self._execute(self._portal(name), limit)
+        elif tag == b"C":
+            kind, name = body[:1], body[1:].rstrip(b"\x00").decode()
+            if kind == b"S":
+                self.statements.pop(name, None)
+            elif name in self.portals:
+                self._drop(self.portals.pop(name))
+            self.send(pgwire.CLOSE_COMPLETE)
+        else:
+            raise QueryError(f"unsupported message {tag!r}", "08P01")
 
-    def _run(self, text: str, values: list) -> Result:
-        limits = self.server.limits
-        cur = self._cursor()
-        timer = None
-        try:
-            try:
-                st = guard.classify(text, cur)
-            except guard.Refused as exc:
-                raise QueryError(str(exc), exc.sqlstate) from exc
-            if st.kind != "select":
-                raise QueryError("statement not allowed", guard.SQLSTATE_READ_ONLY)
-            with self._cur_lock:
-                self._cancelled = False
-                self._cur = cur
-            timer = threading.Timer(limits.query_timeout, cur.interrupt)
-            timer.daemon = True
-            timer.start()
-            started = time.monotonic()
-            try:
-                rel = cur.sql(text, params=values or None)
-                if rel is None:
-                    return Result(None, tag="SELECT 0")
-                reader = rel.to_arrow_reader(8192)
-                fields = [(f.name, pgwire.oid_of(f.type)) for f in reader.schema]
-                rows: list[bytes] = []
-                for batch in reader:
-                    if len(rows) + batch.num_rows > limits.max_rows:
-                        raise QueryError(
-                            f"result has more than {limits.max_rows} rows: add a LIMIT or an aggregate",
-                            "54000",
-                        )
-                    rows += pgwire.encode_rows(batch)
-            except duckdb.InterruptException as exc:
-                if self._cancelled:
-                    raise QueryError("canceling statement due to user request", "57014") from exc
-                took = time.monotonic() - started
-                raise QueryError(
-                    f"canceling statement due to statement timeout "
-                    f"({limits.query_timeout:g} s, ran {took:.1f} s)",
-                    "57014",
-                ) from exc
-            return Result(fields, rows, f"SELECT {len(rows)}")
-        except duckdb.Error as exc:
-            raise QueryError(str(exc).splitlines()[0], sqlstate_of(exc)) from exc
-        except (OverflowError, ValueError, ArrowException) as exc:  # a value the wire cannot carry
-            raise QueryError(f"cannot send this result: {exc}", "22008") from exc
-        finally:
-            if timer is not None:
-                timer.cancel()
-            with self._cur_lock:
-                self._cur = None
-            cur.close()
+    def _statement(self, name: str) -> Prepared:
+        if name not in self.statements:
+            raise QueryError(f'prepared statement "{name}" does not exist', "26000")
+        return self.statements[name]
+
+    def _portal(self, name: str) -> Portal:
+        if name not in self.portals:
+            raise QueryError(f'portal "{name}" does not exist', "34000")
+        return self.portals[name]
+
+    async def _describe_statement(self, st: Prepared) -> None:
+        oids = [st.param_oids[i] if i < len(st.param_oids) and st.param_oids[i] else pgwire.TEXT
+                for i in range(st.nparams)]  # fmt: skip
+        self.send(pgwire.parameter_description(oids))
+        if st.kind == "show":
+            self.send(pgwire.row_description([(st.args[0].lower(), pgwire.TEXT)]))
+            return
+        if st.kind != "query":
+            self.send(pgwire.NO_DATA)
+            return
+        job = await self.start_job({"op": "describe", "text": st.text, "nparams": st.nparams})
+        kind, payload = await self.frame(job)
+        if kind == ROWDESC:
+            self.send(payload)
+            await self.frame(job)  # DONE
+        else:
+            self.send(pgwire.NO_DATA)
+
+    async def _describe_portal(self, portal: Portal) -> None:
+        st = portal.statement
+        if st.kind == "show":
+            self.send(pgwire.row_description([(st.args[0].lower(), pgwire.TEXT)]))
+            return
+        if st.kind != "query":
+            self.send(pgwire.NO_DATA)
+            return
+        if portal.rowdesc is None and not portal.finished:
+            self._check_aborted("query")
+            job = await self._run_portal(portal)
+            kind, payload = await self.frame(job)
+            if kind == ROWDESC:
+                portal.rowdesc, portal.job = payload, job
+            else:  # a statement without rows finished at once
+                portal.finished, portal.tag, portal.rows = True, json.loads(payload).get("tag", ""), []
+        self.send(portal.rowdesc if portal.rowdesc is not None else pgwire.NO_DATA)
+
+    async def _run_portal(self, portal: Portal) -> Job:
+        return await self.start_job(
+            {"op": "run", "text": portal.statement.text, "params": portal.params, **self._limits()}
+        )
+
+    async def _execute(self, portal: Portal, limit: int) -> None:
+        st = portal.statement
+        if st.kind == "empty":
+            self.send(pgwire.EMPTY_QUERY)
+            return
+        if st.kind != "query":
+            self._check_aborted(st.kind)
+            _fields, rows, tag = self._session(st)
+            self.send(b"".join(rows))
+            self.send(pgwire.command_complete(tag))
+            return
+        if portal.rows is None and limit <= 0:  # the common case: stream everything
+            if portal.job is None and not portal.finished:
+                self._check_aborted("query")
+                portal.job = await self._run_portal(portal)
+            if portal.job is not None:
+                job, portal.job = portal.job, None
+                portal.tag = await self.stream(job, rowdesc=False)
+                portal.finished = True
+            self.send(pgwire.command_complete(portal.tag))
+            return
+        if portal.rows is None:  # a row limit: take the whole (capped) result, hand it out in parts
+            portal.rows = await self._collect(portal)
+        rows = portal.rows[portal.sent :] if limit <= 0 else portal.rows[portal.sent : portal.sent + limit]
+        portal.sent += len(rows)
+        self.send(b"".join(rows))
+        if limit > 0 and portal.sent < len(portal.rows):
+            self.send(pgwire.PORTAL_SUSPENDED)
+        else:
+            self.send(pgwire.command_complete(portal.tag))
+
+    async def _collect(self, portal: Portal) -> list[bytes]:
+        """All DataRows of a portal's query (at most --max-result-bytes, enforced by the worker)."""
+        if portal.finished:
+            return []
+        if portal.job is None:
+            self._check_aborted("query")
+            portal.job = await self._run_portal(portal)
+        job, portal.job = portal.job, None
+        rows: list[bytes] = []
+        while True:
+            kind, payload = await self.frame(job)
+            if kind == DATA:
+                rows += split_rows(payload)
+            elif kind in (DONE, NODATA):
+                portal.tag = json.loads(payload).get("tag", "") if kind == DONE else ""
+                portal.finished = True
+                return rows
+
+    def _drop(self, portal: Portal) -> None:
+        """A portal goes away: a query it started is stopped in the background."""
+        if portal.job is not None and not portal.job.done:
+            job, portal.job = portal.job, None
+            task = asyncio.get_running_loop().create_task(job.abort())
+            task.add_done_callback(lambda t: t.exception())
+
+    async def _drop_started(self) -> None:
+        """At Sync: queries started by Describe but never executed are stopped."""
+        for portal in self.portals.values():
+            if portal.job is not None and not portal.job.done:
+                job, portal.job = portal.job, None
+                await job.abort()
+                portal.finished, portal.rows = True, []
 
 
-def _param_count(query: str) -> int:
-    import re
-
-    nums = [int(m) for m in re.findall(r"\$(\d+)", query)]
-    return max(nums, default=0)
+def split_rows(chunk: bytes) -> list[bytes]:
+    """The DataRow messages of a chunk, one bytes object each."""
+    rows, pos = [], 0
+    while pos < len(chunk):
+        (n,) = struct.unpack_from("!i", chunk, pos + 1)
+        rows.append(chunk[pos : pos + 1 + n])
+        pos += 1 + n
+    return rows
 
 
 def parse_users(user: str | None, password: str | None) -> dict[str, str]:
@@ -697,7 +857,10 @@ def serve(
     signal.signal(signal.SIGTERM, lambda *_: server.request_stop())
     signal.signal(signal.SIGINT, lambda *_: server.request_stop())
     server.start()
-    log.warning("dumpcat serving %s on %s:%d", catalog_path, server.host, server.port)
+    log.warning(
+        "dumpcat serving %s on %s:%d (%d statement workers)",
+        catalog_path, server.host, server.port, len(server.worker_pids()),
+    )  # fmt: skip
     assert server._thread is not None
     while server._thread.is_alive():
         server._thread.join(0.5)

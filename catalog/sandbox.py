@@ -1,0 +1,151 @@
+"""The contained engine that runs client SQL for `dumpcat serve`: the wall the guard stands behind.
+
+A DuckDB database that can do nothing but read the catalog:
+
+- **No file system access.** DuckDB runs with `enable_external_access = false` and no allowed
+  paths: `COPY ... TO`, `read_*`, `glob`, `ATTACH`, `INSTALL`/`LOAD`, replacement scans of paths
+  all fail inside the engine. The catalog's parquet files are opened by Python (pyarrow) and
+  handed to DuckDB as Arrow datasets, registered as the `raw_<table>` relations the views in
+  `sql/` read; DuckDB itself never opens a file.
+- **A read-only catalog.** The views (`sql/*.sql` and the PostgreSQL emulation of
+  `catalog.pg_catalog`) live in a small database file built once per server in a private
+  temporary folder and opened `read_only`: `CREATE`, `DROP`, `INSERT`, `CREATE MACRO` on it fail
+  in the engine. Each client session gets its own cursor, so even temporary objects live and die
+  with that one session.
+- **A configuration no client can change** (`lock_configuration`), a memory limit, no spilling
+  to disk, an expression depth limit.
+
+The process this runs in (`catalog.statement_worker`) adds the address-space limit that bounds
+what DuckDB's memory limit does not.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import OrderedDict
+from pathlib import Path
+
+import duckdb
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+
+from catalog import pg_catalog
+from catalog.guard import MAX_EXPRESSION_DEPTH
+from catalog.views import view_sql_files
+from ingest.schema import TABLES
+from ingest.store import CatalogStore
+
+VIEWS_DB_NAME = "catalog_views"
+
+
+def engine_config(memory_limit: str, threads: int) -> dict[str, str]:
+    """DuckDB settings of the contained engine (applied when the database opens, then locked)."""
+    return {
+        "enable_external_access": "false",
+        "autoinstall_known_extensions": "false",
+        "autoload_known_extensions": "false",
+        "python_enable_replacements": "false",  # no scans of Python objects by name
+        "temp_directory": "",  # no spilling: nothing is ever written
+        "memory_limit": memory_limit,
+        "threads": str(threads),
+        "max_expression_depth": str(MAX_EXPRESSION_DEPTH),
+        "lock_configuration": "true",
+    }
+
+
+def build_views_database(folder: str | os.PathLike) -> Path:
+    """Write the view definitions (no data) into `folder/catalog_views.duckdb` and return its path.
+
+    The `raw_<table>` relations the views read are registered as empty Arrow tables while the
+    views are created (DuckDB binds a view when it is created); at query time each cursor
+    registers the live datasets under the same names.
+    """
+    path = Path(folder) / f"{VIEWS_DB_NAME}.duckdb"
+    con = duckdb.connect(str(path), config={"autoinstall_known_extensions": "false",
+                                            "autoload_known_extensions": "false"})  # fmt: skip
+    try:
+        for table, schema in TABLES.items():
+            con.register(f"raw_{table}", schema.empty_table())
+        for _name, text in view_sql_files():
+            con.execute(text)
+        pg_catalog.install(con)
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+    return path
+
+
+def private_folder() -> str:
+    """A temporary folder only this user can enter, for the views database."""
+    return tempfile.mkdtemp(prefix="dumpcat-serve-")
+
+
+class ContainedEngine:
+    """Client SQL runs on cursors of this engine: one cursor per client session."""
+
+    def __init__(
+        self,
+        catalog_path: str | os.PathLike,
+        views_db: str | os.PathLike,
+        *,
+        memory_limit: str = "1GB",
+        threads: int = 1,
+        max_cursors: int = 256,
+    ) -> None:
+        self.store = CatalogStore(catalog_path)
+        self.con = duckdb.connect(str(views_db), read_only=True, config=engine_config(memory_limit, threads))
+        self._fs = pafs.LocalFileSystem()
+        self._token: tuple[int, int] | None = None
+        self._datasets: dict[str, ds.Dataset] = {}
+        self._cursors: OrderedDict[int, tuple[duckdb.DuckDBPyConnection, tuple[int, int] | None]] = (
+            OrderedDict()
+        )
+        self._max_cursors = max_cursors
+
+    def refresh(self) -> None:
+        """Open the live files of a newly committed snapshot as Arrow datasets (one stat call when
+        nothing changed)."""
+        token = self.store.snapshot_token()
+        if token == self._token:
+            return
+        files = self.store.table_files()
+        datasets = {}
+        for table, schema in TABLES.items():
+            live = files.get(table, [])
+            if live:
+                datasets[table] = ds.dataset(live, schema=schema, format="parquet", filesystem=self._fs)
+            else:
+                datasets[table] = ds.dataset(schema.empty_table())
+        self._datasets = datasets
+        self._token = token
+
+    def cursor(self, session: int) -> duckdb.DuckDBPyConnection:
+        """The session's cursor, with the current snapshot's datasets registered."""
+        self.refresh()
+        entry = self._cursors.pop(session, None)
+        if entry is None:
+            cur, token = self.con.cursor(), None
+        else:
+            cur, token = entry
+        if token != self._token:
+            for table, dataset in self._datasets.items():
+                cur.register(f"raw_{table}", dataset)
+            token = self._token
+        self._cursors[session] = (cur, token)
+        while len(self._cursors) > self._max_cursors:
+            _, (old, _) = self._cursors.popitem(last=False)
+            old.close()
+        return cur
+
+    def forget(self, session: int) -> None:
+        """Close a session's cursor (its temporary objects and variables go with it)."""
+        entry = self._cursors.pop(session, None)
+        if entry is not None:
+            entry[0].close()
+
+    def close(self) -> None:
+        for cur, _ in self._cursors.values():
+            cur.close()
+        self._cursors.clear()
+        self.con.close()

@@ -1,0 +1,279 @@
+"""The server's pool of statement worker processes, seen from its event loop.
+
+Each worker (`catalog.statement_worker`) is a separate Python process connected by two socket
+pairs: one for requests and replies, one for interrupts. A `Job` is one request on one worker;
+it reads reply frames under a hard deadline (the statement timeout plus a grace period). A worker
+that does not answer by then, or that died (out of its address space, a crash in the engine), is
+killed and replaced; the job ends with an error for its client, and no other session notices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+from catalog.statement_worker import ERROR, HEADER, READY, TERMINAL
+
+log = logging.getLogger("dumpcat.server")
+
+GRACE_SECONDS = 3.0  # after the statement timeout, how long a worker has to stop by itself
+START_SECONDS = 120.0
+MAX_FRAME = 64 << 20
+
+
+class JobFailed(Exception):
+    """A request that ended without a reply: the worker was killed or died."""
+
+    def __init__(self, message: str, sqlstate: str) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+async def read_frame(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    kind, n = HEADER.unpack(await reader.readexactly(HEADER.size))
+    if n > MAX_FRAME:
+        raise ConnectionError("oversized frame from worker")
+    return kind, await reader.readexactly(n)
+
+
+class WorkerProcess:
+    """One statement worker as the server sees it."""
+
+    def __init__(self, proc: subprocess.Popen, reader, writer, control: socket.socket, info: dict) -> None:
+        self.proc = proc
+        self.reader: asyncio.StreamReader = reader
+        self.writer: asyncio.StreamWriter = writer
+        self.control = control
+        self.info = info
+        self.sessions: set[int] = set()  # sessions that have a cursor in this worker
+        self.forget: list[int] = []  # ended sessions whose cursor it should close
+        self.alive = True
+
+    def interrupt(self, job: int) -> None:
+        with contextlib.suppress(OSError):
+            self.control.send(struct.pack("!q", job))
+
+    def kill(self) -> None:
+        self.alive = False
+        with contextlib.suppress(ProcessLookupError, OSError):
+            self.proc.kill()
+        with contextlib.suppress(Exception):
+            self.writer.close()
+        with contextlib.suppress(OSError):
+            self.control.close()
+
+    def ended(self) -> str:
+        """How the process ended, for the client's error message."""
+        code = self.proc.poll()
+        if code is None:
+            return "stopped answering"
+        if code < 0:
+            with contextlib.suppress(ValueError):
+                return f"was ended by {signal.Signals(-code).name}"
+        return f"exited with status {code}"
+
+
+class WorkerPool:
+    def __init__(self, config: dict, size: int) -> None:
+        self.config = config
+        self.size = size
+        self._idle: asyncio.Queue[WorkerProcess] = asyncio.Queue()
+        self._all: set[WorkerProcess] = set()
+        self._jobs = itertools.count(1)
+        self._spawning: set[asyncio.Task] = set()
+        self.replaced = 0
+        self.closed = False
+
+    async def start(self) -> None:
+        workers = await asyncio.gather(*(self._spawn() for _ in range(self.size)))
+        for w in workers:
+            self._idle.put_nowait(w)
+
+    async def _spawn(self) -> WorkerProcess:
+        data, data_child = socket.socketpair()
+        control, control_child = socket.socketpair()
+        config = {**self.config, "data_fd": data_child.fileno(), "control_fd": control_child.fileno()}
+        env = {**os.environ, "MALLOC_ARENA_MAX": "2", "PYTHONPATH": _import_path()}
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "catalog.statement_worker", json.dumps(config)],
+                pass_fds=(data_child.fileno(), control_child.fileno()),
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )
+        finally:
+            data_child.close()
+            control_child.close()
+        reader, writer = await asyncio.open_connection(sock=data, limit=MAX_FRAME)
+        try:
+            kind, payload = await asyncio.wait_for(read_frame(reader), START_SECONDS)
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError) as exc:
+            proc.kill()
+            raise RuntimeError(f"a statement worker did not start: {exc!r}") from exc
+        info = json.loads(payload)
+        if kind != READY:
+            proc.kill()
+            raise RuntimeError(info.get("message", "a statement worker did not start"))
+        worker = WorkerProcess(proc, reader, writer, control, info)
+        self._all.add(worker)
+        return worker
+
+    async def acquire(self) -> WorkerProcess:
+        return await self._idle.get()
+
+    def release(self, worker: WorkerProcess) -> None:
+        if worker.alive and not self.closed:
+            self._idle.put_nowait(worker)
+
+    def discard(self, worker: WorkerProcess) -> None:
+        """Kill a worker and start its replacement."""
+        worker.kill()
+        self._all.discard(worker)
+        if self.closed:
+            return
+        self.replaced += 1
+
+        async def replace() -> None:
+            while not self.closed:
+                try:
+                    self._idle.put_nowait(await self._spawn())
+                    return
+                except Exception:
+                    log.exception("could not start a statement worker; retrying")
+                    await asyncio.sleep(1.0)
+
+        task = asyncio.get_running_loop().create_task(replace())
+        self._spawning.add(task)
+        task.add_done_callback(self._spawning.discard)
+
+    def forget(self, session: int) -> None:
+        """A session ended: each worker that holds its cursor closes it with its next request."""
+        for w in self._all:
+            if session in w.sessions:
+                w.sessions.discard(session)
+                w.forget.append(session)
+
+    def pids(self) -> list[int]:
+        return [w.proc.pid for w in self._all if w.alive]
+
+    async def job(self, request: dict, timeout: float) -> Job:
+        """Send a request to the next free worker; the returned job yields its reply frames."""
+        worker = await self.acquire()
+        job_id = next(self._jobs)
+        sid = request.get("sid")
+        if sid is not None:
+            worker.sessions.add(sid)
+        body = {**request, "job": job_id, "timeout": timeout, "forget": worker.forget}
+        worker.forget = []
+        job = Job(self, worker, job_id, timeout)
+        try:
+            payload = json.dumps(body).encode()
+            worker.writer.write(HEADER.pack(b"J", len(payload)) + payload)
+            await worker.writer.drain()
+        except (ConnectionError, OSError) as exc:
+            job.fail()
+            raise JobFailed(f"statement worker {worker.ended()}", "58030") from exc
+        return job
+
+    async def close(self) -> None:
+        self.closed = True
+        for task in list(self._spawning):
+            task.cancel()
+        for w in list(self._all):
+            w.kill()
+        for w in list(self._all):
+            with contextlib.suppress(Exception):
+                await asyncio.get_running_loop().run_in_executor(None, w.proc.wait, 5)
+        self._all.clear()
+
+
+class Job:
+    """One request on one worker: its reply frames, read under a hard deadline."""
+
+    def __init__(self, pool: WorkerPool, worker: WorkerProcess, job_id: int, timeout: float) -> None:
+        self.pool, self.worker, self.id = pool, worker, job_id
+        self.timeout = timeout
+        self.deadline = asyncio.get_running_loop().time() + timeout + GRACE_SECONDS
+        self.done = False
+        self.cancelled = False
+
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - asyncio.get_running_loop().time())
+
+    async def frame(self) -> tuple[bytes, bytes]:
+        """The next reply frame; the job is over after a terminal one (the worker is free again)."""
+        if self.done:
+            raise RuntimeError("job already finished")
+        try:
+            kind, payload = await asyncio.wait_for(read_frame(self.worker.reader), self.remaining())
+        except TimeoutError as exc:
+            self.fail()
+            if self.cancelled:
+                raise JobFailed("canceling statement due to user request", "57014") from exc
+            raise JobFailed(
+                f"canceling statement due to statement timeout ({self.timeout:g} s; the statement did "
+                "not stop, so its worker process was replaced)",
+                "57014",
+            ) from exc
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+            await asyncio.sleep(0.05)  # let the process be reaped so its exit status is known
+            how = self.worker.ended()
+            self.fail()
+            raise JobFailed(
+                f"the statement's worker process {how}: most likely the statement needed more memory "
+                f"than the server's limit ({self.pool.config['memory_limit']}); the server goes on",
+                "53200",
+            ) from exc
+        if kind in TERMINAL:
+            self.done = True
+            self.pool.release(self.worker)
+        return kind, payload
+
+    def fail(self) -> None:
+        if not self.done:
+            self.done = True
+            self.pool.discard(self.worker)
+
+    def cancel(self) -> None:
+        """Interrupt the statement (a cancel request): it ends with an error soon, or is killed."""
+        if self.done:
+            return
+        self.cancelled = True
+        self.worker.interrupt(self.id)
+        loop = asyncio.get_running_loop()
+        self.deadline = min(self.deadline, loop.time() + GRACE_SECONDS)
+
+    async def abort(self) -> None:
+        """Stop the job and wait until its worker is free (or replaced)."""
+        if self.done:
+            return
+        self.cancel()
+        with contextlib.suppress(JobFailed):
+            while not self.done:
+                await self.frame()
+
+
+def error_of(payload: bytes) -> tuple[str, str]:
+    """(sqlstate, message) of an ERROR frame."""
+    info = json.loads(payload)
+    return info.get("sqlstate", "XX000"), info.get("message", "error")
+
+
+def _import_path() -> str:
+    """PYTHONPATH for workers: this package's folder first, then what the server had."""
+    here = str(Path(__file__).resolve().parents[1])
+    rest = os.environ.get("PYTHONPATH", "")
+    return here + (os.pathsep + rest if rest else "")
+
+
+__all__ = ["ERROR", "Job", "JobFailed", "WorkerPool", "error_of"]
