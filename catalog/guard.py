@@ -260,15 +260,16 @@ def classify(text: str) -> Statement:
         raise
     except duckdb.Error as exc:
         raise _parser_error(exc) from exc
-    except ValueError as exc:  # a statement type the Python API does not know
-        raise Refused(f"statement not allowed: {exc}", SQLSTATE_PRIVILEGE) from exc
     except RecursionError as exc:
         raise Refused("statement too complex: nested too deeply", SQLSTATE_TOO_COMPLEX) from exc
     if not stmts:
         raise Refused("empty statement", SQLSTATE_SYNTAX)
     if len(stmts) != 1:
-        raise Refused("one statement at a time", SQLSTATE_SYNTAX)
-    stype = stmts[0].type.name
+        raise Refused("one SQL statement at a time", SQLSTATE_SYNTAX)
+    try:
+        stype = stmts[0].type.name
+    except ValueError as exc:  # a statement type the Python API has no name for (UPDATE EXTENSIONS)
+        raise Refused("this statement is not allowed: the catalog is read-only", SQLSTATE_PRIVILEGE) from exc
     if stype == "EXPLAIN":
         return _explained(text.strip())
     if stype == "SELECT":

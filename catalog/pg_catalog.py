@@ -28,11 +28,13 @@ def view_oids() -> dict[str, int]:
     return {name: FIRST_OID + i for i, name in enumerate(sorted(USER_VIEWS))}
 
 
-def _settings_case() -> str:
-    """SQL CASE answering `current_setting(name)` for what clients read on connect (Grafana asks
-    for server_version_num and search_path); NULL for anything else."""
+def _settings_case(missing_ok: str = "false") -> str:
+    """SQL CASE answering `current_setting(name[, missing_ok])` from the PostgreSQL settings the
+    server reports (Grafana asks for server_version_num and search_path); any other name is an
+    error, as in PostgreSQL (NULL with missing_ok). DuckDB's own settings are never visible."""
     whens = " ".join(f"WHEN '{k.lower()}' THEN '{v}'" for k, v in SERVER_SETTINGS.items())
-    return f"CASE lower(name) {whens} END"
+    unknown = "error('unrecognized configuration parameter \"' || name || '\"')"
+    return f"CASE lower(name) {whens} ELSE CASE WHEN {missing_ok} THEN NULL ELSE {unknown} END END"
 
 
 def _version_num() -> str:
@@ -262,8 +264,8 @@ def setup_sql() -> list[str]:
         f"CREATE OR REPLACE MACRO {pg}.has_database_privilege(a, b) AS true, (a, b, c) AS true",
         f"CREATE OR REPLACE MACRO {pg}.current_database() AS '{DATABASE}'",
         # Settings clients read on connect (Grafana asks for server_version_num and search_path).
-        f"CREATE OR REPLACE MACRO {pg}.current_setting(name) AS {_SETTINGS_CASE}, "
-        f"(name, missing_ok) AS {_SETTINGS_CASE}",
+        f"CREATE OR REPLACE MACRO {pg}.current_setting(name) AS {_settings_case()}, "
+        f"(name, missing_ok) AS {_settings_case('missing_ok')}",
         # parse_ident('a.b') -> ['a', 'b'] (quotes removed), as Grafana's column listing uses it.
         f"""CREATE OR REPLACE MACRO {pg}.parse_ident(x) AS
             list_transform(string_split(x, '.'), lambda part: trim(part, '"'))""",
@@ -346,8 +348,6 @@ SERVER_SETTINGS = {
     "extra_float_digits": "1",
     "statement_timeout": "0",
 }
-
-_SETTINGS_CASE = _settings_case()
 
 
 def install(con: duckdb.DuckDBPyConnection) -> None:

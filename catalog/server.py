@@ -616,6 +616,12 @@ class Session:
     def _session(self, st: Prepared) -> tuple[list | None, list[bytes], str]:
         """(fields, DataRows, tag) of a PostgreSQL session command, answered without DuckDB."""
         k = st.kind
+        if k in ("set", "reset") and not settable(st.args[0]):
+            raise QueryError(
+                f'parameter "{st.args[0]}" cannot be changed: only PostgreSQL session settings are '
+                "accepted; the engine's configuration is fixed by the server",
+                "42501",
+            )
         if k == "set":
             name, value = st.args[0].lower(), st.args[1].strip().strip("'\"")
             if value.upper() == "DEFAULT":
@@ -823,6 +829,21 @@ class Session:
                 job, portal.job = portal.job, None
                 await job.abort()
                 portal.finished, portal.rows = True, []
+
+
+# PostgreSQL parameters clients set (JDBC, psql, pgAdmin, DBeaver, BI tools). They change what SHOW
+# and ParameterStatus answer, never the engine. Names with a dot are custom settings, as in
+# PostgreSQL.
+SETTABLE = {name.lower() for name in DEFAULT_SETTINGS} | {
+    "extra_float_digits", "client_min_messages", "bytea_output", "search_path", "statement_timeout",
+    "lock_timeout", "idle_in_transaction_session_timeout", "idle_session_timeout", "jit", "work_mem",
+    "row_security", "intervalstyle", "datestyle", "timezone", "geqo", "enable_seqscan", "lc_messages",
+    "lc_monetary", "lc_numeric", "lc_time", "synchronous_commit", "cursor_tuple_fraction", "all",
+}  # fmt: skip
+
+
+def settable(name: str) -> bool:
+    return name.lower() in SETTABLE or "." in name
 
 
 def split_rows(chunk: bytes) -> list[bytes]:

@@ -250,8 +250,6 @@ def test_hostile_statements_are_refused(server, query, sqlstate):
         assert c.execute("SELECT count(*) FROM stats").fetchall()[0][0] > 0  # session still usable
 
 
-
-
 def test_timeout_row_cap_and_cancel(server):
     with connect(server) as c:
         t0 = time.monotonic()

@@ -1,0 +1,207 @@
+"""A hostile client against `dumpcat serve`: 200+ statements that must all fail, through psycopg,
+psql and JDBC, leaving the catalog byte-identical, the server's folder empty and every other
+session unaffected; and the same statements straight at the engine with the guard bypassed, where
+the engine alone must hold."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from catalog import guard
+from catalog.api import Catalog
+from catalog.sandbox import ContainedEngine, build_views_database
+from tests.conftest import dump_of
+from tests.hostile import ServeProcess, fingerprint, prepared, statements
+
+# What a refused or failed statement may answer: refusals (42501, 0A000), syntax (42601), too
+# complex (54001), the PostgreSQL emulation's "unrecognized configuration parameter" (22023), no
+# such table (42P01: the zero-width-space trick).
+SQLSTATES = {"42501", "0A000", "42601", "54001", "22023", "42P01"}
+BYSTANDER_QUERIES = [
+    "SELECT count(*) FROM stats",
+    "SELECT row_id, op_name, nan_count, max FROM stats ORDER BY row_id",
+    "SELECT view_name, sql FROM duckdb_views() WHERE NOT internal AND NOT temporary ORDER BY view_name",
+    "SELECT current_setting('server_version_num')",
+    "SELECT * FROM first_anomaly",
+]
+
+
+@pytest.fixture(scope="module")
+def cat(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("hostile") / "cat"
+    Catalog.open(path, create=True).ingest(dump_of("nan_log"), run="nan_log")
+    return path
+
+
+@pytest.fixture(scope="module")
+def serve(cat, tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("serve-cwd")
+    srv = ServeProcess(cat, cwd, "--query-timeout", "10")
+    yield srv, cwd
+    srv.stop()
+
+
+def bystander_view(c: psycopg.Connection) -> list:
+    return [c.execute(q).fetchall() for q in BYSTANDER_QUERIES]
+
+
+def test_the_suite_is_large_and_covers_every_class(cat, tmp_path):
+    stmts = statements(cat, tmp_path)
+    assert len(stmts) + len(prepared(cat)) >= 150
+    text = "\n".join(stmts).upper()
+    for word in ("COPY", "EXPORT", "ATTACH", "INSTALL", "LOAD", "SET", "PRAGMA", "CALL", "EXPLAIN (",
+                 "WITH ", "->", "MACRO", "CURRENT_SETTING", "/*", "--", "; "):  # fmt: skip
+        assert word in text, word
+
+
+# Harmless to the guard, refused by the engine: a zero-width space splits `read_csv` into a table
+# `read` with an alias, a table that does not exist.
+ENGINE_ONLY = {"SELECT * FROM read\u200b_csv('/etc/passwd')"}
+
+
+def test_the_guard_refuses_every_statement(cat, tmp_path):
+    passed = []
+    for sql in statements(cat, tmp_path):
+        try:
+            guard.classify_query(sql)
+            passed.append(sql)
+        except guard.Refused as refused:
+            assert str(refused), sql
+    assert set(passed) == ENGINE_ONLY
+
+
+def test_the_engine_alone_holds_with_the_guard_bypassed(cat, tmp_path, monkeypatch):
+    """Every statement straight at the contained engine, no guard: whatever runs reads no file,
+    writes nothing, changes no setting and touches no other session."""
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    before = fingerprint(cat)
+    engine = ContainedEngine(cat, build_views_database(tmp_path))
+    other = engine.cursor(2)
+    baseline = [other.sql(q.replace("current_setting('server_version_num')", "42")).fetchall()
+                for q in BYSTANDER_QUERIES]  # fmt: skip
+    settings = other.sql("SELECT name, value FROM duckdb_settings() ORDER BY name").fetchall()
+    secret_texts = [Path("/etc/passwd").read_text()[:20], (cat / "snapshot.json").read_text()[:20]]
+    ran = []
+    for sql in statements(cat, work):
+        cur = engine.cursor(1)
+        try:
+            rel = cur.sql(sql)
+            rows = rel.fetchall() if rel is not None else []
+        except Exception:
+            continue
+        ran.append(sql)
+        flat = repr(rows)
+        for secret in secret_texts:
+            assert secret not in flat, sql
+    assert fingerprint(cat) == before
+    assert list(work.iterdir()) == []
+    after = [other.sql(q.replace("current_setting('server_version_num')", "42")).fetchall()
+             for q in BYSTANDER_QUERIES]  # fmt: skip
+    assert repr(after) == repr(baseline)  # repr: NaN statistics compare equal
+    assert other.sql("SELECT name, value FROM duckdb_settings() ORDER BY name").fetchall() == settings
+    # What the engine let through is harmless: temporary objects of session 1, builtin LOAD, reads.
+    assert all(
+        not s.upper().lstrip("\ufeff").startswith(("COPY", "ATTACH", "EXPORT", "INSTALL")) for s in ran
+    )
+    engine.close()
+
+
+def test_psycopg_every_statement_fails_and_nothing_changes(cat, serve):
+    srv, cwd = serve
+    before = fingerprint(cat)
+    with psycopg.connect(**srv.dsn()) as bystander, psycopg.connect(**srv.dsn()) as attacker:
+        baseline = bystander_view(bystander)
+        failures = []
+        for sql in statements(cat, cwd):
+            try:
+                attacker.execute(sql).fetchall()
+                failures.append(f"ran: {sql}")
+            except psycopg.OperationalError as exc:
+                pytest.fail(f"connection lost on {sql!r}: {exc}")
+            except psycopg.Error as exc:
+                if exc.sqlstate not in SQLSTATES or not str(exc).strip():
+                    failures.append(f"{exc.sqlstate} {exc}: {sql}")
+            if attacker.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                attacker.execute("ROLLBACK")  # "BEGIN; <refused>; COMMIT" leaves it open, as in PostgreSQL
+            assert attacker.execute("SELECT 1").fetchall() == [(1,)]
+        for sql, params in prepared(cat):
+            with pytest.raises(psycopg.Error) as err:
+                attacker.execute(sql, params, prepare=True).fetchall()
+            assert err.value.sqlstate in SQLSTATES, (sql, err.value)
+        assert not failures, failures
+        assert repr(bystander_view(bystander)) == repr(baseline)
+    assert fingerprint(cat) == before
+    assert list(cwd.iterdir()) == []
+
+
+def test_refusals_name_what_was_refused(serve, cat):
+    srv, cwd = serve
+    expect = {
+        "COPY stats TO 'x.csv'": ("42501", "COPY"),
+        "ATTACH 'x.duckdb' AS x": ("42501", "ATTACH"),
+        "LOAD httpfs": ("42501", "LOAD"),
+        "SET memory_limit = '1TB'": ("42501", "memory_limit"),
+        "SELECT * FROM read_text('/etc/hostname')": ("42501", "read_text"),
+        "SELECT \"current_setting\"('threads')": ("42501", "current_setting"),
+        "EXPLAIN (FORMAT json) SELECT 1": ("0A000", "EXPLAIN options"),
+        "DROP VIEW stats": ("42501", "DROP"),
+        "CREATE MACRO m(x) AS x": ("42501", "CREATE"),
+        "PREPARE p AS SELECT 1": ("0A000", "PREPARE"),
+    }
+    with psycopg.connect(**srv.dsn()) as c:
+        for sql, (state, word) in expect.items():
+            with pytest.raises(psycopg.Error) as err:
+                c.execute(sql)
+            assert err.value.sqlstate == state and word in str(err.value), (sql, err.value)
+
+
+def test_psql_every_statement_fails(cat, serve):
+    psql = shutil.which("psql")
+    if psql is None:
+        pytest.fail("psql (postgresql-client) not installed: install the Debian packages .ci/run installs")
+    srv, cwd = serve
+    before = fingerprint(cat)
+    stmts = statements(cat, cwd)
+    cmd = [psql, "-h", "127.0.0.1", "-p", str(srv.port), "-U", "u", "-d", "dumpcat", "-X", "-q"]
+    for sql in stmts:
+        cmd += ["-c", sql]
+    cmd += ["-c", "SELECT 'still here' AS alive"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={"PGCONNECT_TIMEOUT": "10"})
+    assert out.stderr.count("ERROR:") == len(stmts), out.stderr[-2000:]
+    assert "still here" in out.stdout
+    assert fingerprint(cat) == before
+    assert list(cwd.iterdir()) == []
+
+
+def test_jdbc_every_statement_fails(cat, serve, tmp_path):
+    jar = Path("/usr/share/java/postgresql.jar")
+    if not (shutil.which("javac") and jar.exists()):
+        pytest.fail(
+            "JDK or libpostgresql-jdbc-java not installed: install the Debian packages .ci/run installs"
+        )
+    srv, cwd = serve
+    before = fingerprint(cat)
+    stmts = [s for s in statements(cat, cwd)]
+    listing = tmp_path / "statements.hex"
+    listing.write_text("\n".join(s.encode().hex() for s in stmts) + "\n")
+    src = Path(__file__).parent / "jdbc" / "HostileProbe.java"
+    subprocess.run(["javac", "-d", tmp_path, src], check=True, timeout=120)
+    url = f"jdbc:postgresql://127.0.0.1:{srv.port}/dumpcat"
+    out = subprocess.run(["java", "-cp", f"{tmp_path}:{jar}", "HostileProbe", url, "u", "p", str(listing)],
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[-1] == "alive"
+    results = lines[:-1]
+    assert len(results) == 2 * len(stmts)
+    ran = [stmts[i // 2] for i, r in enumerate(results) if not r.startswith("err ")]
+    assert not ran, ran[:5]
+    assert fingerprint(cat) == before
+    assert list(cwd.iterdir()) == []
