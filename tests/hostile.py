@@ -7,6 +7,7 @@ directory, filled in by `statements()`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -241,10 +242,8 @@ class ServeProcess:
             return 0
         total = 0
         for p in procs:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 total += p.memory_info().rss
-            except psutil.NoSuchProcess:
-                pass
         return total
 
     def stop(self) -> None:

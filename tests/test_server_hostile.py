@@ -142,7 +142,7 @@ def test_psycopg_every_statement_fails_and_nothing_changes(cat, serve):
 
 
 def test_refusals_name_what_was_refused(serve, cat):
-    srv, cwd = serve
+    srv, _cwd = serve
     expect = {
         "COPY stats TO 'x.csv'": ("42501", "COPY"),
         "ATTACH 'x.duckdb' AS x": ("42501", "ATTACH"),
