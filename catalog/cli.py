@@ -382,7 +382,33 @@ def export_duckdb_cmd(catalog_path: str, out_path: Path, materialize: bool, stor
 @click.option("--tls-key", default=None, type=click.Path(exists=True, dir_okay=False))
 @click.option("--query-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True))
 @click.option("--max-rows", default=100_000, show_default=True, type=click.IntRange(min=1))
-@click.option("--max-concurrent", default=8, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--max-result-bytes",
+    default="256MiB",
+    show_default=True,
+    help="Largest result sent to a client (DataRow bytes); more is an error.",
+)
+@click.option(
+    "--max-concurrent",
+    default=4,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Statement worker processes: statements running at once.",
+)
+@click.option(
+    "--memory-limit",
+    default="1GB",
+    show_default=True,
+    help="Per statement: DuckDB's memory limit and each worker's address-space budget.",
+)
+@click.option(
+    "--idle-timeout",
+    default=600.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a session may stay idle before it is closed.",
+)
+@click.option("--max-connections", default=128, show_default=True, type=click.IntRange(min=1))
 def serve(
     catalog_path: str,
     host: str,
@@ -396,15 +422,26 @@ def serve(
     tls_key: str | None,
     query_timeout: float,
     max_rows: int,
+    max_result_bytes: str,
     max_concurrent: int,
+    memory_limit: str,
+    idle_timeout: float,
+    max_connections: int,
 ) -> None:
     """Serve the catalog, read-only, over the PostgreSQL wire protocol (psql, JDBC, ODBC, BI tools)."""
     from catalog.server import Limits, parse_users
     from catalog.server import serve as run_server
+    from catalog.statement_worker import parse_size
 
     if (tls_cert is None) != (tls_key is None):
         _fail("--tls-cert and --tls-key go together")
     try:
+        limits = Limits(
+            query_timeout=query_timeout, max_rows=max_rows, max_result_bytes=parse_size(max_result_bytes),
+            max_concurrent=max_concurrent, memory_limit=memory_limit, idle_timeout=idle_timeout,
+            max_connections=max_connections,
+        )  # fmt: skip
+        limits.validate()
         run_server(
             catalog_path,
             host,
@@ -414,7 +451,7 @@ def serve(
             watch_dir,
             run=run,
             auth=auth,
-            limits=Limits(query_timeout=query_timeout, max_rows=max_rows, max_concurrent=max_concurrent),
+            limits=limits,
         )
     except ValueError as exc:  # bad option combinations (e.g. no --user on a public address)
         _fail(str(exc))

@@ -214,7 +214,12 @@ class Worker:
                     f"canceling statement due to statement timeout ({self._timeout:g} s)", "57014"
                 )
             return StatementError("canceling statement due to user request", "57014")
-        if isinstance(exc, MemoryError | duckdb.OutOfMemoryException):
+        from pyarrow import ArrowMemoryError
+
+        out_of_memory = isinstance(exc, MemoryError | duckdb.OutOfMemoryException | ArrowMemoryError) or (
+            isinstance(exc, OSError) and "out of memory" in str(exc).lower()
+        )
+        if out_of_memory:
             return StatementError(
                 f"out of memory: the statement needs more than the server's limit of "
                 f"{self.config['memory_limit']} ({first_line(exc)})",

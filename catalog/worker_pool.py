@@ -129,7 +129,12 @@ class WorkerPool:
         return worker
 
     async def acquire(self) -> WorkerProcess:
-        return await self._idle.get()
+        """The next free worker (FIFO among waiting sessions); one found dead is replaced."""
+        while True:
+            worker = await self._idle.get()
+            if worker.alive and worker.proc.poll() is None:
+                return worker
+            self.discard(worker)
 
     def release(self, worker: WorkerProcess) -> None:
         if worker.alive and not self.closed:

@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -226,7 +227,10 @@ class ServeProcess:
                 break
         if not self.port:
             self.proc.kill()
-            raise RuntimeError(f"dumpcat serve did not start: {self.proc.stderr.read()}")
+            raise RuntimeError(f"dumpcat serve did not start: {line}{self.proc.stderr.read()}")
+        self.log: list[str] = []
+        # Keep reading its log so that the server never blocks on a full pipe.
+        threading.Thread(target=lambda: self.log.extend(self.proc.stderr), daemon=True).start()
 
     def dsn(self, **kw) -> dict:
         return dict(host="127.0.0.1", port=self.port, user="u", dbname="dumpcat", autocommit=True, **kw)

@@ -1,0 +1,276 @@
+"""Resource attacks on `dumpcat serve` and the limits that contain them: huge expressions,
+cross joins, recursive CTEs, heavy Describe, deep nesting, big results, idle logins, a killed
+worker. The attacker gets errors; everyone else is answered; the server's memory stays bounded."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import psycopg
+import pytest
+
+from catalog.api import Catalog
+from catalog.server import Limits, Server
+from tests.conftest import dump_of
+from tests.hostile import ServeProcess
+
+GIB = 1 << 30
+ATTACKS = [
+    "SELECT len(range(1000000000))",
+    "SELECT length(repeat('x', 2000000000))",
+    "SELECT count(*) FROM range(1000000) a, range(1000000) b",
+    "WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM t) SELECT count(*) FROM t",
+    "SELECT list_sort(range(400000000))",
+    "SELECT length(string_agg(repeat('x', 1000), '')) FROM range(5000000)",
+    "SELECT repeat('x', 1000000) AS s FROM range(3000)",
+    "SELECT " + "(" * 600 + "1" + ")" * 600,
+    "SELECT " + "abs(" * 600 + "1" + ")" * 600,
+]
+# What an attack may end with: out of memory, timeout or cancel, too large, too complex.
+ATTACK_STATES = {"53200", "57014", "54000", "54001"}
+HEAVY_DESCRIBE = "SELECT (SELECT count(*) FROM range(1000000) a, range(1000000) b) AS n"
+LIGHT = [
+    "SELECT count(*) FROM stats",
+    "SELECT op_name, iteration, nan_count FROM stats WHERE nan_count > 0 ORDER BY iteration, exec_index",
+    "SELECT * FROM first_anomaly",
+    "SELECT 1",
+]
+
+
+@pytest.fixture(scope="module")
+def cat(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("limits") / "cat"
+    Catalog.open(path, create=True).ingest(dump_of("nan_log"), run="nan_log")
+    return path
+
+
+@pytest.fixture(scope="module")
+def serve(cat, tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("serve-cwd")
+    srv = ServeProcess(cat, cwd, "--query-timeout", "5", "--memory-limit", "1GB", "--max-concurrent", "4")
+    yield srv
+    srv.stop()
+
+
+class Watch:
+    """Background probes: the server tree's peak RSS, and a second client's SELECT 1 latency."""
+
+    def __init__(self, srv: ServeProcess) -> None:
+        self.srv = srv
+        self.peak_rss = 0
+        self.latencies: list[float] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._rss), threading.Thread(target=self._probe)]
+
+    def _rss(self) -> None:
+        while not self._stop.wait(0.05):
+            self.peak_rss = max(self.peak_rss, self.srv.tree_rss())
+
+    def _probe(self) -> None:
+        with psycopg.connect(**self.srv.dsn()) as c:
+            while not self._stop.wait(0.2):
+                t = time.monotonic()
+                try:
+                    assert c.execute("SELECT 1").fetchall() == [(1,)]
+                except Exception as exc:
+                    self.errors.append(repr(exc))
+                self.latencies.append(time.monotonic() - t)
+
+    def __enter__(self) -> Watch:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(30)
+
+
+def test_resource_attacks_fail_alone(serve):
+    outcomes = {}
+    with Watch(serve) as watch, psycopg.connect(**serve.dsn()) as attacker:
+        for sql in ATTACKS:
+            t = time.monotonic()
+            with pytest.raises(psycopg.Error) as err:
+                attacker.execute(sql).fetchall()
+            assert not attacker.closed, (sql[:60], err.value)  # an error from the server, not a drop
+            assert err.value.sqlstate in ATTACK_STATES, (sql[:60], err.value)
+            outcomes[sql[:40]] = (err.value.sqlstate, round(time.monotonic() - t, 1))
+            assert attacker.execute("SELECT 1").fetchall() == [(1,)]  # the attacker's session goes on
+    assert not watch.errors, watch.errors[:3]
+    assert max(watch.latencies) < 1.0, (max(watch.latencies), outcomes)
+    assert watch.peak_rss < 4 * GIB, (watch.peak_rss / GIB, outcomes)
+
+
+def test_heavy_describe_is_bounded_and_others_are_answered(serve):
+    """Eight sessions Parse + Describe a statement whose planning is heavy, at once."""
+
+    def describe(results: list, i: int) -> None:
+        with psycopg.connect(**serve.dsn()) as c:
+            pg = c.pgconn
+            t = time.monotonic()
+            pg.prepare(b"heavy", HEAVY_DESCRIBE.encode())
+            res = pg.describe_prepared(b"heavy")
+            state = res.error_field(psycopg.pq.DiagnosticField.SQLSTATE)
+            results.append((state.decode() if state else "ok", time.monotonic() - t))
+            assert c.execute("SELECT 1").fetchall() == [(1,)]
+
+    results: list = []
+    with Watch(serve) as watch:
+        threads = [threading.Thread(target=describe, args=(results, i)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    assert len(results) == 8
+    # Each Describe either answered or stopped at the statement timeout (5 s) plus the grace period,
+    # queued behind the others on the 4 workers.
+    assert all(state in ("ok", "57014") for state, _ in results), results
+    assert all(took < 2 * (5 + 3) + 5 for _, took in results), results
+    assert not watch.errors, watch.errors[:3]
+    assert max(watch.latencies) < 1.0, max(watch.latencies)
+
+
+def test_fifty_clients_are_served_during_an_attack(serve):
+    stop = time.monotonic() + 8
+    errors: list[str] = []
+    done = [0]
+    lock = threading.Lock()
+
+    def client(i: int) -> None:
+        try:
+            with psycopg.connect(**serve.dsn()) as c:
+                n = 0
+                while time.monotonic() < stop:
+                    c.execute(LIGHT[(i + n) % len(LIGHT)]).fetchall()
+                    n += 1
+                with lock:
+                    done[0] += n
+        except Exception as exc:
+            with lock:
+                errors.append(f"client {i}: {exc!r}")
+
+    def attack() -> None:
+        with psycopg.connect(**serve.dsn()) as c:
+            i = 0
+            while time.monotonic() < stop:
+                with pytest.raises(psycopg.Error):
+                    c.execute(ATTACKS[i % 3]).fetchall()
+                i += 1
+
+    attacker = threading.Thread(target=attack)
+    attacker.start()
+    clients = [threading.Thread(target=client, args=(i,)) for i in range(50)]
+    for t in clients:
+        t.start()
+    for t in [*clients, attacker]:
+        t.join(120)
+    assert not errors, errors[:5]
+    assert done[0] >= 50
+
+
+def test_results_stream_without_holding_them_in_the_server(serve):
+    """A 240 MB result passes through the server's main process without being held there."""
+    main = psutil.Process(serve.proc.pid)
+    base = main.memory_info().rss
+    peak = [base]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.02):
+            peak[0] = max(peak[0], main.memory_info().rss)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        with psycopg.connect(**serve.dsn()) as c:
+            rows = c.execute("SELECT repeat('x', 4000) AS s FROM range(60000)").fetchall()
+    finally:
+        stop.set()
+        sampler.join()
+    assert len(rows) == 60000
+    assert (peak[0] - base) < 64 << 20, (peak[0] - base) / 2**20
+
+
+def test_max_result_bytes_and_rows(cat):
+    limits = Limits(max_result_bytes=1 << 20, max_rows=500, max_concurrent=1)
+    with Server(cat, port=0, limits=limits) as srv:
+        dsn = dict(host="127.0.0.1", port=srv.port, user="u", dbname="d", autocommit=True)
+        with psycopg.connect(**dsn) as c:
+            with pytest.raises(psycopg.errors.ProgramLimitExceeded, match="larger than 1,048,576 bytes"):
+                c.execute("SELECT repeat('x', 10000) FROM range(200)").fetchall()
+            with pytest.raises(psycopg.errors.ProgramLimitExceeded, match="more than 500 rows"):
+                c.execute("SELECT * FROM range(1000)").fetchall()
+            assert len(c.execute("SELECT * FROM range(500)").fetchall()) == 500
+
+
+def test_idle_sessions_are_closed_and_cannot_hold_every_slot(cat):
+    limits = Limits(idle_timeout=1.5, max_connections=3, evict_idle_after=0.5, max_concurrent=1)
+    with Server(cat, port=0, limits=limits) as srv:
+        dsn = dict(host="127.0.0.1", port=srv.port, user="u", dbname="d", autocommit=True)
+        idle = psycopg.connect(**dsn)
+        time.sleep(2.5)
+        with pytest.raises(psycopg.OperationalError):
+            idle.execute("SELECT 1")
+        idle.close()
+
+    limits = Limits(idle_timeout=600, max_connections=3, evict_idle_after=0.5, max_concurrent=1)
+    with Server(cat, port=0, limits=limits) as srv:
+        dsn = dict(host="127.0.0.1", port=srv.port, user="u", dbname="d", autocommit=True)
+        held = [psycopg.connect(**dsn) for _ in range(3)]
+        with pytest.raises(psycopg.OperationalError, match="too many clients"):
+            psycopg.connect(**dsn)  # every slot is busy-recent: refused
+        time.sleep(1.0)
+        newcomer = psycopg.connect(**dsn)  # the longest-idle session made room
+        assert newcomer.execute("SELECT 1").fetchall() == [(1,)]
+        alive = 0
+        for c in held:
+            try:
+                c.execute("SELECT 1")
+                alive += 1
+            except psycopg.OperationalError as exc:
+                assert "idle" in str(exc)
+        assert alive == 2
+        for c in [*held, newcomer]:
+            c.close()
+
+
+def test_a_killed_worker_is_an_error_and_is_replaced(cat):
+    with Server(cat, port=0, limits=Limits(max_concurrent=2, query_timeout=30)) as srv:
+        dsn = dict(host="127.0.0.1", port=srv.port, user="u", dbname="d", autocommit=True)
+        before = set(srv.worker_pids())
+        with psycopg.connect(**dsn) as c:
+            result: list = []
+
+            def long_query() -> None:
+                try:
+                    c.execute("SELECT count(*) FROM range(1000000) a, range(1000000) b").fetchall()
+                    result.append("ran")
+                except psycopg.Error as exc:
+                    result.append(exc)
+
+            t = threading.Thread(target=long_query)
+            t.start()
+            time.sleep(1.5)
+            for pid in before:
+                os.kill(pid, signal.SIGKILL)
+            t.join(30)
+            assert result and isinstance(result[0], psycopg.Error), result
+            assert result[0].sqlstate == "53200" and "SIGKILL" in str(result[0])
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                try:
+                    assert c.execute("SELECT count(*) FROM stats").fetchall()[0][0] > 0
+                    break
+                except psycopg.Error:
+                    time.sleep(0.5)
+            assert c.execute("SELECT 1").fetchall() == [(1,)]
+        after = set(srv.worker_pids())
+        assert after and not (after & before)
