@@ -4,8 +4,11 @@
 
 Builds a catalog from the committed nan_log dump in a temporary directory, then for a point lookup
 (by row_id) and the NaN query, at 1, 10 and 50 concurrent clients, runs each side for the same
-time: server = psycopg connections to an in-process `Server`; baseline = threads each with its own
-`Catalog.cursor()`. Prints a markdown table with the ratio server/in-process.
+time: server = psycopg connections to an in-process `Server` (its default limits: 4 statement
+worker processes on the contained engine); baseline = threads each with its own `Catalog.cursor()`
+(DuckDB reading the parquet files itself). Prints a markdown table with the ratio
+server/in-process. Run it at an older commit for the "before" figures: the ratio cancels out the
+machine's speed, so before/after ratios compare.
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ def main() -> None:
         cat = Catalog.open(path, create=True)
         cat.ingest(dump_of("nan_log"), run="nan_log")
         row_id = cat.sql("SELECT row_id FROM stats ORDER BY row_id LIMIT 1").column(0)[0].as_py()
-        srv = Server(path, port=0, limits=Limits(max_concurrent=8, max_connections=256)).start()
+        srv = Server(path, port=0, limits=Limits(max_connections=256)).start()  # default workers
         print("| query | clients | server q/s | server p95 ms | in-process q/s | in-process p95 ms "
               "| q/s ratio |")  # fmt: skip
         print("|---|---|---|---|---|---|---|")

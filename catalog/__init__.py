@@ -1,5 +1,5 @@
 """dumpcat's query side: `from catalog import Catalog`."""
 
-from catalog.api import Catalog, CatalogError, TensorNotFoundError
+from catalog.api import Catalog, CatalogError, QueryRefused, TensorNotFoundError
 
-__all__ = ["Catalog", "CatalogError", "TensorNotFoundError"]
+__all__ = ["Catalog", "CatalogError", "QueryRefused", "TensorNotFoundError"]

@@ -5,11 +5,17 @@ pairs: one for requests and replies, one for interrupts. A `Job` is one request 
 it reads reply frames under a hard deadline (the statement timeout plus a grace period). A worker
 that does not answer by then, or that died (out of its address space, a crash in the engine), is
 killed and replaced; the job ends with an error for its client, and no other session notices.
+
+One worker is held in reserve for *trusted* requests: from a session whose last statement finished
+within `FAST_SECONDS`, or whose text finished that fast before on this server. Sessions that only
+send heavy statements (or new sessions that have not shown anything yet) can take every worker but
+that one, so however many of them run heavy statements at once, everyone else is still answered.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import json
@@ -27,6 +33,7 @@ from catalog.statement_worker import ERROR, HEADER, READY, TERMINAL
 log = logging.getLogger("dumpcat.server")
 
 GRACE_SECONDS = 3.0  # after the statement timeout, how long a worker has to stop by itself
+FAST_SECONDS = 1.0  # a request that finished within this builds trust for its session and its text
 START_SECONDS = 120.0
 MAX_FRAME = 64 << 20
 
@@ -87,7 +94,9 @@ class WorkerPool:
     def __init__(self, config: dict, size: int) -> None:
         self.config = config
         self.size = size
-        self._idle: asyncio.Queue[WorkerProcess] = asyncio.Queue()
+        self._idle: collections.deque[WorkerProcess] = collections.deque()
+        self._changed = asyncio.Condition()
+        self.reserve = 1 if size > 1 else 0
         self._all: set[WorkerProcess] = set()
         self._jobs = itertools.count(1)
         self._spawning: set[asyncio.Task] = set()
@@ -97,7 +106,7 @@ class WorkerPool:
     async def start(self) -> None:
         workers = await asyncio.gather(*(self._spawn() for _ in range(self.size)))
         for w in workers:
-            self._idle.put_nowait(w)
+            await self._put(w)
 
     async def _spawn(self) -> WorkerProcess:
         data, data_child = socket.socketpair()
@@ -128,17 +137,27 @@ class WorkerPool:
         self._all.add(worker)
         return worker
 
-    async def acquire(self) -> WorkerProcess:
-        """The next free worker (FIFO among waiting sessions); one found dead is replaced."""
-        while True:
-            worker = await self._idle.get()
-            if worker.alive and worker.proc.poll() is None:
-                return worker
-            self.discard(worker)
+    async def acquire(self, trusted: bool = True) -> WorkerProcess:
+        """The next free worker, in arrival order; untrusted requests leave the reserve free. A
+        worker found dead is replaced."""
+        async with self._changed:
+            while True:
+                await self._changed.wait_for(lambda: len(self._idle) > (0 if trusted else self.reserve))
+                worker = self._idle.popleft()
+                if worker.alive and worker.proc.poll() is None:
+                    return worker
+                self.discard(worker)
+
+    async def _put(self, worker: WorkerProcess) -> None:
+        async with self._changed:
+            self._idle.append(worker)
+            self._changed.notify_all()
 
     def release(self, worker: WorkerProcess) -> None:
         if worker.alive and not self.closed:
-            self._idle.put_nowait(worker)
+            task = asyncio.get_running_loop().create_task(self._put(worker))
+            self._spawning.add(task)
+            task.add_done_callback(self._spawning.discard)
 
     def discard(self, worker: WorkerProcess) -> None:
         """Kill a worker and start its replacement."""
@@ -151,7 +170,7 @@ class WorkerPool:
         async def replace() -> None:
             while not self.closed:
                 try:
-                    self._idle.put_nowait(await self._spawn())
+                    await self._put(await self._spawn())
                     return
                 except Exception:
                     log.exception("could not start a statement worker; retrying")
@@ -171,9 +190,9 @@ class WorkerPool:
     def pids(self) -> list[int]:
         return [w.proc.pid for w in self._all if w.alive]
 
-    async def job(self, request: dict, timeout: float) -> Job:
+    async def job(self, request: dict, timeout: float, trusted: bool = True) -> Job:
         """Send a request to the next free worker; the returned job yields its reply frames."""
-        worker = await self.acquire()
+        worker = await self.acquire(trusted)
         job_id = next(self._jobs)
         sid = request.get("sid")
         if sid is not None:
@@ -208,7 +227,10 @@ class Job:
     def __init__(self, pool: WorkerPool, worker: WorkerProcess, job_id: int, timeout: float) -> None:
         self.pool, self.worker, self.id = pool, worker, job_id
         self.timeout = timeout
-        self.deadline = asyncio.get_running_loop().time() + timeout + GRACE_SECONDS
+        self.started = asyncio.get_running_loop().time()
+        self.deadline = self.started + timeout + GRACE_SECONDS
+        self.finished: float | None = None
+        self.key: bytes | None = None  # what the session learns from (set by the server)
         self.done = False
         self.cancelled = False
 
@@ -241,6 +263,7 @@ class Job:
             ) from exc
         if kind in TERMINAL:
             self.done = True
+            self.finished = asyncio.get_running_loop().time()
             self.pool.release(self.worker)
         return kind, payload
 

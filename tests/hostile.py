@@ -39,6 +39,7 @@ WRAPPERS = [
     "SELECT * FROM stats WHERE EXISTS (SELECT 1 FROM {f}('{p}'))",
     "SELECT * FROM stats, LATERAL (SELECT * FROM {f}('{p}')) t",
     "SELECT list_transform([1], x -> (SELECT count(*) FROM {f}('{p}')))",
+    "SELECT list_transform([1], lambda x: (SELECT count(*) FROM {f}('{p}')))",
     "SELECT op_name FROM stats UNION ALL SELECT NULL FROM {f}('{p}')",
     "/* SELECT 1 */ SELECT * FROM {f} /* ( */ ('{p}') -- trailing",
     "FROM {f}('{p}')",
@@ -165,6 +166,8 @@ STATEMENTS = [
     "SELECT * FROM ｒｅａｄ_csv('/etc/passwd')",
     "SELECT * FROM read\u200b_csv('/etc/passwd')",
     "SELECT list_transform(['/etc/passwd'], p -> (SELECT count(*) FROM read_text(p)))",
+    "SELECT list_transform(['/etc/passwd'], lambda p: (SELECT count(*) FROM read_text(p)))",
+    "SELECT list_reduce(['/etc/passwd'], lambda a, b: (SELECT content FROM read_text(a)))",
     "SELECT * FROM stats WHERE op_name IN (SELECT content FROM read_text('/etc/hostname'))",
     "SELECT (FROM read_text('/etc/hostname'))",
 ]

@@ -205,3 +205,18 @@ def test_jdbc_every_statement_fails(cat, serve, tmp_path):
     assert not ran, ran[:5]
     assert fingerprint(cat) == before
     assert list(cwd.iterdir()) == []
+
+
+def test_catalog_sql_refuses_what_the_server_refuses(cat, tmp_path):
+    from catalog import QueryRefused
+
+    before = fingerprint(cat)
+    c = Catalog.open(cat)
+    for sql in ["DROP VIEW stats", "CREATE TABLE t AS SELECT 1", "", " ; ", "SET threads = 1",
+                f"COPY stats TO '{tmp_path}/x.csv'", "SELECT * FROM read_text('/etc/hostname')",
+                "SELECT 1; SELECT 2", "ATTACH ':memory:' AS m"]:  # fmt: skip
+        with pytest.raises(QueryRefused) as refused:
+            c.sql(sql)
+        assert refused.value.sqlstate in SQLSTATES and str(refused.value), sql
+    assert c.sql("SELECT count(*) AS n FROM stats").column(0)[0].as_py() > 0
+    assert fingerprint(cat) == before and list(tmp_path.iterdir()) == []

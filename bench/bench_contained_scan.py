@@ -1,0 +1,71 @@
+"""What the contained engine costs per query: DuckDB scanning pyarrow datasets (how `dumpcat serve`
+reads the catalog, with no file access of its own) vs. DuckDB's own parquet reader (how
+`Catalog.sql` reads it), on one synthetic table of N rows in 4 parquet files.
+
+    python bench/bench_contained_scan.py [--rows 1000000]
+
+Prints the median of 30 runs per query on each side and the ratio dataset/parquet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+QUERIES = [
+    "SELECT op_name FROM {} WHERE nan_count > 0",
+    "SELECT count(*) FROM {}",
+    "SELECT * FROM {} WHERE row_id = {rid}",
+]
+
+
+def median_ms(con: duckdb.DuckDBPyConnection, sql: str, runs: int = 30) -> float:
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        con.sql(sql).fetchall()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    n = ap.parse_args().rows
+    rng = np.random.default_rng(0)
+    table = pa.table({
+        "row_id": rng.integers(0, 2**62, n),
+        "nan_count": (np.arange(n) % 1000 == 0).astype(np.int64),
+        "op_name": pa.array([f"Default/network/op{i % 5000}" for i in range(n)]),
+        "max": rng.random(n),
+    }).sort_by("row_id")  # fmt: skip
+    rid = table.column("row_id")[n // 3].as_py()
+    with tempfile.TemporaryDirectory() as tmp:
+        files = []
+        for i in range(4):
+            path = str(Path(tmp) / f"part{i}.parquet")
+            pq.write_table(table.slice(i * n // 4, n // 4), path, row_group_size=65536)
+            files.append(path)
+        con = duckdb.connect()
+        listing = ", ".join(f"'{f}'" for f in files)
+        con.execute(f"CREATE VIEW native AS SELECT * FROM read_parquet([{listing}])")
+        con.register("arrow_dataset", ds.dataset(files, format="parquet"))
+        print(f"| query ({n:,} rows) | DuckDB parquet ms | Arrow dataset ms | ratio |")
+        print("|---|---|---|---|")
+        for q in QUERIES:
+            a = median_ms(con, q.format("native", rid=rid))
+            b = median_ms(con, q.format("arrow_dataset", rid=rid))
+            print(f"| `{q.format('t', rid='?')}` | {a:.2f} | {b:.2f} | {b / a:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
