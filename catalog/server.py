@@ -848,7 +848,10 @@ class Session:
         """A portal goes away: a query it started is stopped in the background."""
         if portal.job is not None and not portal.job.done:
             job, portal.job = portal.job, None
-            task = asyncio.get_running_loop().create_task(job.abort())
+            try:
+                task = asyncio.get_running_loop().create_task(job.abort())
+            except RuntimeError:  # the server is shutting down: its workers go with it
+                return
             task.add_done_callback(lambda t: t.exception())
 
     async def _drop_started(self) -> None:

@@ -26,6 +26,7 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from catalog.statement_worker import ERROR, HEADER, READY, TERMINAL
@@ -227,31 +228,51 @@ class Job:
     def __init__(self, pool: WorkerPool, worker: WorkerProcess, job_id: int, timeout: float) -> None:
         self.pool, self.worker, self.id = pool, worker, job_id
         self.timeout = timeout
-        self.started = asyncio.get_running_loop().time()
+        self.started = time.monotonic()
         self.deadline = self.started + timeout + GRACE_SECONDS
         self.finished: float | None = None
         self.key: bytes | None = None  # what the session learns from (set by the server)
         self.done = False
         self.cancelled = False
+        self._read: asyncio.Future | None = None  # a frame being read; it survives a wake-up
+        self._wake = asyncio.Event()
 
     def remaining(self) -> float:
-        return max(0.0, self.deadline - asyncio.get_running_loop().time())
+        return max(0.0, self.deadline - time.monotonic())
 
     async def frame(self) -> tuple[bytes, bytes]:
-        """The next reply frame; the job is over after a terminal one (the worker is free again)."""
+        """The next reply frame; the job is over after a terminal one (the worker is free again).
+
+        The read waits until the deadline, which a cancel request moves closer while it waits."""
         if self.done:
             raise RuntimeError("job already finished")
+        while True:
+            if self._read is None:
+                self._read = asyncio.ensure_future(read_frame(self.worker.reader))
+            self._wake.clear()
+            waker = asyncio.ensure_future(self._wake.wait())
+            try:
+                await asyncio.wait(
+                    {self._read, waker}, timeout=self.remaining(), return_when="FIRST_COMPLETED"
+                )
+            finally:
+                waker.cancel()
+            if self._read.done():
+                read, self._read = self._read, None
+                break
+            if self.remaining() <= 0:
+                self._read.cancel()
+                self._read = None
+                self.fail()
+                if self.cancelled:
+                    raise JobFailed("canceling statement due to user request", "57014")
+                raise JobFailed(
+                    f"canceling statement due to statement timeout ({self.timeout:g} s; the statement did "
+                    "not stop, so its worker process was replaced)",
+                    "57014",
+                )
         try:
-            kind, payload = await asyncio.wait_for(read_frame(self.worker.reader), self.remaining())
-        except TimeoutError as exc:
-            self.fail()
-            if self.cancelled:
-                raise JobFailed("canceling statement due to user request", "57014") from exc
-            raise JobFailed(
-                f"canceling statement due to statement timeout ({self.timeout:g} s; the statement did "
-                "not stop, so its worker process was replaced)",
-                "57014",
-            ) from exc
+            kind, payload = read.result()
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
             await asyncio.sleep(0.05)  # let the process be reaped so its exit status is known
             how = self.worker.ended()
@@ -263,13 +284,16 @@ class Job:
             ) from exc
         if kind in TERMINAL:
             self.done = True
-            self.finished = asyncio.get_running_loop().time()
+            self.finished = time.monotonic()
             self.pool.release(self.worker)
         return kind, payload
 
     def fail(self) -> None:
         if not self.done:
             self.done = True
+            if self._read is not None:
+                self._read.cancel()
+                self._read = None
             self.pool.discard(self.worker)
 
     def cancel(self) -> None:
@@ -278,8 +302,8 @@ class Job:
             return
         self.cancelled = True
         self.worker.interrupt(self.id)
-        loop = asyncio.get_running_loop()
-        self.deadline = min(self.deadline, loop.time() + GRACE_SECONDS)
+        self.deadline = min(self.deadline, time.monotonic() + GRACE_SECONDS)
+        self._wake.set()
 
     async def abort(self) -> None:
         """Stop the job and wait until its worker is free (or replaced)."""

@@ -307,3 +307,82 @@ def test_a_killed_worker_is_an_error_and_is_replaced(cat):
             assert c.execute("SELECT 1").fetchall() == [(1,)]
         after = set(srv.worker_pids())
         assert after and not (after & before)
+
+
+def _messages(sock, *messages: bytes) -> list[tuple[bytes, bytes]]:
+    """Send protocol messages (tag + body) then Sync; return the replies up to ReadyForQuery (with no
+    messages: just read up to the next ReadyForQuery)."""
+    import struct
+
+    for m in [*messages, b"S"] if messages else []:
+        sock.sendall(m[:1] + struct.pack("!i", len(m) - 1 + 4) + m[1:])
+    buf, out = b"", []
+    while True:
+        while len(buf) >= 5 and len(buf) >= 1 + struct.unpack("!i", buf[1:5])[0]:
+            n = struct.unpack("!i", buf[1:5])[0]
+            tag, body, buf = buf[:1], buf[5 : 1 + n], buf[1 + n :]
+            out.append((tag, body))
+            if tag == b"Z":
+                return out
+        chunk = sock.recv(65536)
+        assert chunk, "server closed the connection"
+        buf += chunk
+
+
+def test_portal_row_limits_and_describe_before_execute(cat):
+    """Execute with a row limit hands out a result in parts (PortalSuspended); a portal described
+    but never executed is stopped at Sync; the session goes on."""
+    import socket
+    import struct
+
+    with Server(cat, port=0, limits=Limits(max_concurrent=2)) as srv:
+        sock = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+        params = b"user\x00probe\x00database\x00dumpcat\x00\x00"
+        sock.sendall(struct.pack("!ii", len(params) + 8, 196608) + params)
+        with sock:
+            _messages(sock)  # the login's replies
+            query = b"SELECT * FROM range(5) t(i)\x00"
+            execute = b"E\x00" + struct.pack("!i", 2)
+            replies = _messages(
+                sock,
+                b"P\x00" + query + b"\x00\x00",
+                b"B\x00\x00" + b"\x00\x00" * 3,
+                execute,
+                execute,
+                execute,
+            )
+            tags = [t for t, _ in replies]
+            assert tags == [b"1", b"2", b"D", b"D", b"s", b"D", b"D", b"s", b"D", b"C", b"Z"], tags
+            # Describe a portal whose query streams for long, then Sync without Execute: the query is
+            # stopped and its worker freed, not leaked.
+            slow = b"SELECT i FROM range(100000000000) t(i)\x00"
+            t = time.monotonic()
+            replies = _messages(
+                sock, b"Pslow\x00" + slow + b"\x00\x00", b"Bp\x00slow\x00" + b"\x00\x00" * 3, b"DPp\x00"
+            )
+            assert [t for t, _ in replies] == [b"1", b"2", b"T", b"Z"]
+            assert time.monotonic() - t < 10
+            replies = _messages(
+                sock, b"P\x00SELECT 42\x00\x00\x00", b"B\x00\x00" + b"\x00\x00" * 3, b"E\x00\x00\x00\x00\x00"
+            )
+            assert (b"D", b"\x00\x01\x00\x00\x00\x0242") in replies
+
+
+def test_cancel_reaches_a_describe(cat):
+    """A cancel request stops a statement in its Describe phase too (here one DuckDB cannot
+    interrupt: its worker is replaced after the grace period), and the session goes on."""
+    with Server(cat, port=0, limits=Limits(max_concurrent=2, query_timeout=60)) as srv:
+        dsn = dict(host="127.0.0.1", port=srv.port, user="u", dbname="d", autocommit=True)
+        with psycopg.connect(**dsn) as c:
+            pg = c.pgconn
+            pg.send_prepare(b"h", HEAVY_DESCRIBE.encode())
+            _wait(pg)
+            t = time.monotonic()
+            pg.send_describe_prepared(b"h")
+            threading.Timer(1.0, c.cancel_safe).start()
+            res = _wait(pg)[-1]
+            took = time.monotonic() - t
+            assert res.error_field(psycopg.pq.DiagnosticField.SQLSTATE) == b"57014"
+            assert b"user request" in res.error_message
+            assert took < 1 + 3 + 3, took
+            assert c.execute("SELECT 1").fetchall() == [(1,)]
