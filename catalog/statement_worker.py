@@ -106,11 +106,15 @@ class Worker:
         self.engine.forget(-1)
 
     def limit_memory(self) -> int:
-        """Cap the address space at what it is now plus the statement budget; returns the cap."""
+        """Cap the address space at what it is now plus the statement budget; returns the cap (0
+        where the system cannot tell its current size: then only DuckDB's own limit applies)."""
         budget = parse_size(self.config["memory_limit"])
         headroom = max(budget // 2, 256 << 20)
-        with open("/proc/self/status") as f:
-            vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+        try:
+            with open("/proc/self/status") as f:
+                vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+        except (OSError, StopIteration):  # not Linux
+            return 0
         cap = vm + budget + headroom
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
         return cap
