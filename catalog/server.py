@@ -46,6 +46,8 @@ from ingest.store import CatalogStore
 log = logging.getLogger("dumpcat.server")
 
 MAX_MESSAGE = 16 << 20
+MAX_STATEMENTS = 10_000  # prepared statements one session may hold
+MAX_STATEMENT_BYTES = 64 << 20  # and their text in all
 
 
 @dataclass
@@ -701,6 +703,14 @@ class Session:
     async def extended(self, tag: bytes, body: bytes) -> None:
         if tag == b"P":
             p = pgwire.parse_parse(body)
+            held = sum(len(st.text) for name, st in self.statements.items() if name != p.name)
+            count = len(self.statements) - (p.name in self.statements)
+            if (count >= MAX_STATEMENTS and p.name) or held + len(p.query) > MAX_STATEMENT_BYTES:
+                raise QueryError(
+                    f"too many prepared statements in this session (at most {MAX_STATEMENTS:,}, "
+                    f"{MAX_STATEMENT_BYTES >> 20} MiB of text): close some",
+                    "54000",
+                )
             kind, payload = await self.request({"op": "parse", "text": p.query})
             if kind != PARSED:
                 raise QueryError(f"unexpected reply {kind!r} from a statement worker", "XX000")
@@ -835,9 +845,22 @@ class Session:
             portal.job = await self._run_portal(portal)
         job, portal.job = portal.job, None
         rows: list[bytes] = []
+        # Buffered rows of all this session's portals share one --max-result-bytes.
+        budget = self.limits.max_result_bytes - sum(
+            sum(map(len, p.rows)) for p in self.portals.values() if p.rows and p is not portal
+        )
+        size = 0
         while True:
             kind, payload = await self.frame(job)
             if kind == DATA:
+                size += len(payload)
+                if size > budget:
+                    await job.abort()
+                    raise QueryError(
+                        f"this session's open portals hold more than {self.limits.max_result_bytes:,} "
+                        "bytes of rows: close some or fetch without a row limit",
+                        "54000",
+                    )
                 rows += split_rows(payload)
             elif kind in (DONE, NODATA):
                 portal.tag = json.loads(payload).get("tag", "") if kind == DONE else ""

@@ -386,3 +386,41 @@ def test_cancel_reaches_a_describe(cat):
             assert b"user request" in res.error_message
             assert took < 1 + 3 + 3, took
             assert c.execute("SELECT 1").fetchall() == [(1,)]
+
+
+def test_a_session_cannot_pile_up_prepared_statements_or_buffered_portals(cat, monkeypatch):
+    import socket
+    import struct
+
+    import catalog.server as server_module
+
+    monkeypatch.setattr(server_module, "MAX_STATEMENTS", 5)
+    with Server(cat, port=0, limits=Limits(max_concurrent=2, max_result_bytes=300_000)) as srv:
+        sock = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+        params = b"user\x00probe\x00database\x00dumpcat\x00\x00"
+        sock.sendall(struct.pack("!ii", len(params) + 8, 196608) + params)
+        with sock:
+            _messages(sock)
+            for i in range(5):
+                assert _messages(sock, b"P" + f"s{i}".encode() + b"\x00SELECT 1\x00\x00\x00")[0][0] == b"1"
+            replies = _messages(sock, b"Ps5\x00SELECT 1\x00\x00\x00")
+            assert replies[0][0] == b"E" and b"too many prepared statements" in replies[0][1]
+            assert _messages(sock, b"Ps0\x00SELECT 2\x00\x00\x00")[0][0] == b"1"  # replacing one is fine
+            assert _messages(sock, b"CSs1\x00")[0][0] == b"3"  # closing one makes room
+            # In a transaction, two portals each fetching 200 KB with a row limit: together over the
+            # session's budget.
+            sock.sendall(b"Q" + struct.pack("!i", 4 + 6) + b"BEGIN\x00")
+            _messages(sock)
+            big = b"SELECT repeat('x', 1000) FROM range(200)\x00"
+            one_row = struct.pack("!i", 1)
+            first = _messages(sock, b"Pbig\x00" + big + b"\x00\x00", b"Ba\x00big\x00" + b"\x00\x00" * 3,
+                              b"Ea\x00" + one_row)  # fmt: skip
+            assert [t for t, _ in first][-2:] == [b"s", b"Z"]
+            second = _messages(sock, b"Bb\x00big\x00" + b"\x00\x00" * 3, b"Eb\x00" + one_row)
+            errors = [body for t, body in second if t == b"E"]
+            assert errors and b"open portals hold more than" in errors[0]
+            sock.sendall(b"Q" + struct.pack("!i", 4 + 9) + b"ROLLBACK\x00")
+            _messages(sock)
+            assert (b"D", b"\x00\x01\x00\x00\x00\x0242") in _messages(
+                sock, b"P\x00SELECT 42\x00\x00\x00", b"B\x00\x00" + b"\x00\x00" * 3, b"E\x00\x00\x00\x00\x00"
+            )
