@@ -46,11 +46,12 @@ class Refused(Exception):
         self.sqlstate = sqlstate
 
 
-# Table functions a query may use in FROM: generators and DuckDB's own metadata.
+# Table functions a query may use in FROM: generators and DuckDB's own metadata (not
+# duckdb_databases(), duckdb_settings() or duckdb_extensions(): they show the server's paths).
 ALLOWED_TABLE_FUNCTIONS = {
     "range", "generate_series", "unnest", "json_each", "json_tree", "repeat", "generate_subscripts",
     "duckdb_tables", "duckdb_views", "duckdb_columns", "duckdb_schemas", "duckdb_types",
-    "duckdb_functions", "duckdb_databases", "duckdb_constraints", "duckdb_indexes", "duckdb_keywords",
+    "duckdb_functions", "duckdb_constraints", "duckdb_indexes", "duckdb_keywords",
     "pragma_table_info", "pragma_show", "pragma_version", "pragma_platform", "test_all_types",
     "summary", "show", "describe", "show_tables", "show_databases",
 }  # fmt: skip

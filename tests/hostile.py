@@ -130,6 +130,7 @@ STATEMENTS = [
     "SELECT * FROM duckdb_secrets()",
     "SELECT * FROM duckdb_extensions()",
     "SELECT * FROM duckdb_temporary_files()",
+    "SELECT path FROM duckdb_databases()",
     "SELECT getenv('HOME')",
     "SELECT \"getenv\"('PATH')",
     # multi-statement
