@@ -676,9 +676,12 @@ class Session:
             return None, [], "RESET"
         if k == "show":
             name = st.args[0].lower()
+            if name == "all":
+                rows = [[key, value, ""] for key, value in sorted(self.settings.items())]
+                return show_fields(name), pgwire.encode_rows_text(rows), "SHOW"
             if name not in self.settings:
                 raise QueryError(f'unrecognized configuration parameter "{name}"', "42704")
-            return [(name, pgwire.TEXT)], pgwire.encode_rows_text([[self.settings[name]]]), "SHOW"
+            return show_fields(name), pgwire.encode_rows_text([[self.settings[name]]]), "SHOW"
         if k == "begin":
             if self.tx == "I":
                 self.tx = "T"
@@ -769,7 +772,7 @@ class Session:
                 for i in range(st.nparams)]  # fmt: skip
         self.send(pgwire.parameter_description(oids))
         if st.kind == "show":
-            self.send(pgwire.row_description([(st.args[0].lower(), pgwire.TEXT)]))
+            self.send(pgwire.row_description(show_fields(st.args[0])))
             return
         if st.kind != "query":
             self.send(pgwire.NO_DATA)
@@ -785,7 +788,7 @@ class Session:
     async def _describe_portal(self, portal: Portal) -> None:
         st = portal.statement
         if st.kind == "show":
-            self.send(pgwire.row_description([(st.args[0].lower(), pgwire.TEXT)]))
+            self.send(pgwire.row_description(show_fields(st.args[0])))
             return
         if st.kind != "query":
             self.send(pgwire.NO_DATA)
@@ -899,6 +902,13 @@ SETTABLE = {name.lower() for name in DEFAULT_SETTINGS} | {
 
 def settable(name: str) -> bool:
     return name.lower() in SETTABLE or "." in name
+
+
+def show_fields(name: str) -> list[tuple[str, int]]:
+    """The columns of `SHOW name` (`SHOW ALL`: name, setting, description, as in PostgreSQL)."""
+    if name.lower() == "all":
+        return [("name", pgwire.TEXT), ("setting", pgwire.TEXT), ("description", pgwire.TEXT)]
+    return [(name.lower(), pgwire.TEXT)]
 
 
 def split_rows(chunk: bytes) -> list[bytes]:

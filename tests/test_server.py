@@ -120,6 +120,7 @@ def test_psycopg_simple_and_extended(server):
         assert c.execute("SHOW server_version").fetchall()[0][0].startswith("14")
         c.execute("SET application_name = 'probe'")
         assert c.execute("SHOW application_name").fetchall() == [("probe",)]
+        assert ("application_name", "probe", "") in c.execute("SHOW ALL").fetchall()
         assert c.execute("SELECT version()").fetchall()[0][0].startswith("PostgreSQL")
 
 
