@@ -767,15 +767,18 @@ class Session:
             raise QueryError(f'portal "{name}" does not exist', "34000")
         return self.portals[name]
 
+    def _describe_session(self, st: Prepared) -> bool:
+        """Describe a statement the server answers itself; False for a query (the worker's job)."""
+        if st.kind == "query":
+            return False
+        self.send(pgwire.row_description(show_fields(st.args[0])) if st.kind == "show" else pgwire.NO_DATA)
+        return True
+
     async def _describe_statement(self, st: Prepared) -> None:
         oids = [st.param_oids[i] if i < len(st.param_oids) and st.param_oids[i] else pgwire.TEXT
                 for i in range(st.nparams)]  # fmt: skip
         self.send(pgwire.parameter_description(oids))
-        if st.kind == "show":
-            self.send(pgwire.row_description(show_fields(st.args[0])))
-            return
-        if st.kind != "query":
-            self.send(pgwire.NO_DATA)
+        if self._describe_session(st):
             return
         job = await self.start_job({"op": "describe", "text": st.text, "nparams": st.nparams})
         kind, payload = await self.frame(job)
@@ -787,11 +790,7 @@ class Session:
 
     async def _describe_portal(self, portal: Portal) -> None:
         st = portal.statement
-        if st.kind == "show":
-            self.send(pgwire.row_description(show_fields(st.args[0])))
-            return
-        if st.kind != "query":
-            self.send(pgwire.NO_DATA)
+        if self._describe_session(st):
             return
         if portal.rowdesc is None and not portal.finished:
             self._check_aborted("query")

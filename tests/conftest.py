@@ -20,6 +20,15 @@ def dump_of(scenario: str) -> Path:
     raise FileNotFoundError(scenario)
 
 
+def nan_log_catalog(folder: Path) -> Path:
+    """A catalog of the committed nan_log dump in `folder/cat` (the server tests' catalog)."""
+    from catalog.api import Catalog
+
+    path = folder / "cat"
+    Catalog.open(path, create=True).ingest(dump_of("nan_log"), run="nan_log")
+    return path
+
+
 @pytest.fixture
 def catalog_dir(tmp_path: Path) -> Path:
     return tmp_path / "cat"

@@ -14,18 +14,15 @@ import psycopg
 import pytest
 
 from catalog import pg_catalog, pgwire
-from catalog.api import Catalog
 from catalog.server import Limits, Server
-from tests.conftest import dump_of
+from tests.conftest import nan_log_catalog
 
 USER, PASSWORD = "alice", "s3cret pw"
 
 
 @pytest.fixture(scope="module")
 def cat_path(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("srv") / "cat"
-    Catalog.open(path, create=True).ingest(dump_of("nan_log"), run="nan_log")
-    return path
+    return nan_log_catalog(tmp_path_factory.mktemp("srv"))
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 from catalog import guard
 from catalog.api import Catalog
 from catalog.sandbox import ContainedEngine, build_views_database
-from tests.conftest import dump_of
+from tests.conftest import nan_log_catalog
 from tests.hostile import ServeProcess, fingerprint, prepared, statements
 
 # What a refused or failed statement may answer: refusals (42501, 0A000), syntax (42601), too
@@ -33,9 +33,7 @@ BYSTANDER_QUERIES = [
 
 @pytest.fixture(scope="module")
 def cat(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("hostile") / "cat"
-    Catalog.open(path, create=True).ingest(dump_of("nan_log"), run="nan_log")
-    return path
+    return nan_log_catalog(tmp_path_factory.mktemp("hostile"))
 
 
 @pytest.fixture(scope="module")

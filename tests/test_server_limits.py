@@ -15,9 +15,8 @@ import psutil
 import psycopg
 import pytest
 
-from catalog.api import Catalog
 from catalog.server import Limits, Server
-from tests.conftest import dump_of
+from tests.conftest import nan_log_catalog
 from tests.hostile import ServeProcess
 
 GIB = 1 << 30
@@ -46,9 +45,7 @@ LIGHT = [
 
 @pytest.fixture(scope="module")
 def cat(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("limits") / "cat"
-    Catalog.open(path, create=True).ingest(dump_of("nan_log"), run="nan_log")
-    return path
+    return nan_log_catalog(tmp_path_factory.mktemp("limits"))
 
 
 @pytest.fixture(scope="module")
