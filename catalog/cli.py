@@ -432,6 +432,7 @@ def serve(
     from catalog.server import Limits, parse_users
     from catalog.server import serve as run_server
     from catalog.statement_worker import parse_size
+    from catalog.worker_pool import WorkerStartError
 
     if (tls_cert is None) != (tls_key is None):
         _fail("--tls-cert and --tls-key go together")
@@ -453,7 +454,7 @@ def serve(
             auth=auth,
             limits=limits,
         )
-    except ValueError as exc:  # bad option combinations (e.g. no --user on a public address)
+    except (ValueError, WorkerStartError) as exc:  # bad options; workers that cannot start
         _fail(str(exc))
 
 

@@ -46,6 +46,7 @@ from ingest.store import CatalogStore
 log = logging.getLogger("dumpcat.server")
 
 MAX_MESSAGE = 16 << 20
+MIN_MEMORY = 128 << 20  # below this a worker cannot even open the catalog's views
 MAX_STATEMENTS = 10_000  # prepared statements one session may hold
 MAX_STATEMENT_BYTES = 64 << 20  # and their text in all
 
@@ -66,7 +67,8 @@ class Limits:
     threads: int | None = None  # DuckDB threads per worker (default: cores / workers, at least 1)
 
     def validate(self) -> None:
-        parse_size(self.memory_limit)
+        if parse_size(self.memory_limit) < MIN_MEMORY:
+            raise ValueError(f"--memory-limit must be at least {MIN_MEMORY >> 20} MiB")
         if min(self.query_timeout, self.idle_timeout, self.login_timeout) <= 0:
             raise ValueError("timeouts must be positive")
         if min(self.max_rows, self.max_result_bytes, self.max_concurrent, self.max_connections) < 1:

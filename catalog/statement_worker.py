@@ -394,7 +394,12 @@ def main() -> None:
         worker.warm_up()
         cap = worker.limit_memory()
     except Exception as exc:  # the server reports why no worker could start
-        data.sendall(json_frame(ERROR, {"sqlstate": "58030", "message": f"worker failed to start: {exc}"}))
+        with contextlib.suppress(OSError):  # unless it is gone already
+            data.sendall(
+                json_frame(
+                    ERROR, {"sqlstate": "58030", "message": f"worker failed to start: {first_line(exc)}"}
+                )
+            )
         return
     data.sendall(json_frame(READY, {"pid": os.getpid(), "address_space": cap,
                                     "seconds": round(time.monotonic() - started, 3)}))  # fmt: skip

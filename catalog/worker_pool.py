@@ -39,6 +39,10 @@ START_SECONDS = 120.0
 MAX_FRAME = 64 << 20
 
 
+class WorkerStartError(RuntimeError):
+    """The statement workers could not start (the message says why)."""
+
+
 class JobFailed(Exception):
     """A request that ended without a reply: the worker was killed or died."""
 
@@ -105,8 +109,15 @@ class WorkerPool:
         self.closed = False
 
     async def start(self) -> None:
-        workers = await asyncio.gather(*(self._spawn() for _ in range(self.size)))
-        for w in workers:
+        """Start every worker; if one cannot start, stop the others and say why."""
+        started = await asyncio.gather(*(self._spawn() for _ in range(self.size)), return_exceptions=True)
+        failures = [w for w in started if isinstance(w, BaseException)]
+        if failures:
+            for w in started:
+                if isinstance(w, WorkerProcess):
+                    w.kill()
+            raise WorkerStartError(str(failures[0]))
+        for w in started:
             await self._put(w)
 
     async def _spawn(self) -> WorkerProcess:
@@ -129,11 +140,11 @@ class WorkerPool:
             kind, payload = await asyncio.wait_for(read_frame(reader), START_SECONDS)
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError) as exc:
             proc.kill()
-            raise RuntimeError(f"a statement worker did not start: {exc!r}") from exc
+            raise WorkerStartError(f"a statement worker did not start: {exc!r}") from exc
         info = json.loads(payload)
         if kind != READY:
             proc.kill()
-            raise RuntimeError(info.get("message", "a statement worker did not start"))
+            raise WorkerStartError(info.get("message", "a statement worker did not start"))
         worker = WorkerProcess(proc, reader, writer, control, info)
         self._all.add(worker)
         return worker
