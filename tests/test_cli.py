@@ -96,6 +96,13 @@ def test_views_lists_columns(cat):
         (("ingest", "{tmp}", "--catalog", "{tmp}/c3"), "no rank_N directories"),
         (("sql", "{damaged}", "SELECT 1"), "cannot read"),  # a damaged snapshot.json
         (("sql", "{cat}", "SELECT 1; SELECT 2"), "one SQL statement at a time"),
+        (("sql", "{cat}", "DROP VIEW stats"), "refused: DROP statements are not allowed"),
+        (("sql", "{cat}", "CREATE TABLE t AS SELECT 1"), "refused: CREATE statements are not allowed"),
+        (("sql", "{cat}", "COPY stats TO 'x.csv'"), "refused: COPY is not allowed"),
+        (("sql", "{cat}", "SELECT * FROM read_csv('/etc/passwd')"), "refused: table function read_csv()"),
+        (("sql", "{cat}", "  ;  "), "refused: empty statement"),
+        (("serve", "{cat}", "--memory-limit", "10MB"), "--memory-limit must be at least 128 MiB"),
+        (("serve", "{cat}", "--max-result-bytes", "lots"), "not a size: 'lots'"),
         (("status", "{damaged}"), "cannot read"),
         (("tensor", "{cat}", "{row_id}", "--out", "{tmp}/no/such/dir/t.npy"), "No such file or directory"),
     ],
