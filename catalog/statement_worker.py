@@ -44,6 +44,7 @@ NODATA = b"N"  # Describe: the statement returns no rows
 TERMINAL = {DONE, ERROR, PARSED, LIST, NODATA}
 
 CHUNK_BYTES = 256 << 10
+MAX_STATEMENTS_PER_QUERY = 1000  # statements in one simple-query string
 BATCH_ROWS = 2048
 
 
@@ -263,6 +264,11 @@ class Worker:
         from catalog import pg_catalog
 
         stmts = self.guard.split(pg_catalog.rewrite(request["text"]))
+        if len(stmts) > MAX_STATEMENTS_PER_QUERY:
+            raise StatementError(
+                f"a query string of {len(stmts):,} statements: at most {MAX_STATEMENTS_PER_QUERY:,} at once",
+                "54000",
+            )
         if len(stmts) == 1 and self.guard.session_statement(stmts[0]) is None:
             self.run(request["sid"], stmts[0], [], request)
             return

@@ -229,6 +229,14 @@ def test_results_stream_without_holding_them_in_the_server(serve):
     assert (peak[0] - base) < 64 << 20, (peak[0] - base) / 2**20
 
 
+def test_a_query_string_of_thousands_of_statements_is_refused(serve):
+    with psycopg.connect(**serve.dsn()) as c:
+        with pytest.raises(psycopg.errors.ProgramLimitExceeded, match="at most 1,000 at once"):
+            c.execute("SELECT 1;" * 5000)
+        cur = c.execute("SELECT 1;" * 3)
+        assert cur.fetchall() == [(1,)]
+
+
 def test_max_result_bytes_and_rows(cat):
     limits = Limits(max_result_bytes=1 << 20, max_rows=500, max_concurrent=1)
     with Server(cat, port=0, limits=limits) as srv:
