@@ -363,8 +363,10 @@ def export_duckdb_cmd(catalog_path: str, out_path: Path, materialize: bool, stor
 
 @main.command()
 @click.argument("catalog_path", metavar="CAT")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=5433, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port", default=5433, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free one)."
+)
 @click.option(
     "--watch",
     "watch_dir",
@@ -373,15 +375,46 @@ def export_duckdb_cmd(catalog_path: str, out_path: Path, materialize: bool, stor
     help="Also keep this dump root's run current while serving.",
 )
 @click.option("--run", default=None, help="Run name for --watch (default: the folder's name).")
-@click.option("--user", default=None, envvar="DUMPCAT_USER")
-@click.option("--password", default=None, envvar="DUMPCAT_PASSWORD")
 @click.option(
-    "--auth", type=click.Choice(["scram-sha-256", "md5"]), default="scram-sha-256", show_default=True
+    "--user",
+    default=None,
+    envvar="DUMPCAT_USER",
+    show_envvar=True,
+    help="Require this user name (with --password); without it only loopback clients are served.",
 )
-@click.option("--tls-cert", default=None, type=click.Path(exists=True, dir_okay=False))
-@click.option("--tls-key", default=None, type=click.Path(exists=True, dir_okay=False))
-@click.option("--query-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True))
-@click.option("--max-rows", default=100_000, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--password", default=None, envvar="DUMPCAT_PASSWORD", show_envvar=True, help="Password for --user."
+)
+@click.option(
+    "--auth",
+    type=click.Choice(["scram-sha-256", "md5"]),
+    default="scram-sha-256",
+    show_default=True,
+    help="How clients prove the password.",
+)
+@click.option(
+    "--tls-cert",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="PEM certificate: serve TLS to clients that ask (with --tls-key).",
+)
+@click.option(
+    "--tls-key", default=None, type=click.Path(exists=True, dir_okay=False), help="PEM key of --tls-cert."
+)
+@click.option(
+    "--query-timeout",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds each statement may run, every protocol phase included (error 57014).",
+)
+@click.option(
+    "--max-rows",
+    default=100_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Rows per result; more is an error (54000: add a LIMIT).",
+)
 @click.option(
     "--max-result-bytes",
     default="256MiB",
@@ -408,7 +441,13 @@ def export_duckdb_cmd(catalog_path: str, out_path: Path, materialize: bool, stor
     type=click.FloatRange(min=0, min_open=True),
     help="Seconds a session may stay idle before it is closed.",
 )
-@click.option("--max-connections", default=128, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--max-connections",
+    default=128,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Sessions at once (logins in progress included); idle ones make room when full.",
+)
 def serve(
     catalog_path: str,
     host: str,
@@ -428,7 +467,12 @@ def serve(
     idle_timeout: float,
     max_connections: int,
 ) -> None:
-    """Serve the catalog, read-only, over the PostgreSQL wire protocol (psql, JDBC, ODBC, BI tools)."""
+    """Serve the catalog, read-only, over the PostgreSQL wire protocol (psql, JDBC, ODBC, BI tools).
+
+    Client SQL runs in contained worker processes: queries over the catalog's views only, no file
+    access, every phase under --query-timeout, memory capped per statement. The Docker image also
+    reads DUMPCAT_TLS_CERT and DUMPCAT_TLS_KEY for --tls-cert and --tls-key.
+    """
     from catalog.server import Limits, parse_users
     from catalog.server import serve as run_server
     from catalog.statement_worker import parse_size

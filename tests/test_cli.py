@@ -165,3 +165,15 @@ def test_export_duckdb_command(cat, tmp_path):
     assert rows == [("Default/network-WithLossCell/_backbone-Net/Log-op0",)]
     bad = dumpcat("export-duckdb", tmp_path / "missing", out, check=False)
     assert bad.returncode == 1 and "not a dumpcat catalog" in bad.stderr
+
+
+def test_serve_help_documents_every_flag_and_environment_variable():
+    import click
+
+    from catalog.cli import serve
+
+    undocumented = [p.name for p in serve.params if isinstance(p, click.Option) and not p.help]
+    assert not undocumented
+    help_text = dumpcat("serve", "--help").stdout
+    for word in ("DUMPCAT_USER", "DUMPCAT_PASSWORD", "DUMPCAT_TLS_CERT", "--memory-limit", "--idle-timeout"):
+        assert word in help_text, word
