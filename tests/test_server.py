@@ -413,11 +413,16 @@ def test_emulated_functions_answer_with_or_without_pg_catalog(trust_server):
     """Emulated pg_catalog functions are found whether the client qualifies them or not
     (pg_total_relation_size used to work only qualified)."""
     dsn = dict(host="127.0.0.1", port=trust_server.port, dbname="dumpcat", user="x", autocommit=True)
-    calls = [
-        "pg_total_relation_size(16384)", "pg_relation_size(16384)", "format_type(23, NULL)",
-        "pg_get_userbyid(10)", "pg_get_expr(NULL, 0)", "pg_get_function_result(1)",
-    ]  # fmt: skip
+    # What PostgreSQL answers for these (sizes are 0: the catalog's views have no storage of their own).
+    calls = {
+        "pg_total_relation_size(16384)": 0, "pg_relation_size(16384)": 0, "format_type(23, NULL)": "integer",
+        "format_type(1016, NULL)": "bigint[]", "pg_get_userbyid(10)": pg_catalog.OWNER,
+        "pg_get_expr(NULL, 0)": None, "pg_get_function_result(1)": None,
+        "current_setting('server_version_num')": "140000", "current_setting('nope', true)": None,
+    }  # fmt: skip
     with psycopg.connect(**dsn) as c:
-        for call in calls:
-            bare = c.execute(f"SELECT {call}").fetchall()
-            assert bare == c.execute(f"SELECT pg_catalog.{call}").fetchall(), call
+        for call, expected in calls.items():
+            assert c.execute(f"SELECT {call}").fetchall() == [(expected,)], call
+            assert c.execute(f"SELECT pg_catalog.{call}").fetchall() == [(expected,)], call
+        with pytest.raises(psycopg.Error, match='unrecognized configuration parameter "nope"'):
+            c.execute("SELECT current_setting('nope')")
