@@ -1,10 +1,11 @@
 """`export_duckdb`: a DuckDB database file of the catalog's views, read by SQLAlchemy (duckdb-engine,
 as Superset connects) and by DuckDB 1.x clients.
 
-The DuckDB 1.x client and the older SQLAlchemy are real packages from PyPI, installed once per test
-session with `pip install --target` into a temporary folder and imported by a subprocess (they
-cannot live next to this environment's DuckDB 2 and SQLAlchemy 2.1). Without network access those
-tests fail, saying why.
+The DuckDB 1.x client and the older SQLAlchemy are real packages from PyPI, installed before the
+tests (the README's test command and `.ci/run`) with `pip install --target .legacy/<name>-<version>`
+and imported by a subprocess (they cannot live next to this environment's DuckDB 2 and SQLAlchemy
+2.1). The tests never reach a package index; if the folders are missing they fail, saying how to
+install them.
 """
 
 from __future__ import annotations
@@ -53,26 +54,28 @@ def _engine(path: Path) -> sa.Engine:
     return sa.create_engine(f"duckdb:///{path.absolute()}", connect_args={"read_only": True})
 
 
-def _pip_target(tmp_path_factory, spec: str) -> Path:
-    target = tmp_path_factory.mktemp(spec.replace("=", "_"))
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--disable-pip-version-check",
-         "--target", str(target), spec],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    if proc.returncode != 0:
-        pytest.fail(f"cannot install {spec} from the package index: {proc.stderr.strip()[-300:]}")
+LEGACY = Path(__file__).resolve().parents[1] / ".legacy"
+
+
+def _legacy(spec: str) -> Path:
+    """The folder holding an older package, installed before the tests (never during them)."""
+    target = LEGACY / spec.replace("==", "-")
+    if not target.is_dir():
+        pytest.fail(
+            f"{spec} is not installed for this test: run `python -m pip install --no-deps --target "
+            f"{target.relative_to(LEGACY.parent)} {spec}` (the README's test command and .ci/run do)"
+        )
     return target
 
 
 @pytest.fixture(scope="session")
-def duckdb_1x(tmp_path_factory) -> Path:
-    return _pip_target(tmp_path_factory, DUCKDB_1X)
+def duckdb_1x() -> Path:
+    return _legacy(DUCKDB_1X)
 
 
 @pytest.fixture(scope="session")
-def sqlalchemy_14(tmp_path_factory) -> Path:
-    return _pip_target(tmp_path_factory, SQLALCHEMY_14)
+def sqlalchemy_14() -> Path:
+    return _legacy(SQLALCHEMY_14)
 
 
 def _run_with(target: Path, script: str, *args: str) -> subprocess.CompletedProcess:
