@@ -618,7 +618,7 @@ def test_poll_mode_and_status_command(tmp_path, stat_tree):
         replay(stat_tree, dst, seed=107, half_written=0.15, pause=(0.05, 0.6), stat_rows="after")
         assert w.wait_idle(timeout=20), w.status()
         live = content(cat_dir)
-        assert w.status().get("mode", "poll") == "poll", w.status()
+        assert w.status()["mode"] == "poll", w.status()
         table = dumpcat("status", cat_dir)
         rows = [json.loads(line) for line in dumpcat("status", cat_dir, "--format", "json").splitlines()]
     finally:
