@@ -20,7 +20,7 @@ from catalog.api import Catalog, QueryRefused, TensorNotFoundError
 from catalog.export import DEFAULT_STORAGE_VERSION
 from catalog.output import write_table
 from catalog.views import query_text
-from ingest.pipeline import DumpRootError
+from ingest.pipeline import DumpRootError, find_dump_root
 from ingest.store import CatalogError
 
 # Options shared by `ingest` and `watch`.
@@ -110,6 +110,8 @@ def ingest(
 
     if run is not None and len(dump_dirs) > 1:
         _fail("--run names a single dump; give one DUMP_DIR per run or leave --run out")
+    for dump_dir in dump_dirs:  # every dump must be readable before a catalog folder is created
+        find_dump_root(dump_dir)
     cat = Catalog.open(catalog_path, create=True)
     disable = None if progress is None else not progress
     for dump_dir in dump_dirs:

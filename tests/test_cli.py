@@ -135,6 +135,16 @@ def test_run_with_several_dumps_is_refused(tmp_path):
     assert proc.returncode == 1 and "--run names a single dump" in proc.stderr
 
 
+def test_a_failed_ingest_leaves_no_catalog_folder(tmp_path):
+    (tmp_path / "empty").mkdir()
+    for dump in (tmp_path / "missing", tmp_path / "empty"):
+        proc = dumpcat("ingest", dump, "--catalog", tmp_path / "c", check=False)
+        assert proc.returncode == 1 and proc.stderr.startswith("dumpcat: error: ")
+        assert not (tmp_path / "c").exists()
+    proc = dumpcat("ingest", dump_of("nan_log"), tmp_path / "empty", "--catalog", tmp_path / "c", check=False)
+    assert proc.returncode == 1 and not (tmp_path / "c").exists()  # checked before anything is written
+
+
 def test_several_dumps_become_several_runs(tmp_path, copy_dump):
     a, b = copy_dump("simple", "job_a"), copy_dump("nan_log", "job_b")
     dumpcat("ingest", a, b, "--catalog", tmp_path / "c", "--no-stats")
