@@ -52,8 +52,35 @@ def parse_exec_order(path: str, start_offset: int = 0, start_line: int = 0) -> L
             continue
         if not line.strip():
             continue
+        problem = full_name_problem(line.strip())
+        if problem:
+            result.errors.append((line_no, f"{problem}: {line.strip()[:80]!r}"))
+            continue
         result.values.append((line_no - 2, line.strip()))
     return result
+
+
+MAX_FULL_NAME = 4096
+_KERNEL_SUFFIX = re.compile(r"-op\d+$")
+
+
+def full_name_problem(text: str) -> str | None:
+    """Why a line cannot be a kernel's full scope name (None if it can).
+
+    MindSpore writes `fullname_with_scope()`: printable text, scopes joined by `/`, ending in
+    `-op{N}` (e.g. `Default/network-WithLossCell/_backbone-Net/Conv2D-op12`). A line of bytes that
+    are not UTF-8, control characters, or neither a scope nor an `-op` suffix is junk, not a
+    kernel; it must not become an `ops` row.
+    """
+    if "\ufffd" in text:
+        return "not UTF-8 text"
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        return "control characters in a kernel name"
+    if len(text) > MAX_FULL_NAME:
+        return f"longer than {MAX_FULL_NAME} characters"
+    if "/" not in text and not _KERNEL_SUFFIX.search(text):
+        return "not a kernel's full scope name (no scope and no -opN suffix)"
+    return None
 
 
 def parse_global_order(path: str, start_offset: int = 0, start_line: int = 0) -> LinesResult:

@@ -38,6 +38,10 @@ def test_corrupt_files_become_error_rows(tmp_path, copy_dump):
         "0\n1\nfoo\n2\n"
     )
     (dump / "rank_0" / ".dump_metadata" / "config.json").write_text("{not json")
+    order = dump / "rank_0" / "execution_order" / "ms_execution_order_graph_0.csv"
+    kernels = order.read_text().splitlines()
+    garbage = ["\x00\x01\x02junk", "just some words", "Conv2D-op\x07"]
+    order.write_bytes("\n".join([*kernels[:3], *garbage, *kernels[3:]]).encode() + b"\n\xff\xfe-op1\n")
 
     cat = Catalog.open(tmp_path / "cat", create=True)
     s = cat.ingest(dump)
@@ -51,7 +55,17 @@ def test_corrupt_files_become_error_rows(tmp_path, copy_dump):
     assert errors["rank_0/Net/0/junk"][0] == "walk"
     assert errors["rank_0/execution_order/ms_global_execution_order_graph_0.csv:3"][0] == "execution_order"
     assert errors["rank_0/.dump_metadata/config.json"][0] == "metadata"
-    assert s.errors == len(errors) == 8
+    # Garbage lines in the execution order are error rows, never `ops` rows; the kernels after them
+    # keep their positions (a line's number is its execution index).
+    junk_lines = {n: errors[f"rank_0/execution_order/ms_execution_order_graph_0.csv:{n}"] for n in (4, 5, 6)}
+    assert all(stage == "execution_order" for stage, _ in junk_lines.values()), junk_lines
+    assert (
+        "not UTF-8" in errors[f"rank_0/execution_order/ms_execution_order_graph_0.csv:{len(kernels) + 4}"][1]
+    )
+    ops = cat.sql("SELECT exec_index, op_name FROM ops WHERE graph_id = 0 ORDER BY exec_index").to_pylist()
+    assert [o["op_name"] for o in ops] == kernels[1:]
+    assert [o["exec_index"] for o in ops] == [*range(2), *range(5, 5 + len(kernels) - 3)]
+    assert s.errors == len(errors) == 12
     # Everything else is cataloged.
     good = len(list(dump.rglob("*.npy"))) - 4
     assert s.tensors == good
@@ -60,7 +74,7 @@ def test_corrupt_files_become_error_rows(tmp_path, copy_dump):
     # Re-ingest records no error twice.
     s2 = cat.ingest(dump)
     assert s2.errors == 0 and s2.tensors == 0
-    assert len(cat.sql("SELECT * FROM ingest_errors")) == 8
+    assert len(cat.sql("SELECT * FROM ingest_errors")) == 12
 
 
 def test_garbled_statistic_csv_rows(tmp_path, copy_dump):
