@@ -129,13 +129,6 @@ def _parser() -> duckdb.DuckDBPyConnection:
     return con
 
 
-def interrupt_parser() -> None:
-    """Interrupt a parse running on this thread's parser connection (from another thread: pass it)."""
-    con = getattr(_local, "con", None)
-    if con is not None:
-        con.interrupt()
-
-
 def parser_connection() -> duckdb.DuckDBPyConnection:
     """The calling thread's parser connection (a worker interrupts it when a statement times out)."""
     return _parser()

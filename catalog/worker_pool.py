@@ -105,7 +105,6 @@ class WorkerPool:
         self._all: set[WorkerProcess] = set()
         self._jobs = itertools.count(1)
         self._spawning: set[asyncio.Task] = set()
-        self.replaced = 0
         self.closed = False
 
     async def start(self) -> None:
@@ -177,7 +176,6 @@ class WorkerPool:
         self._all.discard(worker)
         if self.closed:
             return
-        self.replaced += 1
 
         async def replace() -> None:
             while not self.closed:
