@@ -12,6 +12,7 @@ import hashlib
 import os
 import re
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -262,3 +263,60 @@ class ServeProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+class RawClient:
+    """A bare protocol-3 client (trust auth) for what drivers never send: messages one by one,
+    replies read up to ReadyForQuery."""
+
+    def __init__(self, port: int, timeout: float = 30) -> None:
+        import socket
+
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        params = b"user\x00probe\x00database\x00dumpcat\x00\x00"
+        self.sock.sendall(struct.pack("!ii", len(params) + 8, 196608) + params)
+        self.buf = b""
+        self.login = self.until_ready()
+
+    def send(self, *messages: bytes) -> None:
+        """Send messages given as tag byte + body."""
+        for m in messages:
+            self.sock.sendall(m[:1] + struct.pack("!i", len(m) - 1 + 4) + m[1:])
+
+    def until_ready(self) -> list[tuple[bytes, bytes]] | None:
+        """Replies up to and including the next ReadyForQuery; None if the server closed first."""
+        out = []
+        while True:
+            while len(self.buf) >= 5 and len(self.buf) >= 1 + struct.unpack("!i", self.buf[1:5])[0]:
+                n = struct.unpack("!i", self.buf[1:5])[0]
+                tag, body, self.buf = self.buf[:1], self.buf[5 : 1 + n], self.buf[1 + n :]
+                out.append((tag, body))
+                if tag == b"Z":
+                    return out
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                return out or None
+            self.buf += chunk
+
+    def exchange(self, *messages: bytes) -> list[tuple[bytes, bytes]]:
+        """Send extended-protocol messages and a Sync; the replies."""
+        self.send(*messages, b"S")
+        replies = self.until_ready()
+        assert replies is not None, "the server closed the connection"
+        return replies
+
+    def query(self, sql: str) -> list[tuple[bytes, bytes]]:
+        """A simple query; the replies."""
+        self.send(b"Q" + sql.encode() + b"\x00")
+        replies = self.until_ready()
+        assert replies is not None, "the server closed the connection"
+        return replies
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -16,6 +16,7 @@ import pytest
 from catalog import pg_catalog, pgwire
 from catalog.server import Limits, Server
 from tests.conftest import nan_log_catalog
+from tests.hostile import RawClient
 
 USER, PASSWORD = "alice", "s3cret pw"
 
@@ -141,38 +142,17 @@ def test_psycopg_transactions_and_errors(server):
 
 
 def _raw_session(srv, *messages: bytes) -> list[tuple[bytes, bytes]]:
-    """Log in over a bare socket (trust auth), send raw protocol messages, return what came back
-    (type, body) until the server closes or says ReadyForQuery after the last message."""
-    import socket
-    import struct
-
-    def msg(tag: bytes, body: bytes) -> bytes:
-        return tag + struct.pack("!i", len(body) + 4) + body
-
-    params = b"user\x00probe\x00database\x00dumpcat\x00\x00"
-    sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
-    sock.sendall(struct.pack("!ii", len(params) + 8, 196608) + params)
-    buf, out = b"", []
-
-    def read_until_ready() -> bool:
-        nonlocal buf
-        while True:
-            while len(buf) >= 5 and len(buf) >= 1 + struct.unpack("!i", buf[1:5])[0]:
-                n = struct.unpack("!i", buf[1:5])[0]
-                tag, body, buf = buf[:1], buf[5 : 1 + n], buf[1 + n :]
-                out.append((tag, body))
-                if tag == b"Z":
-                    return True
-            chunk = sock.recv(65536)
-            if not chunk:
-                return False
-            buf += chunk
-
-    with sock:
-        assert read_until_ready(), "login failed"
-        for tag_body in messages:
-            sock.sendall(msg(tag_body[:1], tag_body[1:]))
-            if not read_until_ready():
+    """Log in over a bare socket (trust auth), send raw protocol messages one by one, return what
+    came back (type, body) until the server closes or says ReadyForQuery after the last message."""
+    out: list[tuple[bytes, bytes]] = []
+    with RawClient(srv.port, timeout=10) as client:
+        assert client.login and client.login[-1][0] == b"Z", "login failed"
+        out += client.login
+        for m in messages:
+            client.send(m)
+            replies = client.until_ready()
+            out += replies or []
+            if not replies or replies[-1][0] != b"Z":
                 break
     return out
 

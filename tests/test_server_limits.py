@@ -17,7 +17,7 @@ import pytest
 
 from catalog.server import Limits, Server
 from tests.conftest import nan_log_catalog
-from tests.hostile import ServeProcess
+from tests.hostile import RawClient, ServeProcess
 
 GIB = 1 << 30
 ATTACKS = [
@@ -314,63 +314,36 @@ def test_a_killed_worker_is_an_error_and_is_replaced(cat):
         assert after and not (after & before)
 
 
-def _messages(sock, *messages: bytes) -> list[tuple[bytes, bytes]]:
-    """Send protocol messages (tag + body) then Sync; return the replies up to ReadyForQuery (with no
-    messages: just read up to the next ReadyForQuery)."""
-    import struct
-
-    for m in [*messages, b"S"] if messages else []:
-        sock.sendall(m[:1] + struct.pack("!i", len(m) - 1 + 4) + m[1:])
-    buf, out = b"", []
-    while True:
-        while len(buf) >= 5 and len(buf) >= 1 + struct.unpack("!i", buf[1:5])[0]:
-            n = struct.unpack("!i", buf[1:5])[0]
-            tag, body, buf = buf[:1], buf[5 : 1 + n], buf[1 + n :]
-            out.append((tag, body))
-            if tag == b"Z":
-                return out
-        chunk = sock.recv(65536)
-        assert chunk, "server closed the connection"
-        buf += chunk
-
-
 def test_portal_row_limits_and_describe_before_execute(cat):
     """Execute with a row limit hands out a result in parts (PortalSuspended); a portal described
     but never executed is stopped at Sync; the session goes on."""
-    import socket
     import struct
 
-    with Server(cat, port=0, limits=Limits(max_concurrent=2)) as srv:
-        sock = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
-        params = b"user\x00probe\x00database\x00dumpcat\x00\x00"
-        sock.sendall(struct.pack("!ii", len(params) + 8, 196608) + params)
-        with sock:
-            _messages(sock)  # the login's replies
-            query = b"SELECT * FROM range(5) t(i)\x00"
-            execute = b"E\x00" + struct.pack("!i", 2)
-            replies = _messages(
-                sock,
-                b"P\x00" + query + b"\x00\x00",
-                b"B\x00\x00" + b"\x00\x00" * 3,
-                execute,
-                execute,
-                execute,
-            )
-            tags = [t for t, _ in replies]
-            assert tags == [b"1", b"2", b"D", b"D", b"s", b"D", b"D", b"s", b"D", b"C", b"Z"], tags
-            # Describe a portal whose query streams for long, then Sync without Execute: the query is
-            # stopped and its worker freed, not leaked.
-            slow = b"SELECT i FROM range(100000000000) t(i)\x00"
-            t = time.monotonic()
-            replies = _messages(
-                sock, b"Pslow\x00" + slow + b"\x00\x00", b"Bp\x00slow\x00" + b"\x00\x00" * 3, b"DPp\x00"
-            )
-            assert [t for t, _ in replies] == [b"1", b"2", b"T", b"Z"]
-            assert time.monotonic() - t < 10
-            replies = _messages(
-                sock, b"P\x00SELECT 42\x00\x00\x00", b"B\x00\x00" + b"\x00\x00" * 3, b"E\x00\x00\x00\x00\x00"
-            )
-            assert (b"D", b"\x00\x01\x00\x00\x00\x0242") in replies
+    with Server(cat, port=0, limits=Limits(max_concurrent=2)) as srv, RawClient(srv.port) as client:
+        query = b"SELECT * FROM range(5) t(i)\x00"
+        execute = b"E\x00" + struct.pack("!i", 2)
+        replies = client.exchange(
+            b"P\x00" + query + b"\x00\x00",
+            b"B\x00\x00" + b"\x00\x00" * 3,
+            execute,
+            execute,
+            execute,
+        )
+        tags = [t for t, _ in replies]
+        assert tags == [b"1", b"2", b"D", b"D", b"s", b"D", b"D", b"s", b"D", b"C", b"Z"], tags
+        # Describe a portal whose query streams for long, then Sync without Execute: the query is
+        # stopped and its worker freed, not leaked.
+        slow = b"SELECT i FROM range(100000000000) t(i)\x00"
+        t = time.monotonic()
+        replies = client.exchange(
+            b"Pslow\x00" + slow + b"\x00\x00", b"Bp\x00slow\x00" + b"\x00\x00" * 3, b"DPp\x00"
+        )
+        assert [t for t, _ in replies] == [b"1", b"2", b"T", b"Z"]
+        assert time.monotonic() - t < 10
+        replies = client.exchange(
+            b"P\x00SELECT 42\x00\x00\x00", b"B\x00\x00" + b"\x00\x00" * 3, b"E\x00\x00\x00\x00\x00"
+        )
+        assert (b"D", b"\x00\x01\x00\x00\x00\x0242") in replies
 
 
 def test_cancel_reaches_a_describe(cat):
@@ -394,38 +367,31 @@ def test_cancel_reaches_a_describe(cat):
 
 
 def test_a_session_cannot_pile_up_prepared_statements_or_buffered_portals(cat, monkeypatch):
-    import socket
     import struct
 
     import catalog.server as server_module
 
     monkeypatch.setattr(server_module, "MAX_STATEMENTS", 5)
-    with Server(cat, port=0, limits=Limits(max_concurrent=2, max_result_bytes=300_000)) as srv:
-        sock = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
-        params = b"user\x00probe\x00database\x00dumpcat\x00\x00"
-        sock.sendall(struct.pack("!ii", len(params) + 8, 196608) + params)
-        with sock:
-            _messages(sock)
-            for i in range(5):
-                assert _messages(sock, b"P" + f"s{i}".encode() + b"\x00SELECT 1\x00\x00\x00")[0][0] == b"1"
-            replies = _messages(sock, b"Ps5\x00SELECT 1\x00\x00\x00")
-            assert replies[0][0] == b"E" and b"too many prepared statements" in replies[0][1]
-            assert _messages(sock, b"Ps0\x00SELECT 2\x00\x00\x00")[0][0] == b"1"  # replacing one is fine
-            assert _messages(sock, b"CSs1\x00")[0][0] == b"3"  # closing one makes room
-            # In a transaction, two portals each fetching 200 KB with a row limit: together over the
-            # session's budget.
-            sock.sendall(b"Q" + struct.pack("!i", 4 + 6) + b"BEGIN\x00")
-            _messages(sock)
-            big = b"SELECT repeat('x', 1000) FROM range(200)\x00"
-            one_row = struct.pack("!i", 1)
-            first = _messages(sock, b"Pbig\x00" + big + b"\x00\x00", b"Ba\x00big\x00" + b"\x00\x00" * 3,
-                              b"Ea\x00" + one_row)  # fmt: skip
-            assert [t for t, _ in first][-2:] == [b"s", b"Z"]
-            second = _messages(sock, b"Bb\x00big\x00" + b"\x00\x00" * 3, b"Eb\x00" + one_row)
-            errors = [body for t, body in second if t == b"E"]
-            assert errors and b"open portals hold more than" in errors[0]
-            sock.sendall(b"Q" + struct.pack("!i", 4 + 9) + b"ROLLBACK\x00")
-            _messages(sock)
-            assert (b"D", b"\x00\x01\x00\x00\x00\x0242") in _messages(
-                sock, b"P\x00SELECT 42\x00\x00\x00", b"B\x00\x00" + b"\x00\x00" * 3, b"E\x00\x00\x00\x00\x00"
-            )
+    limits = Limits(max_concurrent=2, max_result_bytes=300_000)
+    with Server(cat, port=0, limits=limits) as srv, RawClient(srv.port) as client:
+        for i in range(5):
+            assert client.exchange(b"P" + f"s{i}".encode() + b"\x00SELECT 1\x00\x00\x00")[0][0] == b"1"
+        replies = client.exchange(b"Ps5\x00SELECT 1\x00\x00\x00")
+        assert replies[0][0] == b"E" and b"too many prepared statements" in replies[0][1]
+        assert client.exchange(b"Ps0\x00SELECT 2\x00\x00\x00")[0][0] == b"1"  # replacing one is fine
+        assert client.exchange(b"CSs1\x00")[0][0] == b"3"  # closing one makes room
+        # In a transaction, two portals each fetching 200 KB with a row limit: together over the
+        # session's budget.
+        client.query("BEGIN")
+        big = b"SELECT repeat('x', 1000) FROM range(200)\x00"
+        one_row = struct.pack("!i", 1)
+        first = client.exchange(b"Pbig\x00" + big + b"\x00\x00", b"Ba\x00big\x00" + b"\x00\x00" * 3,
+                          b"Ea\x00" + one_row)  # fmt: skip
+        assert [t for t, _ in first][-2:] == [b"s", b"Z"]
+        second = client.exchange(b"Bb\x00big\x00" + b"\x00\x00" * 3, b"Eb\x00" + one_row)
+        errors = [body for t, body in second if t == b"E"]
+        assert errors and b"open portals hold more than" in errors[0]
+        client.query("ROLLBACK")
+        assert (b"D", b"\x00\x01\x00\x00\x00\x0242") in client.exchange(
+            b"P\x00SELECT 42\x00\x00\x00", b"B\x00\x00" + b"\x00\x00" * 3, b"E\x00\x00\x00\x00\x00"
+        )
