@@ -7,9 +7,10 @@ that does not answer by then, or that died (out of its address space, a crash in
 killed and replaced; the job ends with an error for its client, and no other session notices.
 
 One worker is held in reserve for *trusted* requests: from a session whose last statement finished
-within `FAST_SECONDS`, or whose text finished that fast before on this server. Sessions that only
-send heavy statements (or new sessions that have not shown anything yet) can take every worker but
-that one, so however many of them run heavy statements at once, everyone else is still answered.
+within `FAST_SECONDS`, or whose text finished that fast before on this server. Untrusted requests
+(heavy statements, new sessions that have not shown anything yet) may hold every worker but that
+one at once, so however many of them run heavy statements, everyone else is still answered; under
+load they still get their turn in arrival order.
 """
 
 from __future__ import annotations
@@ -100,11 +101,15 @@ class WorkerPool:
         self.config = config
         self.size = size
         self._idle: collections.deque[WorkerProcess] = collections.deque()
-        self._changed = asyncio.Condition()
+        self._waiters: collections.deque[tuple[asyncio.Future, bool]] = (
+            collections.deque()
+        )  # (future, trusted)
         self.reserve = 1 if size > 1 else 0
+        self.untrusted_busy = 0  # workers running untrusted requests now
+        self._respawning = asyncio.Semaphore(1)
         self._all: set[WorkerProcess] = set()
         self._jobs = itertools.count(1)
-        self._spawning: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task] = set()
         self.closed = False
 
     async def start(self) -> None:
@@ -117,7 +122,7 @@ class WorkerPool:
                     w.kill()
             raise WorkerStartError(str(failures[0]))
         for w in started:
-            await self._put(w)
+            self._put(w)
 
     async def _spawn(self) -> WorkerProcess:
         data, data_child = socket.socketpair()
@@ -149,26 +154,51 @@ class WorkerPool:
         return worker
 
     async def acquire(self, trusted: bool = True) -> WorkerProcess:
-        """The next free worker, in arrival order; untrusted requests leave the reserve free. A
-        worker found dead is replaced."""
-        async with self._changed:
-            while True:
-                await self._changed.wait_for(lambda: len(self._idle) > (0 if trusted else self.reserve))
-                worker = self._idle.popleft()
-                if worker.alive and worker.proc.poll() is None:
-                    return worker
-                self.discard(worker)
+        """The next free worker, strictly in arrival order among those that may take one: an
+        untrusted request passes its turn while only the reserved worker is free. A worker found
+        dead is replaced."""
+        while True:
+            turn = asyncio.get_running_loop().create_future()
+            self._waiters.append((turn, trusted))
+            self._dispatch()
+            try:
+                worker = await turn
+            except asyncio.CancelledError:  # e.g. the wait timed out
+                if turn.done() and not turn.cancelled():
+                    self.untrusted_busy -= not trusted
+                    self._put(turn.result())  # handed over just as the wait ended: pass it on
+                else:
+                    self._waiters = collections.deque(w for w in self._waiters if w[0] is not turn)
+                raise
+            if worker.alive and worker.proc.poll() is None:
+                return worker
+            self.untrusted_busy -= not trusted
+            self.discard(worker)
 
-    async def _put(self, worker: WorkerProcess) -> None:
-        async with self._changed:
-            self._idle.append(worker)
-            self._changed.notify_all()
+    def _may_take(self, trusted: bool) -> bool:
+        # Alive workers: while a killed one restarts, the reserve still stands.
+        return bool(self._idle) and (trusted or self.untrusted_busy < len(self._all) - self.reserve)
+
+    def _dispatch(self) -> None:
+        """Hand free workers to waiting requests in the order they came."""
+        for waiter in list(self._waiters):
+            if not self._idle:
+                return
+            turn, trusted = waiter
+            if turn.done():  # cancelled meanwhile
+                self._waiters.remove(waiter)
+            elif self._may_take(trusted):
+                self._waiters.remove(waiter)
+                self.untrusted_busy += not trusted
+                turn.set_result(self._idle.popleft())
+
+    def _put(self, worker: WorkerProcess) -> None:
+        self._idle.append(worker)
+        self._dispatch()
 
     def release(self, worker: WorkerProcess) -> None:
         if worker.alive and not self.closed:
-            task = asyncio.get_running_loop().create_task(self._put(worker))
-            self._spawning.add(task)
-            task.add_done_callback(self._spawning.discard)
+            self._put(worker)
 
     def discard(self, worker: WorkerProcess) -> None:
         """Kill a worker and start its replacement."""
@@ -180,15 +210,17 @@ class WorkerPool:
         async def replace() -> None:
             while not self.closed:
                 try:
-                    await self._put(await self._spawn())
+                    async with self._respawning:  # one at a time: a burst of starts would starve the rest
+                        worker = await self._spawn()
+                    self._put(worker)
                     return
                 except Exception:
                     log.exception("could not start a statement worker; retrying")
                     await asyncio.sleep(1.0)
 
         task = asyncio.get_running_loop().create_task(replace())
-        self._spawning.add(task)
-        task.add_done_callback(self._spawning.discard)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def forget(self, session: int) -> None:
         """A session ended: each worker that holds its cursor closes it with its next request."""
@@ -202,14 +234,21 @@ class WorkerPool:
 
     async def job(self, request: dict, timeout: float, trusted: bool = True) -> Job:
         """Send a request to the next free worker; the returned job yields its reply frames."""
-        worker = await self.acquire(trusted)
+        try:  # waiting for a worker counts against the statement's time too
+            worker = await asyncio.wait_for(self.acquire(trusted), timeout + GRACE_SECONDS)
+        except TimeoutError as exc:
+            raise JobFailed(
+                f"canceling statement due to statement timeout: no statement worker became free within "
+                f"{timeout + GRACE_SECONDS:g} s (all {self.size} are busy or restarting)",
+                "57014",
+            ) from exc
         job_id = next(self._jobs)
         sid = request.get("sid")
         if sid is not None:
             worker.sessions.add(sid)
         body = {**request, "job": job_id, "timeout": timeout, "forget": worker.forget}
         worker.forget = []
-        job = Job(self, worker, job_id, timeout)
+        job = Job(self, worker, job_id, timeout, trusted)
         try:
             payload = json.dumps(body).encode()
             worker.writer.write(HEADER.pack(b"J", len(payload)) + payload)
@@ -221,7 +260,7 @@ class WorkerPool:
 
     async def close(self) -> None:
         self.closed = True
-        for task in list(self._spawning):
+        for task in list(self._tasks):
             task.cancel()
         for w in list(self._all):
             w.kill()
@@ -234,7 +273,10 @@ class WorkerPool:
 class Job:
     """One request on one worker: its reply frames, read under a hard deadline."""
 
-    def __init__(self, pool: WorkerPool, worker: WorkerProcess, job_id: int, timeout: float) -> None:
+    def __init__(
+        self, pool: WorkerPool, worker: WorkerProcess, job_id: int, timeout: float, trusted: bool = True
+    ) -> None:
+        self.trusted = trusted
         self.pool, self.worker, self.id = pool, worker, job_id
         self.timeout = timeout
         self.started = time.monotonic()
@@ -294,6 +336,7 @@ class Job:
         if kind in TERMINAL:
             self.done = True
             self.finished = time.monotonic()
+            self.pool.untrusted_busy -= not self.trusted
             self.pool.release(self.worker)
         return kind, payload
 
@@ -303,6 +346,7 @@ class Job:
             if self._read is not None:
                 self._read.cancel()
                 self._read = None
+            self.pool.untrusted_busy -= not self.trusted
             self.pool.discard(self.worker)
 
     def cancel(self) -> None:
