@@ -118,9 +118,11 @@ class Catalog:
             raise ValueError("give a line number or the code of the line")
         return self.sql(query_text("where"), {"file": file, "line": line, "code": code})
 
-    def anomalies(self, run: str | None = None) -> pa.Table:
-        """`first_anomaly` for every run (or one), ordered by run, rank, graph and iteration."""
-        return self.sql(query_text("anomalies"), {"run": run})
+    def anomalies(self, run: str | None = None, *, by_graph: bool = False) -> pa.Table:
+        """The first anomaly of every step (`first_anomaly`: one row per run, rank and iteration),
+        for every run or one; `by_graph=True` gives each kernel graph's own first anomaly instead
+        (`first_anomaly_by_graph`), the steps in order and their graphs in execution order."""
+        return self.sql(query_text("anomalies_by_graph" if by_graph else "anomalies"), {"run": run})
 
     # -- tensors ---------------------------------------------------------------------------
 

@@ -312,12 +312,26 @@ def where(catalog_path: str, line_spec: str | None, code: str | None, fmt: str) 
 @main.command()
 @click.argument("catalog_path", metavar="CAT")
 @click.option("--run", default=None, help="Only this run.")
+@click.option(
+    "--by-graph",
+    is_flag=True,
+    help="Each kernel graph's own first anomaly (several per step with control flow), not the step's.",
+)
 @FORMAT_OPTION
-def anomalies(catalog_path: str, run: str | None, fmt: str) -> None:
-    """The first operator (in execution order) whose output holds NaN or Inf, per iteration."""
+def anomalies(catalog_path: str, run: str | None, by_graph: bool, fmt: str) -> None:
+    """The first output that holds NaN or Inf in each step (run, rank, iteration), in the order the
+    step executed across all its kernel graphs, with the source line that made it."""
     cat = _open(catalog_path)
-    result = cat.anomalies(run)
+    result = cat.anomalies(run, by_graph=by_graph)
     write_table(result, sys.stdout, fmt)
+    if not by_graph and fmt == "table" and result.num_rows:
+        spread = max(result.column("anomalous_graphs").to_pylist())
+        if spread > 1:
+            click.echo(
+                f"(later outputs in up to {spread} kernel graphs per step hold NaN/Inf too; "
+                "`dumpcat anomalies --by-graph` lists the first of each graph)",
+                err=True,
+            )
 
 
 @main.command()

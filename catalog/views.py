@@ -77,5 +77,7 @@ USER_VIEWS = {
     "edges": "data and control edges between graph nodes",
     "source_lines": "every stack frame of every node's source trace",
     "op_source": "each operator's innermost user source line",
-    "first_anomaly": "per run/rank/graph/iteration, the first operator whose output holds NaN or Inf",
+    "first_anomaly": "per run/rank/iteration (a step), the first output holding NaN or Inf, across graphs",
+    "first_anomaly_by_graph": "per run/rank/graph/iteration, the graph's own first output holding NaN/Inf",
+    "anomalous_tensors": "every statistic row whose tensor holds NaN or Inf",
 }

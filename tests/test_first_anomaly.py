@@ -1,0 +1,221 @@
+"""The first anomaly of a step, across kernel graphs, on real dumps: one answer per run, rank and
+iteration, ordered by the time kernels ran; the per-graph answer under its own name; and an answer
+(never silence) for dumps without an execution order or without graph IR."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from catalog import Catalog
+from ingest.npy_name import parse_tensor_name, sanitize_v23, short_name, without_op_index
+from tests.conftest import MS210, SAMPLES, dump_of
+
+LOG_OP = "Default/network-WithLossCell/_backbone-Net/Log-op0"
+MATMUL_OP = "Default/network-WithLossCell/_backbone-Net/fc-Dense/MatMul-op0"
+
+
+def _catalog(tmp_path: Path, dump: Path, run: str) -> Catalog:
+    cat = Catalog.open(tmp_path / f"{run}.cat", create=True)
+    cat.ingest(dump, run=run)
+    return cat
+
+
+def _poison(path: Path, count: int = 1) -> None:
+    """Overwrite the first `count` elements of a real float tensor file with NaN, in place."""
+    a = np.load(path)
+    flat = a.reshape(-1).copy()
+    flat[:count] = np.nan
+    np.save(path, flat.reshape(a.shape))
+
+
+def _kernel_output(iteration_dir: Path, graph_op: str) -> Path:
+    """The output.0 file of the kernel whose sanitised full name is `graph_op`, in one iteration."""
+    (hit,) = [
+        p for p in iteration_dir.glob("*.output.0.*.npy") if parse_tensor_name(p.name).op_name == graph_op
+    ]
+    return hit
+
+
+# -- across kernel graphs -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def poisoned_multigraph(tmp_path_factory):
+    """The real multigraph dump (an `if` on a tensor: kernel graphs 0-4 run in one training step,
+    in the time order 0, 3, 1, 4, 2) with NaN written into the output of the `Mul` of the taken
+    branch (graph 3) and of the `MatMul` after it (graph 1), iteration 0: the step's first anomaly
+    is in graph 3 although graph 1 has the lower id."""
+    base = tmp_path_factory.mktemp("mg")
+    dump = base / "multigraph"
+    shutil.copytree(dump_of("multigraph"), dump)
+    net = dump / "rank_0" / "MultiNet"
+    mul = _kernel_output(net / "3" / "0", sanitize_v23("Expand/_Muls/Mul-op0"))
+    matmul = _kernel_output(net / "1" / "0", sanitize_v23(MATMUL_OP))
+    _poison(mul)
+    _poison(matmul, 3)
+    cat = Catalog.open(base / "cat", create=True)
+    cat.ingest(dump, run="mg")
+    return cat, mul, matmul
+
+
+def test_one_answer_per_step_in_time_order_across_graphs(poisoned_multigraph):
+    cat, mul, _matmul = poisoned_multigraph
+    rows = cat.sql("SELECT * FROM first_anomaly ORDER BY iteration").to_pylist()
+    assert [(r["run"], r["rank"], r["iteration"]) for r in rows] == [("mg", 0, 0)]
+    first = rows[0]
+    assert (first["graph_id"], first["op_name"], first["io"], first["slot"]) == (
+        3,
+        "Expand/_Muls/Mul-op0",
+        "output",
+        0,
+    )
+    assert first["timestamp_us"] == parse_tensor_name(mul.name).timestamp_us
+    assert first["nan_count"] == 1
+    # Its row id is the poisoned file, and the rest of the step is counted, not hidden.
+    assert cat.locate(first["row_id"])[0] == mul.resolve()
+    assert first["anomalous_graphs"] >= 2 and first["anomalous_outputs"] >= 2
+
+
+def test_per_graph_answers_keep_their_own_name(poisoned_multigraph):
+    cat, _mul, _matmul = poisoned_multigraph
+    by_graph = cat.sql(
+        "SELECT graph_id, op_name, exec_index FROM first_anomaly_by_graph WHERE iteration = 0 "
+        "ORDER BY graph_id"
+    ).to_pylist()
+    graphs = [r["graph_id"] for r in by_graph]
+    assert 1 in graphs and 3 in graphs and len(graphs) >= 2
+    g1 = next(r for r in by_graph if r["graph_id"] == 1)
+    assert g1["op_name"] == MATMUL_OP and g1["exec_index"] == 1
+    # The step answer is the earliest of the per-graph answers by time.
+    earliest = cat.sql(
+        "SELECT graph_id FROM first_anomaly_by_graph WHERE iteration = 0 ORDER BY timestamp_us LIMIT 1"
+    ).column(0)
+    assert earliest.to_pylist() == [3]
+
+
+def test_cli_shows_the_step_answer_and_points_to_by_graph(poisoned_multigraph):
+    cat, _mul, _matmul = poisoned_multigraph
+    cli = [sys.executable, "-m", "catalog.cli", "anomalies", str(cat.path)]
+    step = subprocess.run([*cli, "--format", "csv"], capture_output=True, text=True, check=True)
+    lines = step.stdout.splitlines()
+    assert lines[0].startswith("run,rank,iteration,graph_id,exec_index,op_name,io,slot,")
+    assert len(lines) == 2 and ",Expand/_Muls/Mul-op0,output,0," in lines[1]
+    table = subprocess.run(cli, capture_output=True, text=True, check=True)
+    assert "Expand/_Muls/Mul-op0" in table.stdout and "(1 row)" in table.stdout
+    assert "--by-graph" in table.stderr
+    per_graph = subprocess.run(
+        [*cli, "--by-graph", "--format", "csv"], capture_output=True, text=True, check=True
+    )
+    body = per_graph.stdout.splitlines()[1:]
+    assert len(body) >= 2
+    assert ",Expand/_Muls/Mul-op0," in body[0]  # steps in order, their graphs in time order
+    assert any(f",{MATMUL_OP}," in line for line in body)
+
+
+# -- without an execution order -----------------------------------------------------------------
+
+
+def _without(tmp_path: Path, scenario: str, *parts: str) -> Path:
+    dump = tmp_path / scenario
+    shutil.copytree(dump_of(scenario), dump)
+    for part in parts:
+        shutil.rmtree(dump / "rank_0" / part)
+    return dump
+
+
+COLUMNS = "row_id, op_name, source_file, source_line, source_code, name_match"
+
+
+@pytest.mark.parametrize("scenario", ["nan_log", "long_names", "kernels_filter", "multigraph", "simple"])
+def test_graph_ir_resolves_names_when_there_is_no_execution_order(tmp_path, scenario):
+    """Without execution_order/ the IR resolves every operator the execution order did: the same
+    op_name, source line and match kind for every statistic; only exec_index is unknown."""
+    full = _catalog(tmp_path, dump_of(scenario), "x")
+    bare = _catalog(tmp_path / "bare", _without(tmp_path, scenario, "execution_order"), "x")
+    query = f"SELECT {COLUMNS} FROM stats ORDER BY row_id"
+    want = full.sql(query).to_pylist()
+    got = bare.sql(query).to_pylist()
+    assert got == want
+    assert sum(r["name_match"] != "unresolved" for r in got) > 0
+    assert bare.sql("SELECT count(*) FROM stats WHERE exec_index IS NOT NULL").column(0)[0].as_py() == 0
+    assert bare.sql("SELECT count(*) FROM ops").column(0)[0].as_py() == 0
+
+
+def test_first_anomaly_without_execution_order(tmp_path):
+    cat = _catalog(tmp_path, _without(tmp_path, "nan_log", "execution_order"), "noeo")
+    rows = cat.sql(
+        "SELECT iteration, op_name, exec_index, source_line, source_code, input_ops FROM first_anomaly "
+        "ORDER BY iteration"
+    ).to_pylist()
+    assert rows == [
+        {
+            "iteration": 0,
+            "op_name": LOG_OP,
+            "exec_index": None,
+            "source_line": 16,
+            "source_code": "x = self.log(x)",
+            "input_ops": ["Default/network-WithLossCell/_backbone-Net/fc-Dense/BiasAdd-op0"],
+        },
+        {
+            "iteration": 1,
+            "op_name": MATMUL_OP,
+            "exec_index": None,
+            "source_line": 15,
+            "source_code": "x = self.fc(x)",
+            "input_ops": ["inputs0", "Default/network-WithLossCell/_backbone-Net/Load-op0"],
+        },
+    ]
+
+
+def test_first_anomaly_with_neither_execution_order_nor_graphs(tmp_path):
+    """A bare tree of npy files (as people copy them by hand) still names the first NaN of each
+    step, by the name in its file and its timestamp."""
+    cat = _catalog(tmp_path, _without(tmp_path, "nan_log", "execution_order", "graphs"), "bare")
+    rows = cat.sql(
+        "SELECT iteration, op_name, name_match, source_line FROM first_anomaly ORDER BY 1"
+    ).to_pylist()
+    assert rows == [
+        {"iteration": 0, "op_name": sanitize_v23(LOG_OP), "name_match": "unresolved", "source_line": None},
+        {"iteration": 1, "op_name": sanitize_v23(MATMUL_OP), "name_match": "unresolved", "source_line": None},
+    ]
+
+
+def test_inputs_answer_when_no_output_was_dumped(tmp_path):
+    """With only inputs dumped (`input_output: 1`), the first anomalous input is the answer."""
+    dump = tmp_path / "inputs_only"
+    shutil.copytree(dump_of("nan_log"), dump)
+    for f in dump.rglob("*.output.*.npy"):
+        if not f.name.startswith("Parameter."):
+            f.unlink()
+    for f in dump.rglob("Parameter.*.npy"):
+        f.unlink()
+    cat = _catalog(tmp_path, dump, "inputs_only")
+    rows = cat.sql("SELECT iteration, io, op_name FROM first_anomaly ORDER BY iteration").to_pylist()
+    assert [r["io"] for r in rows] == ["input", "input"]
+    # Iteration 0: the Log's output feeds BiasAdd of the head: its input is the first NaN seen.
+    first = cat.sql(
+        "SELECT op_name FROM stats WHERE iteration = 0 AND nan_count > 0 ORDER BY timestamp_us LIMIT 1"
+    ).column(0)
+    assert rows[0]["op_name"] == first[0].as_py()
+
+
+def test_sql_sanitising_of_ir_names_matches_python(tmp_path):
+    """ir_ops builds the file-name forms in SQL; on every real graph IR committed here they equal
+    the forms ingest.npy_name gives the execution order."""
+    cat = Catalog.open(tmp_path / "cat", create=True)
+    scenarios = [p.name for p in sorted(MS210.iterdir()) if (p / "dump").is_dir()]
+    scenarios += [p.name for p in sorted(SAMPLES.iterdir())]
+    for scenario in scenarios:
+        cat.ingest(_without(tmp_path, scenario, "execution_order"), run=scenario)
+    rows = cat.sql("SELECT full_name, sanitized_name, short_name, base_name FROM ir_ops").to_pylist()
+    assert len({r["full_name"] for r in rows}) > 100
+    for row in rows:
+        assert row["sanitized_name"] == sanitize_v23(row["full_name"])
+        assert row["short_name"] == short_name(row["full_name"])
+        assert row["base_name"] == without_op_index(sanitize_v23(row["full_name"]))
