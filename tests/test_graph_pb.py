@@ -33,14 +33,41 @@ def _ids(p: Path) -> str:
 # --- real files: the .pb and the .ir agree --------------------------------------------------------
 
 
+# Where MindSpore itself wrote different traces into the two files: the scalar multiplications
+# that the `Muls` expander made for the backward pass of control_flow have no trace of their own,
+# only a "Corresponding forward node candidate", and the .pb and the .ir pick different
+# candidates. Graphs 20, 26 and 27 differentiate `relu(h) * 2` (line 16) and
+# `self.gate(x) * 0.5` (line 40): the .ir is right and the .pb says line 31. Graph 30 (run in
+# iteration 0 only, with graph 29's `x * 0.5`) differentiates line 31: the .pb is right and the
+# .ir says line 40. {(scenario, graph id): {full name: (.pb line, .ir line)}}
+CANDIDATE_DISAGREEMENTS = {
+    ("control_flow", 20): {"Expand/_Muls/Mul-op1": (31, 16)},
+    ("control_flow", 26): {"Expand/_Muls/Mul-op4": (31, 40)},
+    ("control_flow", 27): {"Expand/_Muls/Mul-op5": (31, 40)},
+    ("control_flow", 30): {"Expand/_Muls/Mul-op7": (31, 40)},
+}
+
+
+def _disagreements(path: Path) -> dict[str, tuple[int, int]]:
+    return CANDIDATE_DISAGREEMENTS.get((path.parts[-5], int(path.stem.rsplit("_", 1)[1])), {})
+
+
 @pytest.mark.parametrize("path", REAL_PBS, ids=_ids)
 def test_pb_and_ir_give_the_same_operator_to_line_mapping(path):
     g_pb, g_ir = _pair(path)
     assert g_pb.errors == [] and g_ir.errors == []
     assert g_pb.source == "pb" and g_pb.graph_id == g_ir.graph_id and g_pb.graph_name == g_ir.graph_name
     mapping = g_pb.user_line_map()
-    assert mapping == g_ir.user_line_map()
-    assert mapping or not g_ir.frames  # only kernel_graph6 (two MakeTuples, no trace) maps nothing
+    ir_mapping = g_ir.user_line_map()
+    known = _disagreements(path)
+    assert {k: v[1] for k, v in mapping.items() if k in known} == {k: pb for k, (pb, _) in known.items()}
+    assert {k: v[1] for k, v in ir_mapping.items() if k in known} == {k: ir for k, (_, ir) in known.items()}
+    assert {k: v for k, v in mapping.items() if k not in known} == {
+        k: v for k, v in ir_mapping.items() if k not in known
+    }
+    # a graph maps nothing only when no node has a frame in the user's script (kernel_graph6 of
+    # the samples: two MakeTuples, no trace; loss or optimizer graphs of control_flow)
+    assert mapping or not any(f.is_user_code for frames in g_ir.frames.values() for f in frames)
     for full_name, (file, line) in mapping.items():
         assert file.endswith("train.py") and line > 0, full_name
 
@@ -86,8 +113,11 @@ def test_pb_frames_match_the_ir_frames(path):
     g_pb, g_ir = _pair(path)
     assert set(g_pb.frames) == set(g_ir.frames)
     names = {n.node_key: n.full_name for n in g_ir.nodes}
+    known = _disagreements(path)
     for key, frames in g_pb.frames.items():
         ir_frames = g_ir.frames[key]
+        if names[key] in known:
+            continue  # different candidates (see CANDIDATE_DISAGREEMENTS)
         if names[key].startswith("Gradients/"):
             # the .ir prints a gradient node's merged trace, which repeats call sites (other
             # columns) and adds `if` lines; the .pb keeps the forward node's stack: a subsequence
@@ -180,7 +210,10 @@ def test_every_forward_network_kernel_has_a_user_line(csv, pb_path):
         known = g.by_full_name()
         for name in names:
             assert name in known, name  # every kernel of the execution order is a node of the graph
-            if name.startswith("Default/"):
+            if name.startswith("Default/TensorMove-"):
+                # copies the control-flow backend inserts (control_flow's loop state): no trace
+                assert known[name].node_key not in g.frames, name
+            elif name.startswith("Default/"):
                 if "/_loss_fn-" in name or name.startswith("Default/optimizer-"):
                     # built-in loss and optimizer cells are called by TrainOneStepCell and
                     # WithLossCell, never from the user's script: framework frames only
