@@ -325,11 +325,18 @@ def anomalies(catalog_path: str, run: str | None, by_graph: bool, fmt: str) -> N
     result = cat.anomalies(run, by_graph=by_graph)
     write_table(result, sys.stdout, fmt)
     if not by_graph and fmt == "table" and result.num_rows:
-        spread = max(result.column("anomalous_graphs").to_pylist())
+        spread = (
+            cat.sql(
+                "SELECT max(anomalous_graphs) FROM first_anomaly WHERE $run IS NULL OR run = $run",
+                {"run": run},
+            )
+            .column(0)[0]
+            .as_py()
+        )
         if spread > 1:
             click.echo(
-                f"(later outputs in up to {spread} kernel graphs per step hold NaN/Inf too; "
-                "`dumpcat anomalies --by-graph` lists the first of each graph)",
+                f"(NaN/Inf reached up to {spread} kernel graphs in one step; "
+                "`dumpcat anomalies --by-graph` lists the first anomaly of each graph)",
                 err=True,
             )
 

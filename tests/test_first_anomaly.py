@@ -104,7 +104,7 @@ def test_cli_shows_the_step_answer_and_points_to_by_graph(poisoned_multigraph):
     cli = [sys.executable, "-m", "catalog.cli", "anomalies", str(cat.path)]
     step = subprocess.run([*cli, "--format", "csv"], capture_output=True, text=True, check=True)
     lines = step.stdout.splitlines()
-    assert lines[0].startswith("run,rank,iteration,graph_id,exec_index,op_name,io,slot,")
+    assert lines[0].startswith("run,rank,iteration,graph_id,op_name,io,slot,nan_count,")
     assert len(lines) == 2 and ",Expand/_Muls/Mul-op0,output,0," in lines[1]
     table = subprocess.run(cli, capture_output=True, text=True, check=True)
     assert "Expand/_Muls/Mul-op0" in table.stdout and "(1 row)" in table.stdout
@@ -219,3 +219,41 @@ def test_sql_sanitising_of_ir_names_matches_python(tmp_path):
         assert row["sanitized_name"] == sanitize_v23(row["full_name"])
         assert row["short_name"] == short_name(row["full_name"])
         assert row["base_name"] == without_op_index(sanitize_v23(row["full_name"]))
+
+
+# -- a real control-flow run --------------------------------------------------------------------
+
+SQRT_OP = "Default/network-WithLossCell/_backbone-Net/Sqrt-op0"
+
+
+def _first_nan_output_by_numpy(iteration_dir_glob: list[Path]) -> Path:
+    """Independently of dumpcat: the output file holding NaN/Inf with the smallest timestamp."""
+    bad = []
+    for f in iteration_dir_glob:
+        name = parse_tensor_name(f.name)
+        if name.io != "output":
+            continue
+        a = np.load(f)
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
+            bad.append((name.timestamp_us, f))
+    return min(bad)[1]
+
+
+@pytest.mark.parametrize("without", [(), ("execution_order",)])
+def test_control_flow_step_answer_is_the_sqrt(tmp_path, without):
+    """MindSpore 2.10 compiles the control-flow net into many kernel graphs; the NaN made by
+    `ops.Sqrt` at iteration 0 spreads to outputs in many of them. One row per step, and it is the
+    sqrt — with or without the execution order."""
+    dump = _without(tmp_path, "control_flow", *without)
+    cat = _catalog(tmp_path, dump, "cf")
+    rows = cat.sql("SELECT * FROM first_anomaly ORDER BY iteration").to_pylist()
+    assert [(r["rank"], r["iteration"]) for r in rows] == [(0, 0), (0, 1)]
+    first = rows[0]
+    assert (first["op_name"], first["io"], first["slot"]) == (SQRT_OP, "output", 0)
+    assert first["source_file"].endswith("control_flow/train.py") and first["source_line"] == 34
+    assert first["source_code"] == "x = self.sqrt(x)"
+    expected = _first_nan_output_by_numpy(sorted(dump.glob("rank_0/Net/*/0/*.npy")))
+    assert cat.locate(first["row_id"])[0] == expected.resolve()
+    per_graph = cat.sql("SELECT graph_id FROM first_anomaly_by_graph WHERE iteration = 0").column(0)
+    assert len(per_graph) > 5 and first["anomalous_graphs"] == len(per_graph)
+    assert first["graph_id"] in per_graph.to_pylist()
