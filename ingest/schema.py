@@ -83,6 +83,9 @@ STAT_ROWS = pa.schema(
         ("format", pa.string()),
         ("shape", SHAPE),
         *STAT_VALUE_FIELDS,
+        # What the matched tensor file contradicts: NULL when it agrees (or there is none),
+        # else 'shape', 'nbytes' or 'shape,nbytes' (csv Shape / Data Size vs the npy header).
+        ("mismatch", pa.string()),
     ]
 )
 

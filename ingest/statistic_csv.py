@@ -23,6 +23,21 @@ line (a resume offset that no longer fits the file) use line number 0. Blank lin
 silently (they lose no data). ``io`` is lower-cased. An empty field is NULL in every column;
 ``null`` is NULL in numeric and shape columns but kept literally in string columns (op names).
 Stat columns absent from the header are NULL.
+
+``Timestamp`` should be µs since the epoch, but files written in seconds (often with a fraction,
+``1795302020.817320``), milliseconds or nanoseconds exist. The unit is told by the magnitude of the
+integer part, and ``timestamp_us`` is always µs:
+
+* ``< 1e8``: no epoch time after 1973-03-03 in any unit (1e8 s is that date; 1e8 ms and 1e8 µs
+  are a day and 100 s after 1970-01-01). Such values (``0``, a counter, a negative number) are not
+  rescaled: they are kept as written, fraction dropped, so they still equal the same number in a
+  tensor file name.
+* ``1e8 .. 1e11``: seconds; ``1e11 .. 1e14``: milliseconds; ``1e14 .. 1e17``: microseconds;
+  ``>= 1e17``: nanoseconds. Each range covers the dates 1973-03-03 .. 5138-11-16 in its unit
+  (nanoseconds: up to 2262-04-11, the int64 limit), so no real epoch value is ambiguous.
+
+Digits finer than a µs are dropped (truncated); a fraction is read digit by digit, not through a
+float, so ``1795302020.817320`` is exactly ``1795302020817320``. Exponent notation is not accepted.
 """
 
 from __future__ import annotations
@@ -95,6 +110,13 @@ _STRING_COLS = frozenset({"op_type", "file_op_name", "io", "data_type", "format"
 _NULL_STRING = pa.scalar(None, pa.string())
 
 _INT_RE = r"^-?[0-9]+$"
+# A decimal Timestamp: integer part and optional fraction (seconds and milliseconds carry one).
+_DECIMAL_RE = r"^\s*\+?(?P<int>-?[0-9]+)(?:\.(?P<frac>[0-9]*))?\s*$"
+# Timestamp unit by the magnitude of the integer part (see the module docstring).
+_EPOCH_FLOOR = 10**8  # below: not an epoch time in any unit, kept as written
+_SECONDS_BELOW = 10**11
+_MILLIS_BELOW = 10**14
+_MICROS_BELOW = 10**17  # at or above: nanoseconds
 _FLOAT_RE = r"(?i)^[-+]?(([0-9]+\.?[0-9]*|\.[0-9]+)(e[-+]?[0-9]+)?|nan|inf|infinity)$"
 # MSVC prints NaN as 'nan(ind)' / '-nan(ind)'; normalise before casting.
 _MSVC_NAN_RE = r"(?i)^([-+]?)nan\([a-z0-9_]*\)$"
@@ -314,6 +336,39 @@ def _to_int(arr: pa.Array, typ: pa.DataType) -> tuple[pa.Array, np.ndarray | Non
         return _cast_masked(arr, _valid_mask(arr, _INT_RE), typ, convert)
 
 
+def _to_timestamp_us(arr: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
+    """Timestamps in s, ms, µs or ns (told apart by magnitude) -> µs, vectorised.
+
+    Integers cast directly; otherwise one regex splits integer part and fraction, and the first
+    nine fraction digits give the sub-unit part exactly (no float rounding)."""
+    frac9 = None
+    bad = None
+    try:
+        whole = pc.cast(arr, pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        arr = _null_token(arr)
+        parts = pc.extract_regex(arr, _DECIMAL_RE)
+        ok = pc.or_kleene(pc.is_valid(parts), pc.is_null(arr)).to_numpy(zero_copy_only=False)
+        whole, bad = _to_int(pc.struct_field(parts, "int"), pa.int64())
+        bad = ~ok if bad is None else (bad | ~ok)
+        digits = pc.utf8_slice_codeunits(pc.utf8_rpad(pc.struct_field(parts, "frac"), 9, "0"), 0, 9)
+        frac9 = pc.cast(digits, pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
+    v = whole.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    if frac9 is None:
+        frac9 = np.zeros(len(v), dtype=np.int64)
+    with np.errstate(over="ignore"):  # np.select computes every branch; the unused ones may wrap
+        us = np.select(
+            [v < _EPOCH_FLOOR, v < _SECONDS_BELOW, v < _MILLIS_BELOW, v < _MICROS_BELOW],
+            [v, v * 1_000_000 + frac9 // 1_000, v * 1_000 + frac9 // 1_000_000, v],
+            v // 1_000,
+        )
+    mask = pc.is_null(whole).to_numpy(zero_copy_only=False)
+    out = pa.array(us, type=pa.int64(), mask=mask if mask.any() else None)
+    if bad is not None and not bad.any():
+        bad = None
+    return out, bad
+
+
 def _to_float(arr: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
     try:
         return pc.cast(arr, pa.float64()), None
@@ -400,6 +455,9 @@ def _convert(
             out[name] = pc.utf8_lower(arr)
         elif name in _STRING_COLS:
             out[name] = arr
+        elif name == "timestamp_us":
+            out[name], mask = _to_timestamp_us(arr)
+            flag(mask, name, arr, "unparseable timestamp in")
         elif name == "shape":
             out[name], mask = _to_shape(arr)
             flag(mask, name, arr, "unparseable")

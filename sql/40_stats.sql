@@ -12,13 +12,13 @@ WITH unioned AS (
     SELECT row_id, stat_id, run, rank, net, graph_id, iteration, op_type, file_op_name, file_op_base,
            timestamp_us, io, slot, data_type AS dtype, shape, data_size AS nbytes,
            max, min, avg, count, neg_count, pos_count, nan_count, neg_inf_count, pos_inf_count,
-           zero_count, l2norm, md5, 'statistic.csv' AS stat_source
+           zero_count, l2norm, md5, 'statistic.csv' AS stat_source, mismatch
     FROM raw_stat_rows
     UNION ALL
     SELECT row_id, NULL AS stat_id, run, rank, net, graph_id, iteration, op_type, file_op_name, file_op_base,
            timestamp_us, io, slot, dtype, shape, nbytes,
            max, min, avg, count, neg_count, pos_count, nan_count, neg_inf_count, pos_inf_count,
-           zero_count, l2norm, md5, 'computed' AS stat_source
+           zero_count, l2norm, md5, 'computed' AS stat_source, CAST(NULL AS VARCHAR) AS mismatch
     FROM raw_tensor_stats c
     WHERE NOT EXISTS (SELECT 1 FROM raw_stat_rows s WHERE s.row_id = c.row_id)
 )
@@ -33,7 +33,7 @@ SELECT u.row_id, u.stat_id, u.run, u.rank, u.net, u.graph_id, u.iteration,
        os.source_file, os.source_line, os.source_code,
        CASE WHEN k.key IS NOT NULL THEN 'exact' WHEN kb.key IS NOT NULL THEN 'op_index'
             WHEN kr.key IS NOT NULL THEN 'rank' ELSE 'unresolved' END AS name_match,
-       u.timestamp_us
+       u.timestamp_us, u.mismatch
 FROM unioned u
 LEFT JOIN op_keys k
        ON k.run = u.run AND k.rank = u.rank AND k.graph_id = u.graph_id AND k.key = u.file_op_name

@@ -424,6 +424,96 @@ def test_parse_bytes_with_external_header():
     assert whole.table.num_rows == 3 and whole.end_line == 4
 
 
+# ---------------------------------------------------------------- timestamp units
+
+
+def test_timestamp_units_are_detected():
+    """Seconds, milliseconds and nanoseconds give the µs value, to the precision the unit has;
+    non-epoch values (0, small counters) are kept as written."""
+    path = DATA / "timestamp_units.csv"
+    r = read_statistic_csv(path)
+    check_clean(r, path, 9)
+    us = 1719312345678901
+    assert {ln: row["timestamp_us"] for ln, row in by_line(r).items()} == {
+        2: us,  # µs, as MindSpore writes it
+        3: us,  # seconds with a 6-digit fraction: exact, not through a float
+        4: us // 10**6 * 10**6,  # whole seconds
+        5: us,  # milliseconds with a fraction
+        6: us // 1000 * 1000,  # whole milliseconds
+        7: us,  # nanoseconds
+        8: us,  # a fraction of a µs is dropped
+        9: 0,
+        10: 42,
+    }
+
+
+def test_timestamp_unit_thresholds():
+    stamps = ["99999999", "100000000", "99999999999", "100000000000", "99999999999999"]
+    stamps += ["100000000000000", "99999999999999999", "100000000000000000", "-5", "12.9"]
+    stamps += ["-1719312345.5", "9223372036854775807"]
+    body = "".join(f'Add,{ADD0},0,0,{t},output,0,24,float32,"(2,3)",6,1,9.53939,\n' for t in stamps)
+    r = parse_statistic_csv_bytes((V23_HEADER + body).encode())
+    assert r.errors == []
+    assert [row["timestamp_us"] for row in rows(r)] == [
+        99999999,  # below 1e8: not an epoch time in any unit, kept
+        100000000 * 10**6,  # seconds from 1e8 (1973-03-03)
+        99999999999 * 10**6,
+        100000000000 * 10**3,  # milliseconds from 1e11
+        99999999999999 * 10**3,
+        100000000000000,  # µs from 1e14
+        99999999999999999,
+        100000000000000,  # ns from 1e17
+        -5,  # negative: kept
+        12,  # small with a fraction: kept, fraction dropped
+        -1719312345,
+        9223372036854775,  # the largest int64 as ns
+    ]
+
+
+def test_unparseable_timestamps_are_row_errors(tmp_path):
+    good = f'Add,{ADD0},0,0,1719312345.5,output,0,24,float32,"(2,3)",6,1,9.53939,\n'
+    path = tmp_path / "statistic.csv"
+    path.write_text(
+        V23_HEADER
+        + good
+        + good.replace("1719312345.5", "1.7e9")  # 3: exponent notation is not accepted
+        + good.replace("1719312345.5", "17193x")  # 4
+        + good.replace("1719312345.5", "9" * 25)  # 5: beyond int64
+        + good.replace("1719312345.5", "")  # 6: empty is NULL
+        + good.replace("1719312345.5", "null")  # 7: null is NULL
+    )
+    r = read_statistic_csv(path)
+    assert [ln for ln, _ in r.errors] == [3, 4, 5]
+    assert all("Timestamp" in reason for _, reason in r.errors)
+    assert {ln: row["timestamp_us"] for ln, row in by_line(r).items()} == {
+        2: 1719312345500000,
+        6: None,
+        7: None,
+    }
+
+
+@settings(max_examples=200, deadline=None)
+@given(us=st.integers(10**14, 10**17 - 1))
+def test_any_epoch_us_value_survives_every_unit(us):
+    """An epoch µs value written in s (6 decimals), ms (3 decimals), µs or ns reads back the same;
+    whole s and ms lose only the digits they do not have. (ns in an int64 end in 2262.)"""
+    texts = [
+        f"{us // 10**6}.{us % 10**6:06d}",
+        f"{us // 1000}.{us % 1000:03d}",
+        str(us),
+        str(us // 10**6),
+        str(us // 1000),
+    ]
+    want = [us, us, us, us // 10**6 * 10**6, us // 1000 * 1000]
+    if us * 1000 + 999 < 2**63:
+        texts.append(str(us * 1000 + 999))
+        want.append(us)
+    body = "".join(f'Add,{ADD0},0,0,{t},output,0,24,float32,"(2,3)",6,1,9.53939,\n' for t in texts)
+    r = parse_statistic_csv_bytes((V23_HEADER + body).encode())
+    assert r.errors == []
+    assert [row["timestamp_us"] for row in rows(r)] == want
+
+
 # ---------------------------------------------------------------- round-trip property
 
 CATEGORY = {
@@ -453,7 +543,8 @@ row_strategy = st.fixed_dictionaries(
         "file_op_name": name_text,
         "task_id": st.integers(0, 2**31),
         "stream_id": st.integers(0, 64),
-        "timestamp_us": st.integers(0, 2**62),
+        # What the writer puts there: µs since the epoch, or a small non-epoch number (kept as is).
+        "timestamp_us": st.one_of(st.integers(0, 10**8 - 1), st.integers(10**14, 10**17 - 1)),
         "io": st.sampled_from(["input", "output"]),
         "slot": st.integers(0, 2**31 - 1),
         "data_size": st.integers(0, 2**40),
