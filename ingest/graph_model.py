@@ -17,6 +17,12 @@ Node keys (identical in both parsers, so edges and frames can be compared):
   graph): `"const:{text}"`. These appear in `GraphNode.inputs` to keep operand positions (input
   slot *i* of a kernel is operand *i*) but are not nodes, and their text differs between the two
   sources (`const:Bool(0)` against `const:cst3`).
+
+A call node (a CNode whose callee is a graph, another node's result or a parameter, not a
+primitive: control flow) has op_type `"call"` and its callee as operand 0, before the call's
+arguments; the `.ir` also gives attributes `callee` (as printed) and `callee_abstract` (the
+bracketed `@FuncUnion(@a, @b)` / `@@g` / `@Partial(@g)`). The `.pb` keeps nothing of a call but
+its place: MindSpore writes it as an empty NodeProto.
 """
 
 from __future__ import annotations
@@ -191,6 +197,7 @@ class ParsedGraph:
     frames: dict[str, list[SourceFrame]] = field(default_factory=dict)
     errors: list[tuple[int | str, str]] = field(default_factory=list)
     graph_name: str | None = None  # the entry graph (`kernel_graph0`)
+    lines: int = 0  # non-blank lines read (the .ir parser; 0 from the .pb)
 
     def by_full_name(self) -> dict[str, GraphNode]:
         """Nodes that have a full name, keyed by it."""

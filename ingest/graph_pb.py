@@ -15,8 +15,15 @@ it yields the same `ParsedGraph` shape, with the same node keys (see `ingest.gra
   first frame `#  - In file`); frames are reversed per stack so depth 0 is the outermost frame,
   as in the `.ir`.
 
-A truncated or corrupt file becomes an error entry (protobuf's decode error), and the complete
-`NodeProto`s before the cut are salvaged by walking the wire format by hand.
+- a call node (a CNode whose callee is not a primitive: a graph, a node's result, a parameter)
+  is an empty `NodeProto` in the file, which still takes its apply index: it becomes op_type
+  `call` with no inputs, full name or frames (`graph_rows.parse_graph` then prefers a clean
+  `.ir`, which has all of that).
+
+The file is a `ModelProto` (MindSpore >= 1.1) or a bare `GraphProto` (~1.0), told apart by the
+wire types of the top-level fields. A truncated or corrupt file becomes an error entry
+(protobuf's decode error), and the complete `NodeProto`s before the cut are salvaged by walking
+the wire format by hand.
 """
 
 from __future__ import annotations
@@ -101,24 +108,63 @@ def parse_graph_pb_file(path: str | Path) -> ParsedGraph:
 
 
 def parse_graph_pb(data: bytes, graph_id: int | None = None) -> ParsedGraph:
-    """Decode a serialized `debugger.ModelProto`; a decode error becomes an error entry."""
+    """Decode a serialized `debugger.ModelProto`, or a bare `GraphProto` (MindSpore ~1.0 wrote
+    the graph without the ModelProto around it); a decode error becomes an error entry."""
     result = ParsedGraph(graph_id=graph_id, source="pb")
-    model = pb.ModelProto()
+    bare = _is_bare_graph(data)
+    if bare:
+        graph = pb.GraphProto()
+        parse = graph.ParseFromString
+    else:
+        model = pb.ModelProto()
+        parse = model.ParseFromString
     try:
-        model.ParseFromString(data)
+        parse(data)
     except (DecodeError, ValueError, RuntimeError) as exc:
-        parts = _salvage(data, result)
+        parts = _salvage(data, result, bare)
         result.errors.insert(0, ("file", f"protobuf decode failed ({exc}); salvaged {len(parts.node)} nodes"))
         _build(parts, result, salvaged=True)
         return result
-    if not model.HasField("graph"):
-        result.errors.append(("file", "ModelProto has no graph (empty or not a MindSpore .pb?)"))
+    if not bare:
+        if not model.HasField("graph"):
+            result.errors.append(("file", "ModelProto has no graph (empty or not a MindSpore .pb?)"))
+            return result
+        graph = model.graph
+    elif not (_t(graph.name) or any(n.op_type for n in graph.node)):
+        # bytes that happen to decode as a GraphProto, with neither a name nor an operator
+        result.errors.append(("file", "neither a ModelProto nor a named GraphProto: not a MindSpore .pb?"))
         return result
-    graph = model.graph
     if not _t(graph.name):
         result.errors.append(("graph", "GraphProto has no name: the file is probably cut short"))
     _build(graph, result)
     return result
+
+
+# --- which message ---------------------------------------------------------------------------------
+
+# GraphProto fields that are length-delimited where ModelProto's field of the same number is a
+# varint (1: node / ir_version, 3: parameters / model_version) or does not exist (5, 6).
+_GRAPH_ONLY_FIELDS = frozenset({1, 3, 5, 6})
+
+
+def _is_bare_graph(data: bytes) -> bool:
+    """True when the top-level fields are a GraphProto's rather than a ModelProto's.
+
+    A ModelProto (every MindSpore from 1.1 on) starts with `ir_version`, a varint in field 1,
+    and holds the graph in field 4. A bare GraphProto (~1.0) starts with its nodes, messages in
+    field 1, and has fields 3, 5, 6 as messages or strings, which a ModelProto never has. The
+    wire types alone decide: the protobuf decoder would not fail on the wrong message, it would
+    read a GraphProto's `outputs` (field 4) as a ModelProto's graph.
+    """
+    graph_like = model_like = False
+    for field_no, wire, _ in _fields(data):
+        if wire == 2 and field_no in _GRAPH_ONLY_FIELDS:
+            graph_like = True
+        elif wire == 0 and field_no in (1, 3):
+            model_like = True
+        if graph_like or model_like:
+            break
+    return graph_like and not model_like
 
 
 # --- salvage -------------------------------------------------------------------------------------
@@ -167,11 +213,11 @@ def _fields(data: bytes):
         yield field_no, wire, value
 
 
-def _salvage(data: bytes, result: ParsedGraph) -> pb.GraphProto:
+def _salvage(data: bytes, result: ParsedGraph, bare: bool = False) -> pb.GraphProto:
     """The complete GraphProto fields found before a cut, parsed one by one."""
     graph = pb.GraphProto()
-    graph_bytes = None
-    for field_no, wire, value in _fields(data):
+    graph_bytes = data if bare else None
+    for field_no, wire, value in () if bare else _fields(data):
         if field_no == 4 and wire == 2:
             graph_bytes = value
             if value is None:  # the graph itself is cut: take what is there
@@ -348,6 +394,24 @@ def frames_from_source_address(text: str) -> tuple[list[SourceFrame], list[str]]
 # --- building the ParsedGraph ----------------------------------------------------------------------
 
 
+def _is_empty_node(n: pb.NodeProto) -> bool:
+    return not (n.name or n.op_type or n.input or n.full_name or n.attribute or n.HasField("output_type"))
+
+
+def _node_names(graph: pb.GraphProto) -> list[str]:
+    """Each node's name; a node without one (the empty NodeProto of a call, see `_build`) gets
+    its apply index.
+
+    Nodes are named by their 1-based apply index (`"1"`, `"2"`, ...), and the empty NodeProto
+    of a call node still takes its number: in the control_flow sample `'11', '', '13'`, and
+    node 13 reads node `'12'`. So an empty node is named by its position, when every named
+    node's name is its position; otherwise (not the layout MindSpore writes) it is `"#<position>"`.
+    """
+    names = [_t(n.name) for n in graph.node]
+    positional = all(name == str(i) for i, name in enumerate(names, start=1) if name)
+    return [name or (str(i) if positional else f"#{i}") for i, name in enumerate(names, start=1)]
+
+
 def _t(value: str | bytes) -> str:
     """A proto2 string field as text: protobuf hands back bytes when they are not valid UTF-8."""
     return value if isinstance(value, str) else value.decode("utf-8", "replace")
@@ -395,17 +459,21 @@ def _build(graph: pb.GraphProto, result: ParsedGraph, salvaged: bool = False) ->
         if c.HasField("value"):
             dt = c.value.dtype
             ref_type.setdefault(ckey, f"<{_dtype_name(dt)}, NoShape>" if dt != pb.DT_TENSOR else "")
-    for n in graph.node:
-        name = _t(n.name)
+    names = _node_names(graph)
+    for n, name in zip(graph.node, names, strict=True):
         index = parse_uint(name)
         key = f"{gname}:%{index - 1}" if index else f"{gname}:{name}"
         ref_key.setdefault(name, key)
         ref_type.setdefault(name, type_text(n.output_type) if n.HasField("output_type") else "")
 
     unresolved = 0
-    for n in graph.node:
-        name = _t(n.name)
+    for n, name in zip(graph.node, names, strict=True):
         key = ref_key.get(name, f"{gname}:{name}")
+        if _is_empty_node(n):
+            # a CNode whose callee is not a primitive (a call of a graph, a node's result or a
+            # parameter): MindSpore's exporter writes an empty NodeProto for it, in its place
+            nodes.append(GraphNode(node_key=key, graph_name=gname, op_type="call", full_name=None))
+            continue
         leaves = type_leaves(n.output_type) if n.HasField("output_type") else []
         inputs: list[tuple[str, str]] = []
         in_types: list[str] = []

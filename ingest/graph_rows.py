@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ingest.graph_model import GRAPH_FILE, ParsedGraph
 from ingest.graph_pb import parse_graph_pb_file
-from ingest.ir_text import parse_ir_file
+from ingest.ir_text import NO_SUBGRAPH, is_file_level_error, parse_ir_file
 
 
 def graph_files(names: list[str]) -> dict[int, dict[str, str]]:
@@ -45,12 +45,25 @@ def graph_rows(
     return nodes, edges, frames
 
 
+# Per graph file, at most this many errors about single lines (or single nodes of a .pb) are
+# reported one by one; the rest are counted in one more row.
+MAX_LINE_ERRORS = 10
+
+
 def parse_graph(files: dict[str, str], directory: Path) -> tuple[ParsedGraph | None, list[tuple[str, str]]]:
     """Parse the .pb if there is one (MindInsight's choice: the most robust source), else the .ir.
 
     A .pb with problems (truncated, corrupt) gives way to the .ir when there is one; whatever
-    parsed is still used when there is not. Returns the graph and the (file name, reason) of
-    every problem met on the way.
+    parsed is still used when there is not. So does a clean .pb that holds call nodes, which
+    MindSpore writes there as empty NodeProtos (see `ingest.graph_pb`), when the .ir parses
+    clean. Returns the graph and the (location, reason) of the problems met on the way, where a
+    location is the file name, or `name:line` for an .ir line:
+
+    - a file that yields no operator (random bytes, an empty file, a .pb that does not decode) is
+      one problem, saying why and how many of its lines could not be read;
+    - a file that does yield a graph reports its first `MAX_LINE_ERRORS` bad lines (or .pb nodes)
+      one by one, then one "... and N more" problem, plus each error about the whole file
+      (truncated, nodes missing against the header's count).
     """
     problems: list[tuple[str, str]] = []
     fallback: ParsedGraph | None = None
@@ -65,13 +78,66 @@ def parse_graph(files: dict[str, str], directory: Path) -> tuple[ParsedGraph | N
             # that a parser did not turn into one of its line errors: the whole file is one error.
             problems.append((name, f"cannot parse: {type(exc).__name__}: {str(exc)[:200]}"))
             continue
-        for where, reason in parsed.errors:
-            problems.append((f"{name}:{where}" if where not in (None, "") else name, reason))
-        has_ops = any(not n.is_parameter for n in parsed.nodes)
-        if has_ops and not parsed.errors:
+        if not any(not n.is_parameter for n in parsed.nodes):
+            problems.append((name, _unusable(kind, parsed)))
+            continue
+        problems.extend(_capped(name, kind, parsed.errors))
+        if not parsed.errors:
+            if kind == "pb" and "ir" in files and any(n.op_type == "call" for n in parsed.nodes):
+                # MindSpore writes a call node into the .pb as an empty NodeProto (no callee,
+                # operands, full name or trace); the .ir has all of it: take the .ir if it is clean
+                fallback = parsed
+                continue
             return parsed, problems
-        if not has_ops:
-            problems.append((name, "no operator could be read from this graph file"))
-        elif fallback is None:
+        if fallback is None:
             fallback = parsed
     return fallback, problems
+
+
+def _is_file_level(kind: str, where: int | str, reason: str) -> bool:
+    if kind == "ir":
+        return is_file_level_error(reason) or not isinstance(where, int)
+    return not str(where).startswith("node ")  # the .pb: "file", "graph", "salvage"
+
+
+def _capped(name: str, kind: str, errors: list[tuple[int | str, str]]) -> list[tuple[str, str]]:
+    """A usable file's errors: the first MAX_LINE_ERRORS line (node) errors, a count of the rest,
+    and every error about the whole file."""
+    line_errors = [(w, r) for w, r in errors if not _is_file_level(kind, w, r)]
+    file_errors = [(w, r) for w, r in errors if _is_file_level(kind, w, r)]
+    shown = line_errors[:MAX_LINE_ERRORS]
+    out = [(f"{name}:{w}" if kind == "ir" else name, r if kind == "ir" else f"{w}: {r}") for w, r in shown]
+    rest = line_errors[MAX_LINE_ERRORS:]
+    if rest:
+        if kind == "ir":
+            seen = {w for w, _ in shown}
+            more = len({w for w, _ in rest if w not in seen})
+            first = f"first at line {rest[0][0]}: {rest[0][1]}"
+            out.append((name, f"… and {more:,} more unreadable lines ({first})"))
+        else:
+            out.append((name, f"… and {len(rest):,} more problems (first: {rest[0][0]}: {rest[0][1]})"))
+    out.extend((f"{name}:{w}" if isinstance(w, int) else name, r) for w, r in file_errors)
+    return out
+
+
+def _unusable(kind: str, parsed: ParsedGraph) -> str:
+    """One reason for a graph file that yields no operator: why, and how much of it was unreadable."""
+    errors = parsed.errors
+    if kind == "pb":
+        if not errors:
+            return "no operator in this .pb (its graph has no node)"
+        more = f"; {len(errors) - 1:,} more problems" if len(errors) > 1 else ""
+        return f"not a MindSpore graph .pb, no operator could be read: {errors[0][1]}{more}"
+    if parsed.lines == 0:
+        return "no operator could be read: the .ir is empty"
+    bad_lines = sorted({w for w, r in errors if isinstance(w, int) and not is_file_level_error(r)})
+    why = "not a MindSpore IR" if any(r == NO_SUBGRAPH for _, r in errors) else "no operator could be read"
+    if not bad_lines:
+        first = f"; {errors[0][1]}" if errors else ""
+        return f"{why}: none of its {parsed.lines:,} non-blank lines is an operator{first}"
+    first_at = bad_lines[0]
+    first_reason = next(r for w, r in errors if w == first_at and not is_file_level_error(r))
+    return (
+        f"{why}: {len(bad_lines):,} of {parsed.lines:,} non-blank lines unreadable; "
+        f"first at line {first_at}: {first_reason}"
+    )

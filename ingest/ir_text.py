@@ -12,6 +12,15 @@ accepted (reference §4):
   IsWeight: false` (v2) and `%para1_x : <Tensor[Float32]x[const vector][2, 3]>` (v1);
 - nodes: `%N(debug) = Op(operands) {instance name: n} primitive_attrs: {...} cnode_attrs: {...}`,
   `Return(%N)`, attribute blocks or tensor literals that wrap over several lines;
+- call nodes, whose callee is not a primitive (control flow; the 2.x frontend IR of save_graphs):
+  `call @g(...)`, `@g(...)`, `%5(...)`, `%5[@FuncUnion(@a, @b)](...)`, `%5[@@g](...)`,
+  `%5[@Partial(@g)](...)`, `Parameter_934[@@g](...)` (a parameter of the file, printed bare),
+  `$(@g:CNode_343)(...)`. They get op_type `call`, the callee as operand 0 (an edge when it is
+  a node or parameter, `const:@g` for a graph) and attributes `callee` / `callee_abstract`;
+- free variables `$(@g:%N)`, `$(@g:paraN_x)` (the file's `%paraN`) and `$(@g:name)` (the node
+  of g with that debug name, when exactly one has it);
+- frontend-IR extras: `subgraph @g parent: [subgraph @p](...) {`, a `jit config { ... }` header
+  block, and `# SideEffect: { load }` under a node (kept as attribute `side_effect`);
 - type lines: host `<Tensor[Float32], (32, 256, 13, 13)>` / v1 `<Tensor[Float32]x[const
   vector][32, 128]>`, device `<Float16xNC1HWC0[const vector]{...}>` / `[...]`, and the kernel
   object-type line `: (Tensor, Scalar) -> (Tensor)` (recognised, not kept);
@@ -52,6 +61,12 @@ _OP_CALL = re.compile(r"([^\s(){}\[\],=]+)\(")
 _PARAM_DECL = re.compile(r"%para(\d+)_([^\s:]*)\s*:\s*(.*)$")
 _PARAM_REF = re.compile(r"%para(\d+)_(\S*)$")
 _FREE_VAR = re.compile(r"\$\(@([^:()]+):%(\d+)\)$")
+# A free variable named by its debug name (`$(@g:CNode_343)`, `$(@g:x)`) or by its parameter
+# (`$(@g:para27_x)`, which is `%para27_x` of the file), as 2.x prints them in call positions.
+_FREE_VAR_NAME = re.compile(r"\$\(@([^:()]+):([^()]+)\)$")
+_FREE_VAR_PARAM = re.compile(r"para(\d+)_")
+# The callee of a node line: a primitive or parameter name, `%N`, `%paraN_x` or `@graph`.
+_CALLEE = re.compile(r"[^\s(){}\[\],=]+")
 _TYPE_GROUP = re.compile(r"<[^<>]*>")
 _DEVICE_TYPE = re.compile(r"<([A-Za-z][A-Za-z0-9_]*?)x([A-Za-z0-9_]*)\[const vector\](.*)>$")
 _INT = re.compile(r"-?\d+")
@@ -65,6 +80,18 @@ FULLNAME_PREFIXES = (
 )
 DOCS_FULLNAME_PREFIX = ": full_name_with_scope: ("  # docs only (r1.10 - r2.6 dump.md)
 _MAX_CONTINUATION_LINES = 1000
+
+NO_SUBGRAPH = "no subgraph found: not a MindSpore .ir file?"
+
+
+def is_file_level_error(reason: str) -> bool:
+    """True for an error about the whole file (truncated, no subgraph, nodes missing against the
+    header's count), which the parser reports at the file's last line; False for one bad line."""
+    return (
+        reason.startswith("truncated: ")
+        or reason == NO_SUBGRAPH
+        or " nodes parsed but the header declares " in reason
+    )
 
 
 def parse_ir_file(path: str | Path) -> ParsedGraph:
@@ -410,11 +437,14 @@ class _State:
     __slots__ = (
         "broken",
         "cnode_count",
+        "debug_keys",
         "declared_cnodes",
         "declared_subgraphs",
+        "free_vars",
         "host_seen",
         "node",
         "node_frames",
+        "para_by_name",
         "para_keys",
         "para_names",
         "pending",
@@ -429,6 +459,9 @@ class _State:
         self.result = ParsedGraph(graph_id=graph_id, source="ir")
         self.para_keys: dict[int, GraphNode] = {}
         self.para_names: dict[int, str] = {}
+        self.para_by_name: dict[str, str] = {}  # parameter name -> `%paraN`, for callees printed bare
+        self.debug_keys: list[tuple[str, str, str]] = []  # (subgraph, debug name, key) per node
+        self.free_vars = False  # some operand is a free variable named by debug name
         self.pending: str | None = None  # a node line whose brackets have not closed yet
         self.pending_line = 0
         self.pending_count = 0
@@ -451,6 +484,7 @@ def _operand_key(st: _State, text: str) -> str:
                 idx = int(m.group(1))
                 if m.group(2) and idx not in st.para_names:
                     st.para_names[idx] = m.group(2)
+                    st.para_by_name.setdefault(m.group(2), f"%para{idx}")
                 return f"%para{idx}"
         elif text[1:].isdigit():
             return f"{st.subgraph}:{text}"
@@ -458,7 +492,54 @@ def _operand_key(st: _State, text: str) -> str:
         m = _FREE_VAR.match(text)
         if m is not None:
             return f"{m.group(1)}:%{m.group(2)}"
+        m = _FREE_VAR_NAME.match(text)
+        if m is not None:
+            p = _FREE_VAR_PARAM.match(m.group(2))
+            if p is not None:
+                return f"%para{int(p.group(1))}"
+            st.free_vars = True
+            return f"fv:{m.group(1)}:{m.group(2)}"  # resolved by debug name when the file is read
     return "const:" + text
+
+
+def _callee(st: _State, s: str, pos: int) -> tuple[str, str | None, bool, int] | None:
+    """The callee of a node line from `pos` (just after ` = `), or None if it is not one.
+
+    Returns (callee text, abstract annotation or None, is a call, index of the operands' `(`).
+    The callee is a primitive (`Conv2D`, `PrimFunc_Add`) or, for a call, a graph (`@g`,
+    `call @g`), a node (`%5`), a parameter (`%para3_f`, or bare `Parameter_934` when it is a
+    parameter of the file), or a free variable (`$(@g:CNode_343)`). 2.x prints the abstract of a
+    called value in brackets between callee and operands: `%5[@FuncUnion(@a, @b)](...)`,
+    `%5[@@g](...)`, `%5[@Partial(@g)](...)`. An annotation that does not close on this text
+    gives index -1 (a line that wraps onto the next).
+    """
+    is_call = s.startswith("call ", pos)
+    if is_call:
+        pos += 5
+    if s.startswith("$(", pos):
+        got = _scan_group(s, pos + 2, ")")
+        if got is None:
+            return None
+        end = got[1]
+        is_call = True
+    else:
+        m = _CALLEE.match(s, pos)
+        if m is None:
+            return None
+        end = m.end()
+    callee = s[pos:end]
+    abstract = None
+    if s.startswith("[@", end):
+        got = _scan_group(s, end + 1, "]")
+        if got is None:
+            return callee, None, True, -1
+        abstract = s[end + 1 : got[1] - 1]
+        end = got[1]
+        is_call = True
+    if not s.startswith("(", end):
+        return None
+    is_call = is_call or callee[0] in "%@" or callee in st.para_by_name
+    return callee, abstract, is_call, end
 
 
 def _start_node(st: _State, s: str, line_no: int) -> bool:
@@ -472,17 +553,31 @@ def _start_node(st: _State, s: str, line_no: int) -> bool:
             st.cnode_count += 1  # counted, so the header's cnode total still checks for lost nodes
             return True
         key = f"{st.subgraph}:%{m.group(1)}"
+        debug = m.group(2)
+        callee = None
         o = _OP_CALL.match(s, m.end())
-        if o is None:
-            st.result.errors.append((line_no, f"node line without `Op(operands)`: {s[:120]!r}"))
-            st.node = None
-            st.broken = True
-            st.cnode_count += 1  # counted, so the header's cnode total still checks for lost nodes
-            return True
-        op = o.group(1)
-        p = o.end() - 1
+        if o is not None and o.group(1)[0] not in "%@$" and o.group(1) not in st.para_by_name:
+            op = o.group(1)  # the common case, a primitive: `Op(`
+            p = o.end() - 1
+        else:
+            got_callee = _callee(st, s, m.end())
+            if got_callee is None:
+                st.result.errors.append((line_no, f"node line without `Op(operands)`: {s[:120]!r}"))
+                st.node = None
+                st.broken = True
+                st.cnode_count += 1  # counted, so the header's cnode total still checks for lost nodes
+                return True
+            text, abstract, is_call, p = got_callee
+            if p < 0:
+                return False  # the annotation wraps onto the next line
+            if is_call:
+                op = "call"
+                callee = (text, abstract)
+            else:
+                op = text
     else:  # Return(...) / return(...)
         key = f"{st.subgraph}:Return"
+        debug = callee = None
         p = s.find("(")
         op = "Return"
     got = _operands(s, p + 1)
@@ -497,13 +592,28 @@ def _start_node(st: _State, s: str, line_no: int) -> bool:
         st.result.errors.append((line_no, f"unknown text after the operands: {rest[:120]!r}"))
     if op.startswith("PrimFunc_"):
         op = op[9:]
+    inputs = [(_operand_key(st, o), "data") for o in operands if o]
+    if callee is not None:
+        text, abstract = callee
+        if text.startswith("@"):
+            callee_key = "const:" + text
+        elif text in st.para_by_name:
+            callee_key = st.para_by_name[text]
+        else:
+            callee_key = _operand_key(st, text)
+        inputs.insert(0, (callee_key, "data"))
+        attrs["callee"] = text
+        if abstract is not None:
+            attrs["callee_abstract"] = abstract
+    if debug:
+        st.debug_keys.append((st.subgraph or "", debug, key))
     node = GraphNode(
         node_key=key,
         graph_name=st.subgraph or "",
         op_type=op,
         full_name=None,
         attributes=attrs,
-        inputs=[(_operand_key(st, o), "data") for o in operands if o],
+        inputs=inputs,
         line=line_no,
     )
     st.result.nodes.append(node)
@@ -549,13 +659,16 @@ def _param_decl(st: _State, s: str, line_no: int) -> None:
     if w:
         node.attributes["IsWeight"] = w.group(1)
     st.para_keys[idx] = node
+    if name:
+        st.para_by_name.setdefault(name, node.node_key)
     st.result.nodes.append(node)
 
 
 def _subgraph_start(st: _State, s: str, line_no: int) -> None:
     head = s[len("subgraph @") :]
     p = head.find("(")
-    st.subgraph = head[:p] if p >= 0 else head.rstrip(" {")
+    # 2.x frontend IR names the enclosing graph: `subgraph @g parent: [subgraph @p](%para1_x) {`
+    st.subgraph = (head[:p] if p >= 0 else head.rstrip(" {")).split(" parent: [", 1)[0]
     st.subgraphs_seen += 1
     st.node = None
     if st.result.graph_name is None:
@@ -581,6 +694,8 @@ def _subgraph_start(st: _State, s: str, line_no: int) -> None:
                 st.result.nodes.append(node)
             elif m.group(2):
                 st.para_names.setdefault(idx, m.group(2))
+            if m.group(2):
+                st.para_by_name.setdefault(m.group(2), f"%para{idx}")
 
 
 def _type_line(st: _State, node: GraphNode, s: str, line_no: int) -> None:
@@ -650,6 +765,10 @@ def _comment_in_node(st: _State, s: str, line_no: int) -> None:
         if node is not None:
             node.attributes["scope"] = s[10:-1] if s.endswith(")") else s[10:]
         return
+    if s.startswith("# SideEffect:"):  # frontend IR (save_graphs): `# SideEffect: { load }`
+        if node is not None:
+            node.attributes["side_effect"] = s[13:].strip().strip("{}").strip()
+        return
     if s.startswith(_IGNORED_COMMENTS):
         return
     if is_frame_line(s):  # the .pb's spelling (`#  - In file`), should it ever appear in an .ir
@@ -696,6 +815,8 @@ def _header_line(st: _State, s: str, line_no: int) -> None:
         return
     if _KEY_VALUE_LINE.match(s):
         return  # a graph attribute (`has_shard: 0`)
+    if s == "}" or (s.endswith(" {") and _KEY_VALUE_LINE.match(s[:-2] + ":")):
+        return  # a header block (`jit config {` ... `}`, 2.x frontend IR) around key: value lines
     if s.startswith("<~~"):
         return
     st.result.errors.append((line_no, f"unknown line form outside a subgraph: {s[:160]!r}"))
@@ -717,6 +838,24 @@ def _looks_like_new_line_form(s: str) -> bool:
         or s.startswith(("Return(", "# Fullname", "# fullname", "# In file", ": (<", "subgraph @"))
         or (s.startswith("%") and _NODE_HEAD.match(s) is not None)
     )
+
+
+def _resolve_free_vars(st: _State) -> None:
+    """Free variables named by debug name (`fv:g:CNode_343`) become the key of that node of
+    subgraph g, or a constant operand when no node (or more than one) has that name."""
+    by_name: dict[tuple[str, str], str | None] = {}
+    for graph, debug, key in st.debug_keys:
+        by_name[graph, debug] = key if (graph, debug) not in by_name else None  # None: ambiguous
+    for node in st.result.nodes:
+        if not any(k.startswith("fv:") for k, _ in node.inputs):
+            continue
+        resolved = []
+        for k, kind in node.inputs:
+            if k.startswith("fv:"):
+                graph, _, name = k[3:].partition(":")
+                k = by_name.get((graph, name)) or f"const:$(@{graph}:{name})"
+            resolved.append((k, kind))
+        node.inputs = resolved
 
 
 def _parse_lines(lines: Iterable[str], graph_id: int | None) -> ParsedGraph:
@@ -744,6 +883,7 @@ def _parse_lines_inner(lines: Iterable[str], graph_id: int | None) -> ParsedGrap
         s = raw.strip()
         if not s:
             continue
+        st.result.lines += 1
         last_nonblank = s
         if st.pending is not None:
             if _looks_like_new_line_form(s) or st.pending_count >= _MAX_CONTINUATION_LINES:
@@ -809,6 +949,8 @@ def _parse_lines_inner(lines: Iterable[str], graph_id: int | None) -> ParsedGrap
             # the operand spelling is the parameter's name (the .pb's); a declaration may print
             # a debug name instead (`%para1__18655:` declares what operands call `%para1_Parameter_63`)
             node.name = name
+    if st.free_vars:
+        _resolve_free_vars(st)
     if st.subgraph is not None:
         res.errors.append((line_no, f"truncated: subgraph @{st.subgraph} is not closed at end of input"))
     elif st.declared_subgraphs is not None and st.subgraphs_seen < st.declared_subgraphs:
@@ -820,7 +962,7 @@ def _parse_lines_inner(lines: Iterable[str], graph_id: int | None) -> ParsedGrap
             (line_no, f"{st.cnode_count} nodes parsed but the header declares {st.declared_cnodes} cnodes")
         )
     if st.subgraphs_seen == 0 and not res.nodes and last_nonblank:
-        res.errors.append((line_no, "no subgraph found: not a MindSpore .ir file?"))
+        res.errors.append((line_no, NO_SUBGRAPH))
     if res.graph_id is None and res.graph_name:
         m = _KERNEL_GRAPH.search(res.graph_name)
         if m:

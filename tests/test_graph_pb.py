@@ -279,6 +279,113 @@ def test_missing_file_gives_an_error_entry(tmp_path):
     assert g.graph_id == 4 and g.errors and g.errors[0][0] == "file"
 
 
+# --- a bare GraphProto (MindSpore ~1.0 wrote the graph without a ModelProto) -----------------------
+
+
+def _bare(path: Path) -> bytes:
+    model = pb.ModelProto()
+    model.ParseFromString(path.read_bytes())
+    return model.graph.SerializeToString()
+
+
+@pytest.mark.parametrize("path", REAL_PBS, ids=_ids)
+def test_bare_graph_proto_parses_like_the_model_proto_around_it(path):
+    wrapped = parse_graph_pb_file(path)
+    bare = parse_graph_pb(_bare(path), graph_id=wrapped.graph_id)
+    assert bare.errors == wrapped.errors == []
+    assert bare.graph_name == wrapped.graph_name and bare.graph_id == wrapped.graph_id
+    assert bare.nodes == wrapped.nodes
+    assert bare.frames == wrapped.frames
+
+
+def test_bare_graph_proto_is_told_by_its_wire_types_not_by_a_decode_error():
+    # A GraphProto's `outputs` (field 4) decode as a ModelProto's graph without any error: the
+    # outputs_only graph read as a ModelProto is a one-node graph of nonsense.
+    path = DATA / "ms210/outputs_only/dump/rank_0/graphs/ms_output_trace_code_graph_0.pb"
+    data = _bare(path)
+    misread = pb.ModelProto()
+    misread.ParseFromString(data)
+    assert misread.HasField("graph") and len(misread.graph.node) == 1
+    g = parse_graph_pb(data)
+    assert g.errors == [] and g.graph_name == "kernel_graph0"
+    assert g.nodes == parse_graph_pb_file(path).nodes and len(g.nodes) > 30
+
+
+def test_truncated_bare_graph_proto_salvages_the_complete_nodes():
+    data = _bare(NAN_LOG)
+    g = parse_graph_pb(data[: len(data) // 2])
+    assert g.errors[0][0] == "file" and "decode failed" in g.errors[0][1]
+    full = parse_graph_pb_file(NAN_LOG)
+    cnodes = [(n.op_type, n.full_name) for n in full.nodes if not n.is_parameter]
+    got = [(n.op_type, n.full_name) for n in g.nodes]
+    assert 10 < len(got) < len(cnodes) and got == cnodes[: len(got)]
+
+
+def test_bytes_that_decode_as_an_unnamed_graph_proto_are_an_error():
+    g = parse_graph_pb(b"\x0a\x00\x0a\x00")  # two empty NodeProtos, no name: not a graph file
+    assert g.nodes == [] and g.errors and "not a MindSpore .pb" in g.errors[0][1]
+
+
+# --- control flow: a .pb whose call nodes are empty NodeProtos -------------------------------------
+
+SAVE_GRAPHS = DATA / "ms210/control_flow/save_graphs"
+
+
+def test_frontend_pb_call_nodes_are_empty_node_protos_that_keep_their_index():
+    """ms_output_optimize.pb (save_graphs) is the root graph of 13_optimize_0071.ir. MindSpore
+    exports a node whose callee is not a primitive as an empty NodeProto: it becomes a `call`
+    node at its apply index, and the nodes reading it (`'12'`) find it."""
+    g_pb = parse_graph_pb_file(SAVE_GRAPHS / "ms_output_optimize.pb")
+    g_ir = parse_ir_file(SAVE_GRAPHS / "13_optimize_0071.ir")
+    assert g_pb.errors == [] and g_ir.errors == []
+    root = g_pb.graph_name
+    assert (
+        root
+        == g_ir.graph_name
+        == "385_368_143_1_mindspore_nn_wrap_cell_wrapper_TrainOneStepCell_construct_930"
+    )
+    ir_root = [n for n in g_ir.nodes if (n.graph_name == root or n.is_parameter) and n.op_type != "Return"]
+    ir_root = [n for n in ir_root if not n.is_parameter or n.node_key in {m.node_key for m in g_pb.nodes}]
+    assert [n.node_key for n in g_pb.nodes] == [n.node_key for n in ir_root]
+    calls = [n for n in g_pb.nodes if n.op_type == "call"]
+    assert [n.node_key for n in calls] == [f"{root}:%{i}" for i in (11, 15, 24, 27)]
+    ir_nodes = {n.node_key: n for n in ir_root}
+    for a in g_pb.nodes:
+        b = ir_nodes[a.node_key]
+        assert a.op_type == b.op_type, a.node_key
+        if a.op_type == "call":
+            # all the .pb keeps of a call is its place; the .ir has callee, operands, full name
+            assert a.inputs == [] and a.full_name is None and b.inputs and b.full_name
+            continue
+        assert (a.full_name, a.name) == (b.full_name, b.name)
+        assert len(a.inputs) == len(b.inputs), a.node_key
+        for (ta, _), (tb, _) in zip(a.inputs, b.inputs, strict=True):
+            assert ta == tb or (ta.startswith("const:") and tb.startswith("const:")), (a.node_key, ta, tb)
+    # the Switch that picks the branch of `if x.sum() > 0` feeds the call %11 (in the .ir)
+    switch = next(n for n in g_pb.nodes if n.op_type == "Switch")
+    assert ir_nodes[f"{root}:%11"].inputs[0] == (switch.node_key, "data")
+    assert not g_pb.frames  # save_graphs' .pb carries no source_address at all
+
+
+def test_parse_graph_takes_the_clean_ir_over_a_pb_with_call_nodes(tmp_path):
+    from ingest.graph_rows import parse_graph
+
+    (tmp_path / "g.pb").write_bytes((SAVE_GRAPHS / "ms_output_optimize.pb").read_bytes())
+    ir_text = (SAVE_GRAPHS / "13_optimize_0071.ir").read_text(encoding="utf-8")
+    (tmp_path / "g.ir").write_text(ir_text, encoding="utf-8")
+    parsed, problems = parse_graph({"pb": "g.pb", "ir": "g.ir"}, tmp_path)
+    assert problems == [] and parsed.source == "ir"
+    parsed, problems = parse_graph({"pb": "g.pb"}, tmp_path)
+    assert problems == [] and parsed.source == "pb"
+    # an .ir with a bad line does not win over the clean .pb; its problem is still reported
+    lines = ir_text.split("\n")
+    at = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("# In file"))
+    lines[at] = "      ~~ garbled ~~"
+    (tmp_path / "g.ir").write_text("\n".join(lines), encoding="utf-8")
+    parsed, problems = parse_graph({"pb": "g.pb", "ir": "g.ir"}, tmp_path)
+    assert parsed.source == "pb" and [p[0] for p in problems] == [f"g.ir:{at + 1}"]
+
+
 # --- hand-built protos: edges, candidates, unknown trace lines, value rendering ----------------------
 
 

@@ -8,6 +8,9 @@ Fixtures under tests/data/ir/ are written to the reference's text for each gener
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -192,7 +195,9 @@ def test_several_subgraphs_free_variables_and_graph_calls():
     assert switch.output_dtypes == ["Func"] and switch.output_shapes == [None]
     assert nodes[f"{main}:%1"].output_dtypes == ["Bool"] and nodes[f"{main}:%1"].output_shapes == [[]]
     call = nodes[f"{main}:%3"]
-    assert call.op_type == "%2" and call.inputs == [] and call.input_types == []
+    # `%3(CNode_6) = %2()` calls what the Switch picked: a `call` node, the callee its operand 0
+    assert call.op_type == "call" and call.input_types == []
+    assert call.inputs == [(f"{main}:%2", "data")] and call.attributes == {"callee": "%2"}
     # a subgraph's own `# In file` line (before `subgraph @...`) belongs to no node
     assert all(k in nodes for k in g.frames)
     assert innermost_user_frame(g.frames[f"{true_g}:%0"]).code == "return x + y"
@@ -459,3 +464,270 @@ def test_nan_log_log_op_maps_to_train_py_line_16():
     assert (f.col_start, f.col_end) == (12, 23)
     grad = g.by_full_name()["Gradients/Default/network-WithLossCell/_backbone-Net/Grad_Log/Div-op0"]
     assert innermost_user_frame(g.frames[grad.node_key]).line == 16
+
+
+# --- control flow: call nodes of the 2.10 frontend IR ------------------------------------------
+
+CONTROL_FLOW = DATA / "ms210/control_flow"
+SAVE_GRAPHS = CONTROL_FLOW / "save_graphs"
+SAVE_GRAPHS_IRS = sorted(SAVE_GRAPHS.glob("*.ir"))
+GATE_GRAPH = "390_373_187_▸25___main___Gate_construct_800"
+
+
+def _line(graph, line_no):
+    return next(n for n in graph.nodes if n.line == line_no)
+
+
+@pytest.mark.parametrize("path", SAVE_GRAPHS_IRS, ids=lambda p: p.name[:30])
+def test_control_flow_frontend_ir_parses_every_node_form(path):
+    """Every line of the real save_graphs IR of control_flow parses: calls of graphs, of node
+    results and of parameters, with or without the callee's abstract in brackets."""
+    g = parse_ir_file(path)
+    assert g.errors == []
+    text = path.read_text(encoding="utf-8")
+    node_lines = [ln for ln in text.splitlines() if ln.startswith("  %") or ln.startswith("  Return(")]
+    assert len([n for n in g.nodes if not n.is_parameter]) == len(node_lines)
+    calls = [n for n in g.nodes if n.op_type == "call"]
+    assert calls and text.count(" = call @") == sum(n.attributes["callee"].startswith("@") for n in calls)
+    keys = {n.node_key for n in g.nodes}
+    for n in calls:
+        callee_key = n.inputs[0][0]
+        # the callee is operand 0: a node or parameter of the file (an edge), or a graph constant
+        assert callee_key in keys or callee_key.startswith("const:"), (n.line, callee_key)
+        if n.attributes["callee"].startswith(("%", "Parameter_")):
+            assert callee_key in keys, n.line
+
+
+def test_control_flow_call_forms():
+    g = parse_ir_file(SAVE_GRAPHS / "13_optimize_0071.ir")
+    nodes = {n.node_key: n for n in g.nodes}
+    while_body = "386_369_156_▸19_↵↓__main___Net_construct_817"
+    # `%4(▲CNode_872) = %3[@FuncUnion(@..., @...)]()`: calls what the Switch %3 picked
+    pick = _line(g, 85)
+    assert pick.node_key == f"{while_body}:%4" and pick.op_type == "call"
+    assert pick.inputs == [(f"{while_body}:%3", "data")]
+    assert nodes[f"{while_body}:%3"].op_type == "Switch"
+    assert pick.attributes["callee"] == "%3"
+    assert pick.attributes["callee_abstract"] == (
+        "@FuncUnion(@388_371_172_▸20_↻↓__main___Net_construct_823, "
+        "@396_379_272_▸52_2↓__main___Net_construct_851)"
+    )
+    assert pick.full_name == "37"  # as printed: MindSpore numbers such nodes, no scope
+    assert innermost_user_frame(g.frames[pick.node_key]).code == "while i < 2:"
+    # `call @g(%para25_▸gate.fc.weight, ...)`: a graph call, the graph a constant operand
+    gate = _line(g, 136)
+    assert gate.op_type == "call" and gate.attributes == {"callee": f"@{GATE_GRAPH}"}
+    assert gate.inputs[0] == (f"const:@{GATE_GRAPH}", "data")
+    assert gate.inputs[1:] == [(f"%para{i}", "data") for i in (25, 26, 27, 31)]
+    assert gate.full_name.endswith(f"/_backbone-Net/{GATE_GRAPH}-op0")
+    f = innermost_user_frame(g.frames[gate.node_key])
+    assert (f.line, f.code) == (37, "x = x + self.gate(x)") and f.file.endswith("/control_flow/train.py")
+    # `Parameter_934[@@g](%para49_Parameter_824)`: the callee is the graph's parameter %para47
+    param_call = _line(g, 717)
+    assert param_call.inputs == [("%para47", "data"), ("%para49", "data")]
+    assert nodes["%para47"].name == "Parameter_934"
+    assert param_call.attributes["callee_abstract"] == "@@387_370_157_◂19_↵↓__main___Net_construct_822"
+
+
+def test_control_flow_calls_of_free_variables_and_plain_nodes():
+    g = parse_ir_file(SAVE_GRAPHS / "01_type_inference_0001.ir")
+    # `%0(CNode_344) = $(@g:CNode_343)(...)`: the free variable is node %0 of g (named CNode_343)
+    fv = _line(g, 5203)
+    grad = "130_grad_mindspore_nn_wrap_cell_wrapper_WithLossCell_construct_345"
+    assert fv.op_type == "call" and fv.inputs[0] == (f"{grad}:%0", "data")
+    assert fv.attributes["callee"] == f"$(@{grad}:CNode_343)"
+    # `%1(success) = %0(%para126_Parameter_254, ...)`: a plain call of a node's result
+    plain = next(n for n in g.nodes if n.op_type == "call" and n.attributes == {"callee": "%0"})
+    assert plain.inputs[0] == (f"{plain.graph_name}:%0", "data") and len(plain.inputs) > 1
+    # `$(@g:para27_фi)` is the file's %para27
+    add = _line(g, 397)
+    assert add.op_type == "call" and add.inputs[1] == ("%para27", "data")
+
+
+def test_control_flow_partial_abstract_and_side_effect_lines():
+    g = parse_ir_file(next(SAVE_GRAPHS.glob("after_lift_13_*.ir")))
+    assert g.errors == []
+    partial = next(n for n in g.nodes if n.attributes.get("callee_abstract", "").startswith("@Partial("))
+    assert partial.op_type == "call"
+    assert partial.attributes["callee_abstract"] == "@Partial(@25___main___Gate_construct_115)"
+    # `# SideEffect: { load }` under a node is kept as an attribute, not an error
+    assert {n.attributes["side_effect"] for n in g.nodes if "side_effect" in n.attributes} == {"load"}
+
+
+SUBGRAPH_WITH_PARENT = """# IR entry: @1_main
+# Total subgraphs: 2
+
+jit config {
+debug_level: RELEASE
+jit_level:
+}
+
+# Total params: 1
+# Params:
+%para1_x: <Tensor[Float32], (2)> : []
+
+subgraph attr:
+subgraph instance: 2_inner : 0x1
+subgraph @2_inner parent: [subgraph @1_main](%para2_y) {
+  %0(CNode_5) = PrimFunc_Add($(@1_main:para1_x), %para2_y)
+      : (<Tensor[Float32], (2)>, <Tensor[Float32], (2)>) -> (<Tensor[Float32], (2)>)
+  Return(%0)
+      : (<Tensor[Float32], (2)>)
+}
+
+subgraph attr:
+subgraph instance: 1_main : 0x2
+subgraph @1_main() {
+  %0(CNode_6) = call @2_inner(%para1_x)
+      : (<Tensor[Float32], (2)>) -> (<Tensor[Float32], (2)>)
+  %1(CNode_7) = @2_inner(%0)
+      : (<Tensor[Float32], (2)>) -> (<Tensor[Float32], (2)>)
+  Return(%1)
+      : (<Tensor[Float32], (2)>)
+}
+"""
+
+
+def test_subgraph_header_with_parent_jit_config_block_and_bare_graph_call():
+    g = parse_ir_text(SUBGRAPH_WITH_PARENT)
+    assert g.errors == []
+    nodes = {n.node_key: n for n in g.nodes}
+    assert nodes["2_inner:%0"].inputs == [("%para1", "data"), ("%para2", "data")]
+    assert nodes["%para2"].name == "y" and nodes["%para2"].graph_name == "2_inner"
+    # `call @g(...)` (2.x) and `@g(...)` both call a graph
+    for key, arg in (("1_main:%0", "%para1"), ("1_main:%1", "1_main:%0")):
+        assert nodes[key].op_type == "call" and nodes[key].attributes == {"callee": "@2_inner"}
+        assert nodes[key].inputs == [("const:@2_inner", "data"), (arg, "data")]
+
+
+# --- through `dumpcat ingest`: call nodes, and unreadable graph files ------------------------------
+
+
+def _ingest(dump: Path, cat: Path):
+    from catalog import Catalog
+
+    done = subprocess.run(
+        [sys.executable, "-m", "catalog.cli", "ingest", str(dump), "--catalog", str(cat), "--run", "r"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    return Catalog.open(cat)
+
+
+def _graph_errors(cat) -> list[dict]:
+    """The graph stage's error rows, in file order (a file's line rows, then its own rows)."""
+    rows = cat.sql("SELECT path, reason FROM ingest_errors WHERE stage = 'graph'").to_pylist()
+
+    def order(row):
+        file, _, line = row["path"].partition(".ir:")
+        return (file, int(line) if line else 10**9)
+
+    return sorted(rows, key=order)
+
+
+@pytest.mark.parametrize("with_pb", [True, False], ids=["pb", "ir-only"])
+def test_control_flow_dump_with_call_nodes_ingests_without_graph_errors(tmp_path, copy_dump, with_pb):
+    """The control_flow dump, plus its frontend IR (Switch, Partial, calls) as one more graph:
+    no graph error, and the call nodes are ir_nodes rows whose callee is an edge. The .pb has
+    the root graph only, with each call an empty NodeProto, so the clean .ir is taken."""
+    dump = copy_dump("control_flow")
+    extra = dump / "rank_0/graphs/ms_output_trace_code_graph_33"
+    extra.with_suffix(".ir").write_bytes((SAVE_GRAPHS / "13_optimize_0071.ir").read_bytes())
+    if with_pb:
+        extra.with_suffix(".pb").write_bytes((SAVE_GRAPHS / "ms_output_optimize.pb").read_bytes())
+    cat = _ingest(dump, tmp_path / "cat")
+    assert _graph_errors(cat) == []
+    counts = cat.sql(
+        "SELECT count(DISTINCT graph_id) AS graphs, count(*) FILTER (op_type = 'call') AS calls, "
+        "count(*) FILTER (op_type = 'Switch') AS switches, "
+        "count(*) FILTER (op_type = 'Partial') AS partials, "
+        "list(DISTINCT source) FILTER (graph_id = 33) AS source "
+        "FROM ir_nodes"
+    ).to_pylist()[0]
+    assert counts == {"graphs": 34, "calls": 16, "switches": 3, "partials": 11, "source": ["ir"]}
+    # the root graph calls what its Switch picked: an edge Switch -> call, operand 0
+    picked = cat.sql(
+        "SELECT consumer_key, consumer FROM edges WHERE graph_id = 33 AND producer_type = 'Switch' "
+        "AND consumer_type = 'call' AND input_index = 0"
+    ).to_pylist()
+    root = "385_368_143_1_mindspore_nn_wrap_cell_wrapper_TrainOneStepCell_construct_930"
+    assert {"consumer_key": f"{root}:%11", "consumer": "28"} in picked and len(picked) == 3
+    # calls have their full name and source frames: the call of Gate is train.py line 37
+    gate = cat.sql(
+        "SELECT source_line, source_code FROM op_source WHERE graph_id = 33 AND full_name = "
+        f"'Default/network-WithLossCell/_backbone-Net/{GATE_GRAPH}-op0'"
+    ).to_pylist()
+    assert gate == [{"source_line": 37, "source_code": "x = x + self.gate(x)"}]
+    # the kernel graphs keep their operator -> line mapping: the Sqrt is train.py line 34
+    sqrt = cat.sql(
+        "SELECT graph_id, source_line, source_code FROM op_source WHERE full_name LIKE '%/Sqrt-op0'"
+    ).to_pylist()
+    assert sqrt == [{"graph_id": 1, "source_line": 34, "source_code": "x = self.sqrt(x)"}]
+
+
+def test_random_bytes_graph_files_are_one_error_row_each(tmp_path, copy_dump):
+    import random
+
+    dump = copy_dump("nan_log")
+    graphs = dump / "rank_0/graphs"
+    rng = random.Random(20)
+    ir_bytes = bytes(rng.getrandbits(8) for _ in range(200_000))
+    (graphs / "ms_output_trace_code_graph_0.ir").write_bytes(ir_bytes)
+    (graphs / "ms_output_trace_code_graph_0.pb").write_bytes(bytes(rng.getrandbits(8) for _ in range(20_000)))
+    cat = _ingest(dump, tmp_path / "cat")
+    errors = _graph_errors(cat)
+    assert [e["path"] for e in errors] == [
+        "rank_0/graphs/ms_output_trace_code_graph_0.ir",
+        "rank_0/graphs/ms_output_trace_code_graph_0.pb",
+    ]
+    ir_reason, pb_reason = errors[0]["reason"], errors[1]["reason"]
+    assert ir_reason.startswith("not a MindSpore IR: ")
+    counts = ir_reason.split(": ")[1].split(" non-blank")[0]
+    bad, total = (int(x.replace(",", "")) for x in counts.split(" of "))
+    # the parser reads lines as Python does with newline="": \n, \r and \r\n end a line
+    text = ir_bytes.decode("utf-8", "replace")
+    non_blank = sum(1 for ln in re.split(r"\r\n|\r|\n", text) if ln.strip())
+    assert total == non_blank > 1000 and 0.9 * total < bad <= total
+    assert "; first at line " in ir_reason
+    assert pb_reason.startswith("not a MindSpore graph .pb, no operator could be read: ")
+    assert "protobuf decode failed" in pb_reason
+    assert cat.sql("SELECT count(*) FROM ir_nodes").column(0)[0].as_py() == 0
+    assert cat.sql("SELECT count(*) FROM tensors").column(0)[0].as_py() == 180  # the rest is cataloged
+
+
+@pytest.mark.parametrize("garbled", [3, 25])
+def test_garbled_lines_of_a_real_ir_are_capped_at_ten_rows(tmp_path, copy_dump, garbled):
+    dump = copy_dump("nan_log")
+    graphs = dump / "rank_0/graphs"
+    (graphs / "ms_output_trace_code_graph_0.pb").unlink()
+    ir = graphs / "ms_output_trace_code_graph_0.ir"
+    lines = ir.read_text().split("\n")
+    # garble `# In file` lines of nodes other than Log-op0's (whose trace the test reads back)
+    log_at = next(i for i, ln in enumerate(lines) if "/Log-op0)" in ln)
+    frames = [
+        i
+        for i, ln in enumerate(lines)
+        if ln.lstrip().startswith("# In file") and not log_at < i < log_at + 12
+    ]
+    victims = frames[:: max(1, len(frames) // garbled)][:garbled]
+    assert len(victims) == garbled
+    for i in victims:
+        lines[i] = "      ~~ garbled \x07 line ~~"
+    ir.write_text("\n".join(lines))
+    cat = _ingest(dump, tmp_path / "cat")
+    errors = _graph_errors(cat)
+    name = "rank_0/graphs/ms_output_trace_code_graph_0.ir"
+    shown = victims[:10]
+    assert [e["path"] for e in errors[: len(shown)]] == [f"{name}:{i + 1}" for i in shown]
+    assert all("~~ garbled" in e["reason"] for e in errors[: len(shown)])
+    if garbled <= 10:
+        assert len(errors) == garbled
+    else:
+        assert len(errors) == 11
+        assert errors[10]["path"] == name
+        more = f"… and {garbled - 10} more unreadable lines (first at line {victims[10] + 1}:"
+        assert errors[10]["reason"].startswith(more)
+    # the graph is still there, with its source lines
+    assert cat.sql("SELECT DISTINCT source FROM ir_nodes").column(0).to_pylist() == ["ir"]
+    assert cat.sql("SELECT source_line FROM ops WHERE op_name LIKE '%/Log-op0'").column(0).to_pylist() == [16]
