@@ -167,6 +167,18 @@ def find_dump_root(path: str | os.PathLike) -> tuple[Path, list[Path]]:
     return p, ranks
 
 
+# Folder names MindSpore users give the dump `path` itself; a run named after them says nothing.
+_GENERIC_ROOT_NAMES = frozenset({"dump", "dumps", "dump_data", "dump_path", "dump_dir", "data", "output"})
+
+
+def default_run_name(root: Path) -> str:
+    """The run name when none is given: the dump root's folder name, or its parent's when the root
+    has a generic name (`…/nan_log/dump` and `…/nan_log/dump/rank_0` are run `nan_log`)."""
+    if root.name.lower() in _GENERIC_ROOT_NAMES and root.parent.name:
+        return root.parent.name
+    return root.name
+
+
 def _rows_to_table(rows: list[tuple], schema: pa.Schema) -> pa.Table:
     columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
     return pa.Table.from_arrays(
@@ -1260,7 +1272,7 @@ def ingest_dump(
     """
     root, ranks = find_dump_root(dump_dir)
     store = CatalogStore(catalog, create=True)
-    run_name = run or root.name
+    run_name = run or default_run_name(root)
     ingester = Ingester(
         store, run_name, root, ranks, compute_stats=compute_stats, md5=md5, workers=workers,
         batch_rows=batch_rows, on_progress=on_progress,

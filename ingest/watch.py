@@ -31,7 +31,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
-from ingest.pipeline import RANK_DIR, DumpRootError, Ingester, find_dump_root
+from ingest.pipeline import RANK_DIR, DumpRootError, Ingester, default_run_name, find_dump_root
 from ingest.store import CatalogError, CatalogStore, run_dir_name, write_json_atomic
 
 IGNORED_EVENTS = {"opened", "closed_no_write"}
@@ -97,7 +97,7 @@ class Watcher:
                 raise
             self.root, ranks = root.resolve(), []
         self.store = CatalogStore(catalog, create=True)
-        self.run = run or self.root.name
+        self.run = run or default_run_name(self.root)
         self.interval = interval
         self.reconcile_every = reconcile_every
         self.poll = poll

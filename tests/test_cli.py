@@ -159,9 +159,22 @@ def test_several_dumps_become_several_runs(tmp_path, copy_dump):
 
 
 def test_two_dumps_with_the_same_folder_name_need_run(tmp_path):
-    dumpcat("ingest", dump_of("simple"), "--catalog", tmp_path / "c")
-    proc = dumpcat("ingest", dump_of("nan_log"), "--catalog", tmp_path / "c", check=False)
+    a, b = tmp_path / "a" / "job", tmp_path / "b" / "job"
+    shutil.copytree(dump_of("simple"), a)
+    shutil.copytree(dump_of("nan_log"), b)
+    dumpcat("ingest", a, "--catalog", tmp_path / "c")
+    proc = dumpcat("ingest", b, "--catalog", tmp_path / "c", check=False)
     assert proc.returncode == 1 and "already holds dump" in proc.stderr and "--run" in proc.stderr
+
+
+@pytest.mark.parametrize("given", ["dump", "dump/rank_0"])
+def test_a_dump_folder_named_dump_is_run_after_its_parent(tmp_path, given):
+    """MindSpore users often set `path` to `…/<job>/dump`: the run is named `<job>`, also when a
+    single rank folder is given."""
+    proc = dumpcat("ingest", dump_of("nan_log").parent / given, "--catalog", tmp_path / "c")
+    assert proc.stdout.startswith("run 'nan_log' (")
+    out = dumpcat("sql", tmp_path / "c", "SELECT run FROM runs", "--format", "csv").stdout.split()
+    assert out == ["run", "nan_log"]
 
 
 def test_export_duckdb_command(cat, tmp_path):
