@@ -31,13 +31,18 @@ def _quote_literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def raw_view_sql(table: str, files: list[str]) -> str:
-    """SQL for `raw_<table>`: the table's live parquet files, or an empty typed relation."""
+def raw_view_sql(table: str, files: list[str], missing: tuple[str, ...] = ()) -> str:
+    """SQL for `raw_<table>`: the table's live parquet files, or an empty typed relation.
+
+    `missing` names schema columns none of the files has (written by an older dumpcat): they
+    read as NULL, so the views over them keep working on old catalogs."""
     if files:
         listing = ", ".join(_quote_literal(f) for f in files)
+        fields = {f.name: f for f in TABLES[table]}
+        extra = "".join(f", CAST(NULL AS {_DUCK_TYPES[fields[c].type]}) AS {c}" for c in missing)
         return (
             f"CREATE OR REPLACE VIEW raw_{table} AS "
-            f"SELECT * FROM read_parquet([{listing}], union_by_name = true, hive_partitioning = false)"
+            f"SELECT *{extra} FROM read_parquet([{listing}], union_by_name = true, hive_partitioning = false)"
         )
     cols = ", ".join(f"CAST(NULL AS {_DUCK_TYPES[f.type]}) AS {f.name}" for f in TABLES[table])
     return f"CREATE OR REPLACE VIEW raw_{table} AS SELECT {cols} WHERE false"
@@ -57,8 +62,14 @@ def query_text(name: str) -> str:
 
 def define_views(con: duckdb.DuckDBPyConnection, table_files: dict[str, list[str]]) -> None:
     """(Re)create all views for the given live files."""
-    for table in TABLES:
-        con.execute(raw_view_sql(table, table_files.get(table, [])))
+    for table, schema in TABLES.items():
+        files = table_files.get(table, [])
+        con.execute(raw_view_sql(table, files))
+        if files:
+            present = {row[0] for row in con.execute(f"DESCRIBE raw_{table}").fetchall()}
+            missing = tuple(name for name in schema.names if name not in present)
+            if missing:
+                con.execute(raw_view_sql(table, files, missing))
     for _name, text in view_sql_files():
         con.execute(text)
 

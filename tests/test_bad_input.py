@@ -86,7 +86,7 @@ def test_garbled_statistic_csv_rows(tmp_path, copy_dump):
         "Op Type,Op Name,Task ID,Stream ID,Timestamp,IO,Slot,Data Size,Data Type,Shape,"
         "Max Value,Min Value,L2Norm Value\n"
     )
-    good = f'Conv2D,{op},{task},{stream},{ts},{io},{slot},8192,float32,"(4,8,16,16)",1.5,-2,3.25,\n'
+    good = f'Conv2D,{op},{task},{stream},{ts},{io},{slot},32768,float32,"(4,8,16,16)",1.5,-2,3.25,\n'
     bad = "Conv2D,only,three\n"
     (it / "statistic.csv").write_text(header + good + bad)
     cat = Catalog.open(tmp_path / "cat", create=True)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
+
+import numpy as np
+import pyarrow.parquet as pq
 
 from catalog import Catalog
 from ingest.pipeline import ingest_dump
 from ingest.store import CatalogStore
+from tests.conftest import dump_of
 from tests.test_incremental import _content
 
 
@@ -96,3 +101,28 @@ def test_creation_cut_short_is_finished_and_other_folders_are_refused(tmp_path, 
         CatalogStore(other, create=True)
     with pytest.raises(CatalogError, match="not a dumpcat catalog"):
         Catalog.open(tmp_path / "nothing")
+
+
+def test_catalog_written_before_a_column_existed_still_answers(tmp_path):
+    """Parquet files of an older dumpcat lack newer columns (e.g. stat_rows.mismatch): the raw views
+    give NULL for them and every view still answers."""
+    dump = tmp_path / "d"
+    shutil.copytree(dump_of("nan_log"), dump)
+    it0 = dump / "rank_0/Net/0/0"
+    lines = ["Op Type,Op Name,Task ID,Stream ID,Timestamp,IO,Slot,Data Size,Data Type,Shape,Max Value\n"]
+    for f in sorted(it0.glob("Log.*.npy")):
+        op_type, op, task, stream, ts, io, slot = f.name.split(".")[:7]
+        a = np.load(f)
+        lines.append(
+            f'{op_type},{op},{task},{stream},{ts},{io},{slot},{a.nbytes},float32,"(2,3)",{a.max()},\n'
+        )
+    (it0 / "statistic.csv").write_text("".join(lines))
+    cat_path = tmp_path / "cat"
+    Catalog.open(cat_path, create=True).ingest(dump, run="old")
+    (stat_file,) = cat_path.glob("data/*/*/stat_rows.parquet")
+    old = pq.read_table(stat_file)
+    pq.write_table(old.drop_columns(["mismatch"]), stat_file)
+    cat = Catalog.open(cat_path)
+    rows = cat.sql("SELECT op_type, mismatch FROM stats WHERE stat_source = 'statistic.csv'").to_pylist()
+    assert rows == [{"op_type": "Log", "mismatch": None}] * 2
+    assert cat.sql("SELECT count(*) FROM first_anomaly").column(0)[0].as_py() == 2
