@@ -79,7 +79,7 @@ def test_statistic_csv_growing_by_appends(tmp_path, copy_dump):
 
     def line(f: Path, mx: float) -> str:
         op_type, op, task, stream, ts, io, slot = f.name.split(".")[:7]
-        return f'{op_type},{op},{task},{stream},{ts},{io},{slot},,float32,,{mx},0,1,\n'
+        return f"{op_type},{op},{task},{stream},{ts},{io},{slot},,float32,,{mx},0,1,\n"
 
     csv = it / "statistic.csv"
     csv.write_text(header + line(files[0], 1) + line(files[1], 2) + line(files[2], 3)[:20])  # last is partial
