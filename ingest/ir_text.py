@@ -542,16 +542,22 @@ def _callee(st: _State, s: str, pos: int) -> tuple[str, str | None, bool, int] |
     return callee, abstract, is_call, end
 
 
+def _broken_node(st: _State, line_no: int, reason: str) -> bool:
+    """Record a node line that cannot be read; it still counts, so the header's cnode total checks
+    for lost nodes, and the lines that belong to it are skipped."""
+    st.result.errors.append((line_no, reason))
+    st.node = None
+    st.broken = True
+    st.cnode_count += 1
+    return True
+
+
 def _start_node(st: _State, s: str, line_no: int) -> bool:
     """Parse a (complete) node or Return line; False if its brackets are still open."""
     if s.startswith("%"):
         m = _NODE_HEAD.match(s)
         if m is None:
-            st.result.errors.append((line_no, f"unparsable node line: {s[:120]!r}"))
-            st.node = None
-            st.broken = True
-            st.cnode_count += 1  # counted, so the header's cnode total still checks for lost nodes
-            return True
+            return _broken_node(st, line_no, f"unparsable node line: {s[:120]!r}")
         key = f"{st.subgraph}:%{m.group(1)}"
         debug = m.group(2)
         callee = None
@@ -562,11 +568,7 @@ def _start_node(st: _State, s: str, line_no: int) -> bool:
         else:
             got_callee = _callee(st, s, m.end())
             if got_callee is None:
-                st.result.errors.append((line_no, f"node line without `Op(operands)`: {s[:120]!r}"))
-                st.node = None
-                st.broken = True
-                st.cnode_count += 1  # counted, so the header's cnode total still checks for lost nodes
-                return True
+                return _broken_node(st, line_no, f"node line without `Op(operands)`: {s[:120]!r}")
             text, abstract, is_call, p = got_callee
             if p < 0:
                 return False  # the annotation wraps onto the next line
@@ -825,11 +827,8 @@ def _header_line(st: _State, s: str, line_no: int) -> None:
 def _flush_pending(st: _State) -> None:
     if st.pending is not None:
         reason = f"node line never closed its brackets: {st.pending[:120]!r}"
-        st.result.errors.append((st.pending_line, reason))
         st.pending = None
-        st.node = None
-        st.broken = True
-        st.cnode_count += 1
+        _broken_node(st, st.pending_line, reason)
 
 
 def _looks_like_new_line_form(s: str) -> bool:
