@@ -16,7 +16,7 @@ import pytest
 
 import ingest.pipeline as pipeline
 from catalog import Catalog
-from ingest import helper_pool
+from ingest import helper_pool, stat_match
 from ingest.ids import tensor_row_id
 from ingest.leaf_scan import scan_tensor_files
 from ingest.npy_header import read_npy_header
@@ -183,10 +183,10 @@ def test_statistic_rows_match_unique_keys_only():
             "timestamp_us": pa.array([6, 5, 99, 123, 7, 7], pa.int64()),
         }
     )
-    got = pipeline._match_stat_rows(stats, files).column("row_id").to_pylist()
+    got = stat_match.match_stat_rows(stats, files).column("row_id").to_pylist()
     # exact, exact, ambiguous loose (two Add files) -> NULL, unique loose, exact, no such op
     assert got == [2, 1, None, 4, 3, None]
-    none = pipeline._match_stat_rows(stats, files.slice(0, 0)).column("row_id")
+    none = stat_match.match_stat_rows(stats, files.slice(0, 0)).column("row_id")
     assert none.null_count == 6
 
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from catalog.api import Catalog
-from ingest import pipeline
+from ingest import pipeline, stat_match
 
 ITER0 = "rank_0/Net/0/0"
 CSV_REL = f"{ITER0}/statistic.csv"
@@ -212,10 +212,10 @@ def _facts(data_type: str, csv_shape, size, file_shape, file_nbytes, fmt="Defaul
             "shape": pa.array([csv_shape], pa.list_(pa.int64())),
         }
     )
-    files = pipeline._file_keys(
+    files = stat_match.file_keys(
         [("Add", "a", "output", 0, 1, 7, "Add.a.0.0.1.output.0.npy", fmt, file_shape, file_nbytes)]
     )
-    out = pipeline._match_stat_rows(stats, files)
+    out = stat_match.match_stat_rows(stats, files)
     assert out.column("row_id").to_pylist() == [7]
     return out.column("mismatch")[0].as_py()
 
