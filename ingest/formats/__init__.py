@@ -1,0 +1,1 @@
+"""Byte-level decoders of dump file formats: pure functions from bytes to values, no catalog."""
