@@ -5,10 +5,13 @@ The byte strings here are built with `struct` at offsets worked out from the ref
 
 from __future__ import annotations
 
+import contextlib
 import json
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ingest.formats.overflow import (
     AI_CORE,
@@ -272,3 +275,51 @@ def test_json_file_that_is_not_utf8(tmp_path):
     path.write_bytes(b"\xff\xfe\x00{")
     with pytest.raises(OverflowDecodeError):
         read_overflow_json(path)
+
+
+def test_json_with_a_huge_number_or_deep_nesting():
+    for text in ('{"AI Core": ' + "1" * 5000 + "}", "[" * 100_000 + "]" * 100_000):
+        with pytest.raises(OverflowDecodeError):
+            decode_overflow_json(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=1100))
+def test_any_bytes_decode_or_raise_the_module_error(data):
+    try:
+        blocks = decode_opdebug(data)
+    except OverflowDecodeError:
+        return
+    assert [b.kind for b in blocks] == [DHA, L2, AI_CORE]
+    assert encode_opdebug(blocks) == data[:1048]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+        max_leaves=12,
+    )
+)
+def test_any_json_decodes_or_raises_the_module_error(doc):
+    with contextlib.suppress(OverflowDecodeError):
+        decode_overflow_json(json.dumps(doc))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(0, 2**64 - 1), min_size=128, max_size=256).filter(
+        lambda w: len(w) not in range(129, 131)
+    )
+)
+def test_any_word_payload_round_trips(words):
+    data = struct.pack(f"<{len(words)}Q", *words)
+    blocks = decode_opdebug(data)
+    assert (
+        blocks[0].model_id == words[0] and blocks[1].task_id == words[18] and blocks[2].pc_start == words[36]
+    )
+    assert blocks[0].status == words[64] and blocks[1].status == words[96]
+    if len(words) >= 131:
+        assert (blocks[2].kernel_code, blocks[2].block_idx, blocks[2].status) == tuple(words[128:131])
+    assert encode_opdebug(blocks, size=len(data)) == data[:1048].ljust(len(data), b"\0")

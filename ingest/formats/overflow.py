@@ -280,8 +280,10 @@ def decode_overflow_json(text: str | bytes) -> list[OverflowBlock]:
     header fields are required, `status` (and AI Core `kernel_code` / `block_idx`) may be absent."""
     try:
         top = json.loads(text, object_pairs_hook=_pairs_hook)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise OverflowDecodeError(f"not json: {exc}") from None
+    except OverflowDecodeError:
+        raise
+    except (ValueError, RecursionError) as exc:  # bad json, bad utf-8, a number of over 4300 digits
+        raise OverflowDecodeError(f"not json: {str(exc)[:200]}") from None
     if not isinstance(top, dict):
         raise OverflowDecodeError(f"expected a json object, found {type(top).__name__}")
     raw_blocks = _normalised("overflow json", top, _BLOCK_KEYS)
