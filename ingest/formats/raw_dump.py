@@ -53,8 +53,8 @@ class _NeedBytes(RawDumpError):
         self.want = want
 
 
-class _BadHeader(RawDumpError):
-    """The big-dump header is not protobuf wire data (so the file may be the old layout)."""
+class _NotDumpData(RawDumpError):
+    """The bytes tried are not a DumpData at all (so the file may have the other layout)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,7 +307,7 @@ def _parse_big_dump(head: bytes, file_size: int, header_len: int) -> RawDump:
     try:
         header = _dump_data(head, 8, end)
     except _WireError as exc:
-        raise _BadHeader(f"the {header_len}-byte header does not parse as DumpData: {exc}") from None
+        raise _NotDumpData(f"the {header_len}-byte header does not parse as DumpData: {exc}") from None
     slots: list[RawSlot] = []
     cursor = end
     for io, group in (("input", header.inputs), ("output", header.outputs), ("buffer", header.buffers)):
@@ -336,7 +336,7 @@ def _parse_protobuf(head: bytes, file_size: int) -> RawDump:
     try:
         header = _dump_data(head, 0, file_size)
     except _WireError as exc:
-        raise RawDumpError(f"the file does not parse as a DumpData protobuf: {exc}") from None
+        raise _NotDumpData(f"the file does not parse as a DumpData protobuf: {exc}") from None
     slots: list[RawSlot] = []
     for io, group in (("input", header.inputs), ("output", header.outputs), ("buffer", header.buffers)):
         for index, raw in enumerate(group):
@@ -344,7 +344,7 @@ def _parse_protobuf(head: bytes, file_size: int) -> RawDump:
                 raise RawDumpError(f"{io} {index}: declares {raw.size} bytes but holds {raw.data_len} inline")
             slots.append(_make_slot(io, index, raw, raw.data_len, raw.data_start))
     if not slots:
-        raise RawDumpError("the file parses as a DumpData protobuf but holds no tensors")
+        raise _NotDumpData("the file parses as a DumpData protobuf but holds no tensors")
     return RawDump("protobuf", header.version, header.dump_time, header.op_name, 0, tuple(slots), file_size)
 
 
@@ -374,19 +374,13 @@ def parse_raw_header(head: bytes, file_size: int) -> RawDump:
     if 0 < header_len <= file_size - 8:
         try:
             return _parse_big_dump(head, file_size, header_len)
-        except (_NeedBytes, RawDumpIncomplete):
-            raise
-        except RawDumpError as exc:
+        except _NotDumpData as exc:  # any other error: the header parsed, so it is a big dump
             big_error = exc
     try:
         return _parse_protobuf(head, file_size)
-    except _NeedBytes:
-        raise
-    except RawDumpError as pb_error:
-        if isinstance(big_error, _BadHeader):
-            raise RawDumpError(f"{big_error} (nor does the whole file parse as DumpData)") from None
+    except _NotDumpData as pb_error:
         if big_error is not None:
-            raise big_error from None
+            raise RawDumpError(f"{big_error} (nor does the whole file parse as DumpData)") from None
         if file_size - 8 < header_len <= _MAX_HEADER:
             raise RawDumpIncomplete(
                 f"header length {header_len} runs past the end of the file ({file_size} bytes)"
