@@ -252,6 +252,7 @@ def decode(buf: object, stored: str, shape: tuple[int, ...]) -> np.ndarray:
     complex64. 'raw' ignores `shape` and returns the bytes as a 1-D uint8 view. Multi-byte
     elements are little-endian, as every Ascend host writes them. `buf` must hold exactly the
     bytes `nbytes_of` asks for: a longer or shorter buffer means the header and data disagree.
+    'bool' is a view too: a byte other than 0 or 1 reads as True, as numpy treats it.
     """
     data = _as_uint8(buf)
     if stored == "raw":

@@ -8,7 +8,9 @@ Two layouts exist (reference msprobe-cann-formats.md §3.2, mindspore-dump-forma
   each exactly its declared `size` long;
 - 'protobuf' (dump version 1.0, pre-2021): the whole file is one DumpData with the bytes inline.
 
-The TLV "nano" layout (magic 0x5A5A5A5A at offset 8) is recognised and refused.
+The TLV "nano" layout (magic 0x5A5A5A5A at offset 8) is recognised and refused: the reference
+does not pin down its TLNV framing (widths of tag/length/count, alignment of the descriptors) nor
+the full GE data-type numbering it uses, and a guessed decoder would read wrong numbers.
 
 The header is decoded by a small protobuf wire-format walker rather than the generated
 `dump_data_pb2`: the walker must exist anyway to find where each inline `data` field starts in the
@@ -401,17 +403,16 @@ def read_raw_dump(path: str | os.PathLike[str]) -> RawDump:
     with open(path, "rb") as f:
         file_size = os.fstat(f.fileno()).st_size
         head = f.read(min(HEADER_PROBE_BYTES, file_size))
-        for _ in range(3):
+        while True:  # at most: the probe, then the whole header, then the whole (old-layout) file
             try:
                 return parse_raw_header(head, file_size)
-            except _NeedBytes as need:
+            except _NeedBytes as need:  # need.want > len(head) and <= file_size: this terminates
                 more = f.read(need.want - len(head))
-                if len(head) + len(more) < need.want:  # shrank under us
+                if len(head) + len(more) < need.want:
                     raise RawDumpIncomplete(
                         f"file shrank while reading: {len(head) + len(more)} of {need.want} bytes"
                     ) from None
                 head += more
-    raise RawDumpError("header could not be read")  # pragma: no cover (at most two re-reads)
 
 
 # ---------------------------------------------------------------------------------------------
