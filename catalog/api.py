@@ -12,6 +12,7 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 import duckdb
 import numpy as np
@@ -142,17 +143,26 @@ class Catalog:
             raise CatalogError(f"run {loc.run!r} of row id {row_id} has no dump root in the catalog")
         return Path(root) / loc.rel_path, loc
 
-    def tensor(self, row_id: int) -> np.ndarray:
-        """The tensor's data in its dumped shape and stored dtype, memory-mapped read-only.
+    def tensor(self, row_id: int, *, layout: Literal["host", "device"] = "host") -> np.ndarray:
+        """The tensor's data, memory-mapped read-only where the bytes are already the values.
 
-        bfloat16 tensors are stored as float32 and int4 as int8 by MindSpore; the array has the
-        stored dtype (the `dtype` column of `tensors` says the original one).
+        npy files: the dumped shape and stored dtype (MindSpore stores bfloat16 as float32 and int4
+        as int8; the `dtype` column says the original one). Raw Ascend dumps: the values of the
+        slot, decoded (bfloat16 and float8 as `ml_dtypes` arrays, int4 unpacked to int8) and, for a
+        device format (NC1HWC0, FRACTAL_Z, ...), in the host layout (`host_shape`) unless
+        `layout="device"` asks for the dumped layout (`shape`).
         """
+        from ingest.tensor_data import is_plain, read_tensor
         from ingest.tensor_stats import open_tensor
 
         path, loc = self.locate(row_id)
         try:
-            return open_tensor(path, loc.data_offset, loc.stored_dtype, loc.shape)
+            if is_plain(loc.stored_dtype, loc.format, loc.shape, loc.host_shape):
+                return open_tensor(path, loc.data_offset, loc.stored_dtype, loc.shape)
+            return read_tensor(
+                path, loc.data_offset, loc.stored_dtype, loc.shape, loc.format, loc.host_shape,
+                nbytes=loc.nbytes, layout=layout,
+            )  # fmt: skip
         except FileNotFoundError as exc:
             raise TensorNotFoundError(f"tensor {row_id} was cataloged but its file is gone: {path}") from exc
 
@@ -163,15 +173,17 @@ class Catalog:
         dump_dir: str | os.PathLike,
         run: str | None = None,
         *,
+        producer: str | None = None,
         compute_stats: bool = True,
         md5: bool = False,
         workers: int | None = None,
         on_progress: Callable[[int], None] | None = None,
     ) -> IngestSummary:
-        """Ingest (or incrementally re-ingest) a dump tree into this catalog."""
+        """Ingest (or incrementally re-ingest) a dump tree into this catalog. Its producer is
+        detected (`summary.detected` says what was found) unless `producer` names a reader."""
         summary = ingest_dump(
-            self.path, dump_dir, run, compute_stats=compute_stats, md5=md5, workers=workers,
-            on_progress=on_progress,
+            self.path, dump_dir, run, producer=producer, compute_stats=compute_stats, md5=md5,
+            workers=workers, on_progress=on_progress,
         )  # fmt: skip
         self.refresh()
         return summary

@@ -20,7 +20,8 @@ from catalog.api import Catalog, QueryRefused, TensorNotFoundError
 from catalog.export import DEFAULT_STORAGE_VERSION
 from catalog.output import write_table
 from catalog.views import query_text
-from ingest.pipeline import DumpRootError, find_dump_root
+from ingest.pipeline import DumpRootError, detect_dump
+from ingest.readers.registry import reader_names
 from ingest.store import CatalogError
 
 # Options shared by `ingest` and `watch`.
@@ -33,6 +34,12 @@ CATALOG_OPTION = click.option(
     help="Catalog directory (created if missing).",
 )
 RUN_OPTION = click.option("--run", "run", default=None, help="Run name (default: the dump folder's name).")
+PRODUCER_OPTION = click.option(
+    "--producer",
+    type=click.Choice(reader_names()),
+    default=None,
+    help="Read the dump as this producer's layout instead of detecting it.",
+)
 STATS_OPTION = click.option(
     "--stats/--no-stats",
     "compute_stats",
@@ -85,6 +92,7 @@ def main() -> None:
 @click.argument("dump_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @CATALOG_OPTION
 @RUN_OPTION
+@PRODUCER_OPTION
 @STATS_OPTION
 @click.option("--md5", is_flag=True, help="Also compute the md5 of tensors whose statistics are computed.")
 @click.option(
@@ -100,27 +108,29 @@ def ingest(
     dump_dirs: tuple[Path, ...],
     catalog_path: Path,
     run: str | None,
+    producer: str | None,
     compute_stats: bool,
     md5: bool,
     workers: int | None,
     progress: bool | None,
 ) -> None:
-    """Catalog one or more dump trees (DUMP_DIR: the dump `path`, holding rank_N/)."""
+    """Catalog one or more dump trees (DUMP_DIR: the dump `path`; its producer is detected)."""
     from tqdm import tqdm
 
     if run is not None and len(dump_dirs) > 1:
         _fail("--run names a single dump; give one DUMP_DIR per run or leave --run out")
-    for dump_dir in dump_dirs:  # every dump must be readable before a catalog folder is created
-        find_dump_root(dump_dir)
+    detections = [detect_dump(d, producer) for d in dump_dirs]  # all readable before a catalog is made
     cat = Catalog.open(catalog_path, create=True)
     disable = None if progress is None else not progress
-    for dump_dir in dump_dirs:
+    for dump_dir, detection in zip(dump_dirs, detections, strict=True):
+        click.echo(f"{dump_dir}: {detection.description}")
         with tqdm(
             desc=f"ingest {dump_dir.name}", unit=" files", disable=disable, file=sys.stderr, leave=False
         ) as bar:
             s = cat.ingest(
-                dump_dir, run, compute_stats=compute_stats, md5=md5, workers=workers, on_progress=bar.update
-            )
+                dump_dir, run, producer=detection.reader.name, compute_stats=compute_stats, md5=md5,
+                workers=workers, on_progress=bar.update,
+            )  # fmt: skip
         rate = s.files_seen / s.seconds if s.seconds > 0 else 0.0
         click.echo(
             f"run {s.run!r} ({s.dump_root}): {s.files_seen} files seen, {s.tensors} new tensors, "
@@ -174,6 +184,7 @@ def tensor(catalog_path: str, row_id: int, out: Path | None) -> None:
 @click.argument("dump_dir", type=click.Path(path_type=Path))
 @CATALOG_OPTION
 @RUN_OPTION
+@PRODUCER_OPTION
 @click.option("--poll", is_flag=True, help="Poll the file system instead of inotify (network file systems).")
 @click.option(
     "--interval",
@@ -201,6 +212,7 @@ def watch(
     dump_dir: Path,
     catalog_path: Path,
     run: str | None,
+    producer: str | None,
     poll: bool,
     interval: float,
     reconcile: float,
@@ -221,6 +233,7 @@ def watch(
         reconcile_every=reconcile,
         grace=grace,
         compute_stats=compute_stats,
+        producer=producer,
     )
 
     def _stop(signum, frame):

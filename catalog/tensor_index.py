@@ -16,22 +16,42 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-_COLUMNS = ["row_id", "run", "rel_path", "data_offset", "stored_dtype", "shape"]
+_COLUMNS = [
+    "row_id",
+    "run",
+    "rel_path",
+    "data_offset",
+    "stored_dtype",
+    "shape",
+    "format",
+    "host_shape",
+    "nbytes",
+]
+_NEWER = {"host_shape"}  # columns older catalogs do not have (read as NULL)
 
 
 @dataclass(frozen=True, slots=True)
 class TensorLocation:
+    """Where a tensor's bytes are and how they are laid out (see ingest.tensor_data)."""
+
     row_id: int
     run: str
     rel_path: str
     data_offset: int
     stored_dtype: str
     shape: tuple[int, ...]
+    format: str | None = None
+    host_shape: tuple[int, ...] | None = None  # set when `shape`/`format` are a device layout
+    nbytes: int | None = None
 
 
 class _BatchIndex:
     def __init__(self, path: Path) -> None:
-        table = pq.read_table(path, columns=_COLUMNS)
+        present = set(pq.read_schema(path).names)
+        table = pq.read_table(path, columns=[c for c in _COLUMNS if c in present])
+        for name in _COLUMNS:
+            if name not in present and name in _NEWER:
+                table = table.append_column(name, pa.nulls(table.num_rows, pa.list_(pa.int64())))
         ids = table.column("row_id").to_numpy()
         order = np.argsort(ids, kind="stable")
         self.ids = ids[order]
@@ -42,6 +62,7 @@ class _BatchIndex:
         if i >= len(self.ids) or self.ids[i] != row_id:
             return None
         row = {c: self.table.column(c)[i].as_py() for c in _COLUMNS}
+        host = row["host_shape"]
         return TensorLocation(
             row["row_id"],
             row["run"],
@@ -49,6 +70,9 @@ class _BatchIndex:
             row["data_offset"],
             row["stored_dtype"],
             tuple(row["shape"]),
+            row["format"],
+            None if host is None else tuple(host),
+            row["nbytes"],
         )
 
 

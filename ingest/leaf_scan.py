@@ -33,7 +33,14 @@ _FILE_COLUMNS = (
     "task_id", "stream_id", "timestamp_us", "io", "slot", "format", "dtype", "stored_dtype", "shape",
     "data_offset", "nbytes", "file_size", "name_era",
 )  # fmt: skip
-assert set(_CONSTANT_COLUMNS) | set(_FILE_COLUMNS) == set(TENSORS.names)
+# Columns other readers fill; an npy file names its producer and has nothing else to say there.
+_READER_COLUMNS = {
+    "producer": "mindspore-npy",
+    "host_shape": None,
+    "op_full_name": None,
+    "source_row_id": None,
+}
+assert set(_CONSTANT_COLUMNS) | set(_FILE_COLUMNS) | set(_READER_COLUMNS) == set(TENSORS.names)
 
 _op_base: dict[str, str] = {}  # file op name -> without its -opN (op names repeat across iterations)
 _hashers: dict[str, TensorIdHasher] = {}
@@ -86,6 +93,8 @@ def _table(ctx: LeafContext, rows: list[tuple]) -> pa.Table:
     for field in TENSORS:
         if field.name in columns:
             arrays.append(pa.array(columns[field.name], field.type))
+        elif field.name in _READER_COLUMNS:
+            arrays.append(pa.array([_READER_COLUMNS[field.name]] * n, field.type))
         else:
             value = ctx[_CONSTANT_COLUMNS.index(field.name)]
             arrays.append(pa.array([value] * n, field.type))

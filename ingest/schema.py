@@ -40,6 +40,11 @@ TENSORS = pa.schema(
         ("nbytes", pa.int64()),
         ("file_size", pa.int64()),
         ("name_era", pa.string()),  # 'v1.3-2.2' | 'v2.3' | 'v2.4+'
+        # Added with the reader-per-producer pipeline (older catalogs read these as NULL):
+        ("producer", pa.string()),  # the reader that cataloged the file ('mindspore-npy', 'ascend-raw', ...)
+        ("host_shape", SHAPE),  # shape in the host layout when `shape`/`format` are a device layout
+        ("op_full_name", pa.string()),  # full scope name recorded inside the file (raw dump header)
+        ("source_row_id", pa.int64()),  # a converted file (msaccucmp): the raw slot it was made from
     ]
 )
 
@@ -108,6 +113,7 @@ TENSOR_STATS = pa.schema(
         ("dtype", pa.string()),
         ("shape", SHAPE),
         ("nbytes", pa.int64()),
+        ("op_full_name", pa.string()),  # as in tensors (raw dump headers name the op in full)
         *STAT_VALUE_FIELDS,
     ]
 )
@@ -259,6 +265,32 @@ RUNS = pa.schema(
     ]
 )
 
+# Overflow-debug records (Ascend op_debug_mode 3): one row per info block of an
+# `Opdebug.Node_OpDebug.*` raw file or its npy-format `.json`; see ingest/formats/overflow.py.
+OVERFLOWS = pa.schema(
+    [
+        ("run", pa.string()),
+        ("rank", pa.int32()),
+        ("net", pa.string()),
+        ("graph_id", pa.int32()),
+        ("iteration", pa.int64()),
+        ("rel_path", pa.string()),
+        ("file_task_id", pa.int64()),  # the Opdebug file's own task and stream (from its name)
+        ("file_stream_id", pa.int64()),
+        ("timestamp_us", pa.int64()),
+        ("block", pa.string()),  # 'DHA Atomic Add' | 'L2 Atomic Add' | 'AI Core'
+        ("model_id", pa.int64()),
+        ("stream_id", pa.int64()),  # the overflowing task's stream and task
+        ("task_id", pa.int64()),
+        ("task_type", pa.int64()),
+        ("pc_start", pa.int64()),
+        ("para_base", pa.int64()),
+        ("status", pa.int64()),
+        ("kernel_code", pa.int64()),
+        ("block_idx", pa.int64()),
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {
     "tensors": TENSORS,
     "stat_rows": STAT_ROWS,
@@ -273,4 +305,5 @@ TABLES: dict[str, pa.Schema] = {
     "ingest_errors": INGEST_ERRORS,
     "manifest": MANIFEST,
     "runs": RUNS,
+    "overflows": OVERFLOWS,
 }

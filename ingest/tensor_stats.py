@@ -92,6 +92,11 @@ _INLINE_JOBS = 512
 _INLINE_BYTES = 64 << 20
 
 _NAN = float("nan")
+# Stored dtypes that are not numpy dtype names: packed, `ml_dtypes` or raw bytes, decoded by
+# ingest.formats.dtypes (imported only when such a tensor comes, so a helper starts with numpy alone).
+SPECIAL_STORED = frozenset(
+    {"int4", "uint1", "complex32", "raw", "bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e8m0fnu"}
+)
 
 
 class TruncatedTensorError(ValueError):
@@ -440,6 +445,19 @@ def _stats_from_file(
     return acc.result()
 
 
+def _stats_of_decoded(
+    path: str, offset: int, stored_dtype: str, shape: tuple[int, ...], fmt, host_shape, md5: bool
+) -> dict[str, float | int | str | None]:
+    """Stats of a tensor that needs decoding first (packed or ml_dtypes elements, a device layout):
+    computed on its host-layout values, so device padding (C0, fractal blocks) is never counted.
+    One tensor is decoded whole; raw dumps hold one operator's tensors, bounded by device memory."""
+    from ingest.formats.dtypes import numeric_view
+    from ingest.tensor_data import read_tensor
+
+    arr = read_tensor(path, offset, stored_dtype, shape, fmt, host_shape)
+    return compute_stats(numeric_view(arr), md5=md5)
+
+
 # --------------------------------------------------------------------------------------------------
 # Many tensors, in parallel.
 
@@ -453,10 +471,12 @@ class StatJob:
     data_offset: int
     stored_dtype: str
     shape: tuple[int, ...]
+    format: str | None = None  # with host_shape: a device layout, converted before computing
+    host_shape: tuple[int, ...] | None = None
 
 
 _Result = tuple[int, dict | None, str | None]
-_JobTuple = tuple[int, str, int, str, tuple[int, ...]]
+_JobTuple = tuple[int, str, int, str, tuple[int, ...], str | None, tuple[int, ...] | None]
 
 
 def _error_reason(exc: BaseException) -> str:
@@ -468,8 +488,13 @@ def _error_reason(exc: BaseException) -> str:
 def _run_batch(batch: list[_JobTuple], md5: bool) -> list[_Result]:
     """One batch of jobs, every failure turned into an error reason."""
     out: list[_Result] = []
-    for row_id, path, offset, stored_dtype, shape in batch:
+    for row_id, path, offset, stored_dtype, shape, fmt, host_shape in batch:
         try:
+            if stored_dtype in SPECIAL_STORED or host_shape is not None:
+                out.append(
+                    (row_id, _stats_of_decoded(path, offset, stored_dtype, shape, fmt, host_shape, md5), None)
+                )
+                continue
             out.append((row_id, _stats_from_file(path, offset, stored_dtype, shape, md5), None))
         except Exception as exc:
             out.append((row_id, None, _error_reason(exc)))
@@ -480,13 +505,24 @@ def _job_tuple(job: StatJob) -> tuple[_JobTuple, int]:
     """The picklable form of a job and its data size; a malformed job is left for _run_batch to report."""
     try:
         shape = tuple(int(d) for d in job.shape)
-        return (
-            # absolute: an idle helper kept from an earlier call may have another working directory
-            (job.row_id, os.path.abspath(job.path), job.data_offset, job.stored_dtype, shape),
-            math.prod(shape) * np.dtype(job.stored_dtype).itemsize,
-        )
+        host = None if job.host_shape is None else tuple(int(d) for d in job.host_shape)
+        itemsize = 1 if job.stored_dtype in SPECIAL_STORED else np.dtype(job.stored_dtype).itemsize
+        # absolute: an idle helper kept from an earlier call may have another working directory
+        path = os.path.abspath(job.path)
+        return (job.row_id, path, job.data_offset, job.stored_dtype, shape, job.format, host), math.prod(
+            shape
+        ) * itemsize
     except Exception:
-        return (job.row_id, job.path, job.data_offset, job.stored_dtype, job.shape), 0
+        item = (
+            job.row_id,
+            job.path,
+            job.data_offset,
+            job.stored_dtype,
+            job.shape,
+            job.format,
+            job.host_shape,
+        )
+        return item, 0
 
 
 def _batches(jobs: Iterable[StatJob]) -> Iterator[tuple[list[_JobTuple], int]]:

@@ -31,7 +31,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
-from ingest.pipeline import RANK_DIR, DumpRootError, Ingester, default_run_name, find_dump_root
+from ingest.pipeline import DumpRootError, Ingester, default_run_name, detect_dump, resolve_dump_dir
 from ingest.store import CatalogError, CatalogStore, run_dir_name, write_json_atomic
 
 IGNORED_EVENTS = {"opened", "closed_no_write"}
@@ -87,15 +87,17 @@ class Watcher:
         md5: bool = False,
         workers: int | None = None,
         compact_min_batches: int = 16,
+        producer: str | None = None,
     ) -> None:
         try:
-            self.root, ranks = find_dump_root(dump_root)
+            detection = detect_dump(dump_root, producer)
+            self.root = detection.root
         except DumpRootError:
-            # Training may not have written its first rank folder yet: watch the empty root.
-            root = Path(dump_root)
-            if not root.is_dir():
+            # Training may not have written anything yet: watch the root, detect its producer
+            # once it has (a forced producer that does not match is an error now).
+            if producer is not None and Path(dump_root).is_dir() and any(Path(dump_root).iterdir()):
                 raise
-            self.root, ranks = root.resolve(), []
+            detection, self.root = None, resolve_dump_dir(dump_root)
         self.store = CatalogStore(catalog, create=True)
         self.run = run or default_run_name(self.root)
         self.interval = interval
@@ -103,11 +105,11 @@ class Watcher:
         self.poll = poll
         self.compact_min_batches = compact_min_batches
         self.ingester = Ingester(
-            self.store, self.run, self.root, ranks, compute_stats=compute_stats, md5=md5, workers=workers,
+            self.store, self.run, self.root, detection, producer=producer, compute_stats=compute_stats,
+            md5=md5, workers=workers,
         )  # fmt: skip
         self.ingester.live = True
         self.ingester.grace = grace
-        self.ingester.fixed_ranks = bool(RANK_DIR.match(Path(dump_root).resolve().name))
         self.mode = "poll" if poll else "inotify"
         self._dirty = _DirtyDirs(str(self.root))
         self._stop = threading.Event()

@@ -2,17 +2,19 @@
 CREATE OR REPLACE VIEW tensors AS
 SELECT t.row_id, t.run, t.rank, t.net, t.graph_id, t.iteration, t.dir_kind,
        t.op_type,
-       coalesce(k.full_name, kb.full_name, kr.full_name, t.file_op_name) AS op_name,
+       coalesce(k.full_name, kb.full_name, kr.full_name, t.op_full_name, t.file_op_name) AS op_name,
        t.file_op_name, t.io, t.slot,
        t.dtype, t.stored_dtype, t.shape, t.format,
        coalesce(k.exec_index, kb.exec_index, kr.exec_index) AS exec_index,
        os.source_file, os.source_line, os.source_code,
        CASE WHEN k.key IS NOT NULL THEN 'exact' WHEN kb.key IS NOT NULL THEN 'op_index'
-            WHEN kr.key IS NOT NULL THEN 'rank' ELSE 'unresolved' END AS name_match,
+            WHEN kr.key IS NOT NULL THEN 'rank' WHEN t.op_full_name IS NOT NULL THEN 'header'
+            ELSE 'unresolved' END AS name_match,
        t.task_id, t.stream_id, t.timestamp_us,
        r.dump_root || '/' || t.rel_path AS path,
        t.rel_path, t.file_name, t.original_name,
-       t.data_offset, t.nbytes, t.file_size, t.name_era
+       t.data_offset, t.nbytes, t.file_size, t.name_era,
+       t.producer, t.host_shape, t.source_row_id
 FROM raw_tensors t
 LEFT JOIN op_keys k
        ON k.run = t.run AND k.rank = t.rank AND k.graph_id = t.graph_id AND k.key = t.file_op_name

@@ -14,6 +14,7 @@ import pytest
 
 from catalog import Catalog
 from ingest.pipeline import DumpRootError, ingest_dump
+from ingest.readers.registry import READERS
 from ingest.store import CatalogError
 
 ITER0 = "rank_0/Net/0/0"
@@ -122,7 +123,7 @@ def test_unreadable_directory(copy_dump):
         # Import everything first, then drop privileges (root's Python lives under /root).
         code = (
             "import os, sys; from ingest.pipeline import ingest_dump; "
-            "import ingest.tensor_stats, ingest.statistic_csv, pyarrow.parquet; "
+            "import ingest.tensor_stats, ingest.statistic_csv, ingest.readers.registry, pyarrow.parquet; "
             "os.geteuid() == 0 and os.setuid(65534); "
             "s = ingest_dump(sys.argv[1], sys.argv[2]); print(s.tensors, s.errors)"
         )
@@ -154,8 +155,13 @@ def test_unusable_dump_root(tmp_path):
     with pytest.raises(DumpRootError, match="does not exist"):
         ingest_dump(tmp_path / "cat", tmp_path / "nope")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(DumpRootError, match="no rank_N"):
+    with pytest.raises(DumpRootError, match="not a dump dumpcat can read") as caught:
         ingest_dump(tmp_path / "cat", tmp_path / "empty")
+    for reader in READERS:  # the message lists what every reader looked for
+        assert f"{reader.name}: {reader.looked_for}" in str(caught.value)
+    with pytest.raises(DumpRootError, match="unknown producer 'nope'; known producers: "):
+        ingest_dump(tmp_path / "cat", tmp_path / "empty", producer="nope")
+    assert not (tmp_path / "cat").exists()
 
 
 def test_unusable_catalog(tmp_path, copy_dump):

@@ -15,12 +15,14 @@ import pyarrow as pa
 import pytest
 
 import ingest.pipeline as pipeline
+import ingest.readers.mindspore_npy as npy_reader
 from catalog import Catalog
 from ingest import helper_pool, stat_match
 from ingest.ids import tensor_row_id
 from ingest.leaf_scan import scan_tensor_files
 from ingest.npy_header import read_npy_header
 from ingest.npy_name import parse_tensor_name
+from ingest.readers import registry
 from ingest.schema import TENSORS
 from tests.compare import catalog_content
 from tests.conftest import dump_of
@@ -107,40 +109,40 @@ def test_batching_and_helpers_do_not_change_the_catalog(tmp_path, monkeypatch, w
     leaves) on 1-3 processes give exactly the catalog of the file-by-file path."""
     dump = _bad_tree(tmp_path)
     reference = Catalog.open(tmp_path / "ref", create=True)
-    ingester_cls = pipeline.Ingester
+    readers = registry.READERS
 
     modes: list[bool] = []
 
-    class FileByFile(ingester_cls):
+    class FileByFile(npy_reader.MindSporeNpyReader):
         def _process_leaf(self, leaf, *, scanned):
             modes.append(scanned)
             return super()._process_leaf(leaf, scanned=scanned)
 
-        def _ingest_leaf(self, *args):
-            self.live, live = True, self.live
-            self.grace = self.settle = 0.0  # live-mode rules, nothing young: judge every file now
+        def ingest_leaf(self, *args):
+            self.ing.live, live = True, self.ing.live
+            self.ing.grace = self.ing.settle = 0.0  # live-mode rules, nothing young: judge every file now
             try:
-                super()._ingest_leaf(*args)
+                super().ingest_leaf(*args)
             finally:
-                self.live = live
+                self.ing.live = live
 
-    monkeypatch.setattr(pipeline, "Ingester", FileByFile)
+    monkeypatch.setattr(registry, "READERS", (FileByFile,))
     reference.ingest(dump, run="r")
-    monkeypatch.setattr(pipeline, "Ingester", ingester_cls)
+    monkeypatch.setattr(registry, "READERS", readers)
     assert modes and not any(modes), "the reference must be the file-by-file path"
     expected = _content(reference)
     assert sum(1 for r in expected[2] if r["stage"] == "npy_header") == 3
     assert sum(1 for r in expected[2] if r["stage"] == "name") == 3
 
-    monkeypatch.setattr(pipeline, "_SCAN_BATCH_FILES", 50)
-    monkeypatch.setattr(pipeline, "_SCAN_GROUP_FILES", 700)
+    monkeypatch.setattr(npy_reader, "_SCAN_BATCH_FILES", 50)
+    monkeypatch.setattr(npy_reader, "_SCAN_GROUP_FILES", 700)
     monkeypatch.setattr(helper_pool, "_CALLER_COMPUTES", False)
     cat = Catalog.open(tmp_path / f"cat{workers}", create=True)
     summary = cat.ingest(dump, run="r", workers=workers)
     assert summary.errors == 6
     assert _content(cat) == expected
     # A directory over the giant-leaf bound goes file by file, flushing as it goes.
-    monkeypatch.setattr(pipeline, "_GIANT_LEAF_FILES", 60)
+    monkeypatch.setattr(npy_reader, "_GIANT_LEAF_FILES", 60)
     summary = pipeline.ingest_dump(tmp_path / f"giant{workers}", dump, "r", workers=workers, batch_rows=100)
     assert summary.errors == 6 and summary.batches > 12
     assert _content(Catalog.open(tmp_path / f"giant{workers}")) == expected
@@ -207,15 +209,15 @@ def test_watcher_scans_settled_directories_like_a_one_shot_ingest(tmp_path, monk
     ref.ingest(dump, run="r")  # the tree as it ends
     n_tensors = ref.sql("SELECT count(*) FROM tensors").column(0)[0].as_py()
     young.write_bytes(full[:100])  # being written: its directory is not settled
-    monkeypatch.setattr(pipeline, "_LIVE_SCAN_MIN_FILES", 20)
+    monkeypatch.setattr(npy_reader, "_LIVE_SCAN_MIN_FILES", 20)
     modes: list[bool] = []
-    process_leaf = pipeline.Ingester._process_leaf
+    process_leaf = npy_reader.MindSporeNpyReader._process_leaf
 
     def spy(self, leaf, *, scanned):
         modes.append(scanned)
         return process_leaf(self, leaf, scanned=scanned)
 
-    monkeypatch.setattr(pipeline.Ingester, "_process_leaf", spy)
+    monkeypatch.setattr(npy_reader.MindSporeNpyReader, "_process_leaf", spy)
     cat_dir = tmp_path / "cat"
     w = Watcher(cat_dir, dump, "r", interval=0.2, grace=60.0)
     w.start()

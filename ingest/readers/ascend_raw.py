@@ -1,0 +1,426 @@
+"""Ascend raw dumps: CANN's `{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}` files.
+
+Ascend graph-sink (O2) and async dumps, and every CANN/GE job, write one raw file per operator
+launch: a uint64 header length, a `DumpData` protobuf, then the bytes of every input and output
+(older CANN: the whole file is one `DumpData` with the bytes inside). Each input and output slot
+becomes one `tensors` row with its byte offset in the file, its device format and shape, and the
+host shape from the header, so `Catalog.tensor` maps the slice and statistics are computed on the
+host-layout values. The header's `op_name` is the operator's full, unsanitised scope name.
+
+Layouts read (reference: mindspore-dump-formats.md §3.8 and §5, msprobe-cann-formats.md §2.4, §3):
+- MindSpore v1.3+ async/O2 `bin`: the rank layout `rank_N/{net}/{graph}/{iteration}/`
+  (`AscendRawReader`: the rank-level execution order and graphs are read as for npy dumps);
+- MindSpore v1.2 async: `device_N/{net}_graph_{g}/{g}/{iteration}/`, four-field names without a
+  stream id, and `.metadata/data_dump.json` at the top (`AscendRawV12Reader`).
+
+Beside raw files may sit files `msaccucmp convert` made from them (`{raw}.{io}.{i}.{shape}.npy`,
+`{raw}.{io}.{i}.{shape}.{dtype}.{format}.bin`): each is cataloged with `source_row_id`, the row of
+the raw slot it came from, and without statistics of its own, so a tensor is counted once. Overflow
+debug files (`Opdebug.Node_OpDebug.*`, and their npy-format `.json`) add `overflows` rows.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from ingest.formats import device_format
+from ingest.formats.legacy_names import ConvertedName, parse_converted_name
+from ingest.formats.overflow import (
+    OPDEBUG_FILE,
+    OPDEBUG_JSON_FILE,
+    OverflowBlock,
+    OverflowDecodeError,
+    decode_opdebug,
+    read_overflow_json,
+)
+from ingest.formats.raw_dump import (
+    RawDump,
+    RawDumpError,
+    RawDumpIncomplete,
+    RawName,
+    parse_raw_name,
+    read_raw_dump,
+)
+from ingest.npy_header import NpyHeaderError, read_npy_header
+from ingest.npy_name import sanitize_v23, without_op_index
+from ingest.pipeline import Ingester, size_or_none
+from ingest.readers.base import Detection, Place, Reader, first_file, list_dir
+from ingest.readers.mindspore_npy import MindSporeNpyReader
+from ingest.readers.rank_layout import rank_root
+
+PRODUCER = "ascend-raw"
+CONVERTED = "msaccucmp"
+_TENSOR_IO = ("input", "output")  # buffers and workspaces are not tensors of the operator
+
+
+def is_raw_name(name: str) -> bool:
+    """A raw dump file name (not an npy, csv or json file)."""
+    return not name.endswith((".npy", ".csv", ".json")) and parse_raw_name(name) is not None
+
+
+def slot_row_id(ing: Ingester, rel: str, io: str, index: int) -> int:
+    """The row id of one input/output slot of a raw file: a function of the run, the file's path
+    and the slot, like every tensor row id."""
+    return ing.row_id_of(f"{rel}#{io}.{index}")
+
+
+class RawFiles:
+    """Catalogs raw dump files, their msaccucmp conversions and overflow files of one leaf
+    directory: the part both raw layouts share."""
+
+    def __init__(self, ing: Ingester) -> None:
+        self.ing = ing
+
+    def handle(self, place: Place, entry: os.DirEntry) -> bool:
+        """Catalog `entry` if it is a file this module reads; True when it was."""
+        name = entry.name
+        if OPDEBUG_JSON_FILE.match(name):
+            self._overflow_json(place, entry)
+            return True
+        converted = parse_converted_name(name) if name.endswith((".npy", ".bin")) else None
+        if converted is not None and converted.raw_name != name:
+            self._converted(place, entry, converted)
+            return True
+        raw_name = parse_raw_name(name) if not name.endswith((".npy", ".csv", ".json")) else None
+        if raw_name is not None:
+            self._raw(place, entry, raw_name)
+            return True
+        return False
+
+    # -- raw files -----------------------------------------------------------------------------
+
+    def _raw(self, place: Place, entry: os.DirEntry, name: RawName) -> None:
+        ing = self.ing
+        rel = ing.rel(entry.path)
+        size = size_or_none(entry)
+        prev = ing.manifest.get(rel)
+        if prev is not None and prev[3] == "ok" and prev[0] == size:
+            return  # cataloged before, unchanged
+        try:
+            dump = read_raw_dump(entry.path)
+        except RawDumpIncomplete as exc:
+            if not ing.still_written(entry, rel):
+                ing.file_error(rel, "raw_dump", "raw_dump", f"incomplete: {exc}", size)
+            return
+        except RawDumpError as exc:
+            if not ing.still_written(entry, rel):
+                ing.file_error(rel, "raw_dump", "raw_dump", str(exc), size)
+            return
+        except OSError as exc:
+            ing.file_error(rel, "raw_dump", "raw_dump", f"unreadable: {exc.strerror}", size)
+            return
+        ing.pending_files.pop(rel, None)
+        rows, needs_stats = self._slot_rows(place, entry, rel, name, dump, size or 0)
+        for row in rows:
+            ing.add("tensors", row)
+        ing.known_tensors.update(r[0] for r in rows)
+        ing.summary.tensors += len(rows)
+        ing.summary.files_new += 1
+        if ing.compute_stats:
+            ing.pending.stat_ids.extend(needs_stats)
+        if OPDEBUG_FILE.match(entry.name):
+            self._opdebug(place, entry, rel, name, dump)
+        ing.record(rel, "raw_dump", size or 0, size or 0, 0, "ok")
+        ing.maybe_flush()
+
+    def _slot_rows(
+        self, place: Place, entry: os.DirEntry, rel: str, name: RawName, dump: RawDump, size: int
+    ) -> tuple[list[tuple], list[int]]:
+        ing = self.ing
+        full_name = dump.op_name or None
+        key = sanitize_v23(full_name) if full_name else name.op_name
+        base = without_op_index(key)
+        rows: list[tuple] = []
+        needs_stats: list[int] = []
+        for slot in dump.slots:
+            if slot.io not in _TENSOR_IO:
+                continue
+            row_id = slot_row_id(ing, rel, slot.io, slot.index)
+            if row_id in ing.known_tensors:
+                continue
+            host = slot.original_shape
+            if host is not None and not device_format.needs_transform(slot.format, slot.shape, host):
+                host = None
+            rows.append(
+                (
+                    row_id, ing.run, place.rank, place.net, place.graph_id, place.iteration, place.dir_kind,
+                    rel, entry.name, None, name.op_type, key, base, name.task_id, name.stream_id,
+                    name.timestamp_us, slot.io, slot.index, slot.format, slot.data_type, slot.stored_dtype,
+                    list(slot.shape), slot.offset, slot.size, size, "raw", PRODUCER,
+                    None if host is None else list(host), full_name, None,
+                )
+            )  # fmt: skip
+            if slot.stored_dtype != "raw":
+                needs_stats.append(row_id)
+        return rows, needs_stats
+
+    # -- overflow debug files ------------------------------------------------------------------
+
+    def _opdebug(self, place: Place, entry: os.DirEntry, rel: str, name: RawName, dump: RawDump) -> None:
+        outputs = [s for s in dump.slots if s.io == "output"]
+        if not outputs:
+            self.ing.error(rel, "overflow", "overflow debug file has no output to decode")
+            return
+        slot = outputs[0]
+        try:
+            with open(entry.path, "rb") as f:
+                f.seek(slot.offset)
+                data = f.read(slot.size)
+            blocks = decode_opdebug(data)
+        except (OSError, OverflowDecodeError) as exc:
+            self.ing.error(rel, "overflow", f"cannot decode the overflow record: {exc}")
+            return
+        self._add_overflows(place, rel, name.task_id, name.stream_id, name.timestamp_us, blocks)
+
+    def _overflow_json(self, place: Place, entry: os.DirEntry) -> None:
+        ing = self.ing
+        rel = ing.rel(entry.path)
+        size = size_or_none(entry) or 0
+        if ing.is_unchanged(rel, size):
+            return
+        m = OPDEBUG_JSON_FILE.match(entry.name)
+        try:
+            blocks = read_overflow_json(entry.path)
+        except (OSError, OverflowDecodeError, UnicodeDecodeError) as exc:
+            if not ing.still_written(entry, rel):
+                ing.file_error(rel, "overflow", "overflow", str(exc), size)
+            return
+        task, stream, timestamp = m.group("task", "stream", "timestamp")
+        stream_id = None if stream is None else int(stream)
+        self._add_overflows(place, rel, int(task), stream_id, int(timestamp), blocks)
+        ing.record(rel, "overflow", size, size, 0, "ok")
+
+    def _add_overflows(
+        self,
+        place: Place,
+        rel: str,
+        task_id: int,
+        stream_id: int | None,
+        timestamp_us: int,
+        blocks: list[OverflowBlock],
+    ) -> None:
+        for b in blocks:
+            words = (b.model_id, b.stream_id, b.task_id, b.task_type, b.pc_start, b.para_base, b.status,
+                     b.kernel_code, b.block_idx)  # fmt: skip
+            self.ing.add(
+                "overflows",
+                (self.ing.run, place.rank, place.net, place.graph_id, place.iteration, rel, task_id,
+                 stream_id, timestamp_us, b.kind, *(_int64(w) for w in words)),
+            )  # fmt: skip
+
+    # -- msaccucmp conversions -----------------------------------------------------------------
+
+    def _converted(self, place: Place, entry: os.DirEntry, conv: ConvertedName) -> None:
+        """A file msaccucmp converted from a raw slot: its values in the host layout, linked to
+        the slot. It gets statistics only when its raw file is not in the directory."""
+        ing = self.ing
+        rel = ing.rel(entry.path)
+        row_id = ing.row_id_of(rel)
+        if row_id in ing.known_tensors:
+            return
+        size = size_or_none(entry) or 0
+        rel_dir = rel.rsplit("/", 1)[0]
+        raw = parse_raw_name(conv.raw_name)
+        if raw is None:
+            ing.file_error(rel, "tensor", "name", f"converted from {conv.raw_name!r}, not a raw dump name")
+            return
+        try:
+            if conv.kind == "bin":
+                stored, shape, offset, nbytes = _converted_bin_layout(conv, size)
+            else:
+                header, size = read_npy_header(entry.path)
+                stored, shape, offset, nbytes = (
+                    header.dtype_name,
+                    list(header.shape),
+                    header.data_offset,
+                    header.nbytes,
+                )
+        except (NpyHeaderError, OSError, ValueError) as exc:
+            if not ing.still_written(entry, rel):
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                ing.file_error(rel, "tensor", "converted", reason, size)
+            return
+        source_exists = os.path.exists(os.path.join(os.path.dirname(entry.path), conv.raw_name))
+        source = slot_row_id(ing, f"{rel_dir}/{conv.raw_name}", conv.io, conv.slot)
+        ing.pending_files.pop(rel, None)
+        ing.add(
+            "tensors",
+            (
+                row_id, ing.run, place.rank, place.net, place.graph_id, place.iteration, place.dir_kind, rel,
+                entry.name, None, raw.op_type, raw.op_name, without_op_index(raw.op_name), raw.task_id,
+                raw.stream_id, raw.timestamp_us, conv.io, conv.slot, conv.format or "host",
+                conv.dtype_token or stored, stored, shape, offset, nbytes, size, "msaccucmp", CONVERTED,
+                None, None, source if source_exists else None,
+            ),
+        )  # fmt: skip
+        ing.known_tensors.add(row_id)
+        ing.summary.tensors += 1
+        ing.summary.files_new += 1
+        if ing.compute_stats and not source_exists:
+            ing.pending.stat_ids.append(row_id)
+        if rel in ing.manifest:
+            ing.record(rel, "tensor", size, size, 0, "ok")
+
+
+def _int64(word: int | None) -> int | None:
+    """A uint64 word as a BIGINT: words of 2**63 and above (never seen in ids or addresses, which
+    are 48-bit) keep their bit pattern as a negative number rather than failing the batch."""
+    if word is None or word < 1 << 63:
+        return word
+    return word - (1 << 64)
+
+
+_BIN_DTYPES = {
+    "float32": "float32", "float16": "float16", "float64": "float64", "int8": "int8", "int16": "int16",
+    "int32": "int32", "int64": "int64", "uint8": "uint8", "uint16": "uint16", "uint32": "uint32",
+    "uint64": "uint64", "bool": "bool",
+}  # fmt: skip
+
+
+def _converted_bin_layout(conv: ConvertedName, size: int) -> tuple[str, list[int], int, int]:
+    """(stored dtype, shape, offset, nbytes) of an msaccucmp `.bin` conversion: raw bytes, no header."""
+    token = (conv.dtype_token or "").lower().removeprefix("dt_")
+    token = {"float": "float32", "double": "float64"}.get(token, token)
+    stored = _BIN_DTYPES.get(token)
+    if stored is None or conv.shape is None:
+        raise ValueError(f"converted .bin with unknown dtype {conv.dtype_token!r} or no shape")
+    import numpy as np
+
+    nbytes = int(np.prod(conv.shape, dtype=np.int64)) * np.dtype(stored).itemsize
+    if nbytes != size:
+        raise ValueError(f"shape {conv.shape} of {stored} needs {nbytes} bytes, the file has {size}")
+    return stored, list(conv.shape), 0, nbytes
+
+
+class AscendRawReader(MindSporeNpyReader):
+    """Raw files in MindSpore's rank layout (v1.3+ async/O2 with `file_format: bin`)."""
+
+    name = PRODUCER
+    producer = "Ascend raw dump (CANN DumpData)"
+    looked_for = (
+        "raw files {op_type}.{op_name}.{task}.{stream}.{timestamp} in rank_N/{net}/{graph}/{iteration}/"
+    )
+    cataloged = (
+        "one tensors row per input/output slot (byte offset, device format and shape, host shape, "
+        "full op name), overflows, msaccucmp conversions linked to their slot; rank-level files as for npy"
+    )
+
+    def __init__(self, ingester, detection: Detection) -> None:
+        super().__init__(ingester, detection)
+        self.raw_files = RawFiles(ingester)
+
+    @classmethod
+    def detect(cls, path: Path) -> Detection | None:
+        found = rank_root(path)
+        if found is None:
+            return None
+        root, ranks, fixed = found
+        for rank in ranks[:4]:
+            hit = first_file(rank, 3, is_raw_name)
+            if hit is not None:
+                return Detection(
+                    cls, root, f"raw files in {rank.name}/{hit.rsplit('/', 1)[0]}/", tuple(ranks), fixed
+                )
+        return None
+
+    def is_tensor_npy(self, name: str) -> bool:
+        return name.endswith(".npy") and parse_converted_name(name) is None
+
+    def other_file(self, place: Place, entry: os.DirEntry) -> bool:
+        return self.raw_files.handle(place, entry)
+
+
+_DEVICE_DIR = re.compile(r"^device_(\d+)$")
+_V12_MODEL_DIR = re.compile(r"^(?P<net>.+)_graph_(?P<graph>\d+)$")
+
+
+class AscendRawV12Reader(Reader):
+    """MindSpore v1.2 async: `device_N/{net}_graph_{g}/{g}/{iteration}/` raw files."""
+
+    name = "ascend-raw-v1.2"
+    producer = "MindSpore 1.2 async (Ascend raw dump)"
+    layout = "device_N/{net}_graph_{g}/{g}/{iteration}/"
+    looked_for = "device_N/{net}_graph_{g}/{g}/{iteration}/ folders of raw files (MindSpore 1.2 async)"
+    cataloged = (
+        "one tensors row per input/output slot, as for Ascend raw; .metadata/data_dump.json as rank metadata"
+    )
+
+    def __init__(self, ingester, detection: Detection) -> None:
+        super().__init__(ingester, detection)
+        self.raw_files = RawFiles(ingester)
+
+    @classmethod
+    def detect(cls, path: Path) -> Detection | None:
+        devices = [e for e in list_dir(path) if _DEVICE_DIR.match(e.name) and e.is_dir()]
+        for device in devices[:4]:
+            for model in list_dir(device.path, 64):
+                if _V12_MODEL_DIR.match(model.name) and model.is_dir():
+                    hit = first_file(model.path, 2, is_raw_name)
+                    if hit is not None:
+                        where = f"{device.name}/{model.name}/{hit.rsplit('/', 1)[0]}/"
+                        return Detection(
+                            cls, path, f"raw files in {where}", tuple(Path(d.path) for d in devices)
+                        )
+        return None
+
+    def walk(self) -> None:
+        ing = self.ing
+        config = None
+        for entry in ing.scandir(str(self.root)) or []:
+            if entry.name == ".metadata" and entry.is_dir():
+                config = self._metadata(entry.path)
+        for entry in ing.scandir(str(self.root)) or []:
+            m = _DEVICE_DIR.match(entry.name)
+            if m and entry.is_dir():
+                self._device(int(m.group(1)), entry.path, config)
+            elif entry.name != ".metadata":
+                ing.summary.files_seen += 1
+                ing.file_error(ing.rel(entry.path), "unknown", "walk", "expected device_N/ or .metadata/")
+
+    def _metadata(self, path: str) -> str | None:
+        ing = self.ing
+        for entry in ing.scandir(path) or []:
+            ing.summary.files_seen += 1
+            if entry.name != "data_dump.json":
+                continue
+            try:
+                with open(entry.path, encoding="utf-8") as f:
+                    return f.read()
+            except (OSError, UnicodeDecodeError) as exc:
+                ing.file_error(ing.rel(entry.path), "metadata", "metadata", str(exc))
+        return None
+
+    def _device(self, rank: int, path: str, config: str | None) -> None:
+        ing = self.ing
+        rel = ing.rel(path)
+        if config is not None and not ing.is_unchanged(rel, len(config)):
+            ing.add("rank_meta", (ing.run, rank, str(self.root), "Ascend", None, config, None))
+            ing.record(rel, "metadata", len(config), len(config), 0, "ok")
+        for model in ing.scandir(path) or []:
+            m = _V12_MODEL_DIR.match(model.name)
+            if not (m and model.is_dir()):
+                ing.summary.files_seen += 1
+                ing.file_error(ing.rel(model.path), "unknown", "walk", "expected a {net}_graph_{g}/ folder")
+                continue
+            net = m.group("net")
+            for graph in ing.scandir(model.path) or []:
+                if not (graph.is_dir() and graph.name.isdigit()):
+                    ing.file_error(ing.rel(graph.path), "unknown", "walk", "expected a graph-id directory")
+                    continue
+                for it in ing.scandir(graph.path) or []:
+                    if not (it.is_dir() and it.name.isdigit()):
+                        ing.file_error(ing.rel(it.path), "unknown", "walk", "expected an iteration directory")
+                        continue
+                    place = Place(rank, net, int(graph.name), int(it.name), "iteration")
+                    self._leaf(place, it.path)
+
+    def _leaf(self, place: Place, path: str) -> None:
+        ing = self.ing
+        entries = ing.scandir(path) or []
+        ing.summary.files_seen += len(entries)
+        ing.on_progress(len(entries))
+        for entry in entries:
+            if not self.raw_files.handle(place, entry):
+                ing.file_error(ing.rel(entry.path), "unknown", "walk", "not a raw dump file")

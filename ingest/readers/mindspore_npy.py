@@ -1,0 +1,565 @@
+"""MindSpore npy dumps (v1.3 onwards, every device): one `.npy` file per tensor in the rank layout.
+
+A leaf directory (an iteration or `constants/`) holds the tensor files, and may hold a
+`statistic.csv` (matched to its tensor files row by row), a `mapping.csv` (names of files renamed
+to `<digits>.npy` because they were too long) and kernel-argument `.json` files.
+
+Tensor files are the bulk of a dump. A one-shot ingest (and the watcher, for directories that have
+settled) queues leaf directories and reads their npy names and headers in batches on every core
+(`leaf_scan` in `helper_pool` helpers); files that are not complete and well-formed come back to be
+judged one by one (`_ingest_tensor`), which is also how the watcher treats a directory that is still
+being written.
+
+Subclasses (readers of trees that mix npy files with other files) handle what this reader does not
+recognise by overriding `other_file` and `unnamed_npy`.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest import kernel_args, mapping_csv
+from ingest.helper_pool import resolve_workers, run_ordered
+from ingest.ids import stat_row_ids
+from ingest.leaf_scan import LeafChunk, scan_tensor_files
+from ingest.npy_header import NpyHeaderError, read_npy_header
+from ingest.npy_name import (
+    OP_INDEX_PATTERN,
+    TensorName,
+    TensorNameError,
+    parse_tensor_name,
+    without_op_index,
+)
+from ingest.pipeline import age, size_or_none
+from ingest.readers.base import Detection, Place, first_file
+from ingest.readers.rank_layout import RankLayoutReader, rank_root
+from ingest.schema import TABLES
+from ingest.stat_match import FILE_KEYS, file_keys, match_stat_rows, mismatch_note
+from ingest.statistic_csv import read_statistic_csv
+
+_entry_name = operator.attrgetter("name")
+MAPPED_NAME = re.compile(r"^\d+\.npy$")
+PRODUCER = "mindspore-npy"
+# One-shot ingest scans tensor files in batches of this many on every core (leaf_scan), once at
+# least _SCAN_GROUP_FILES are queued (or at the end): big enough to keep the helpers busy, small
+# enough to bound memory.
+_SCAN_BATCH_FILES = 1024
+_SCAN_GROUP_FILES = 16384
+_LIVE_SCAN_MIN_FILES = 256  # a watcher scans settled directories this big like a one-shot ingest
+_GIANT_LEAF_FILES = 100_000  # a directory bigger than this is read file by file (bounded memory)
+
+
+@dataclass
+class _Leaf:
+    """A leaf directory (an iteration or constants/) listed by the walk, waiting for its scan."""
+
+    rank: int
+    net: str
+    graph_id: int
+    iteration: int | None
+    dir_kind: str
+    path: str
+    rel_dir: str
+    entries: list[os.DirEntry]  # in name order when judged file by file (live), else unordered
+    mapping: dict[str, str]
+    others: list[os.DirEntry] = field(default_factory=list)  # not .npy, in name order
+    scan_names: list[str] = field(default_factory=list)  # new .npy files, in name order, for leaf_scan
+    known_names: list[str] = field(default_factory=list)  # .npy files cataloged before
+    tables: list[pa.Table] = field(default_factory=list)  # scanned rows
+    irregular: list[str] = field(default_factory=list)  # scanned files to judge one by one
+
+
+def _is_npy(name: str) -> bool:
+    return name.endswith(".npy")
+
+
+class MindSporeNpyReader(RankLayoutReader):
+    """npy tensor files, statistic.csv, mapping.csv and kernel args in the rank layout."""
+
+    name = PRODUCER
+    producer = "MindSpore 1.3+ (npy)"
+    looked_for = "rank_N/ folders (MindSpore 1.3+: rank_N/{net}/{graph}/{iteration}/*.npy)"
+    cataloged = (
+        "tensors (npy header: dtype, shape, offset), statistic.csv rows, execution order, "
+        "graph IR and source lines, kernel args, rank metadata"
+    )
+
+    def __init__(self, ingester, detection: Detection) -> None:
+        super().__init__(ingester, detection)
+        self._leaf_queue: list[_Leaf] = []  # one-shot: leaves listed, their tensor files not yet scanned
+        self._queued_files = 0
+        self._scanned_dirs: set[str] = set()
+
+    @classmethod
+    def detect(cls, path: Path) -> Detection | None:
+        """Any rank-layout tree: its npy files when it has some, else its rank folders (a dump
+        whose first tensors are not written yet)."""
+        found = rank_root(path)
+        if found is None:
+            return None
+        root, ranks, fixed = found
+        evidence = None
+        for rank in ranks[:4]:
+            hit = first_file(rank, 3, _is_npy)
+            if hit is not None:
+                evidence = f"*.npy in {rank.name}/{hit.rsplit('/', 1)[0]}/"
+                break
+        if evidence is None:
+            evidence = f"{ranks[0].name}/, no tensor file yet"
+        return Detection(cls, root, evidence, tuple(ranks), fixed, provisional=evidence.endswith("yet"))
+
+    def finish(self) -> None:
+        self._drain_leaves()
+
+    # -- hooks for readers of mixed trees ----------------------------------------------------
+
+    def is_tensor_npy(self, name: str) -> bool:
+        """Is this file one of MindSpore's npy tensor files (scanned by this reader)?"""
+        return name.endswith(".npy")
+
+    def other_file(self, place: Place, entry: os.DirEntry) -> bool:
+        """A file of a leaf directory that is not .npy, statistic.csv, mapping.csv or .json:
+        True when handled. This reader handles none."""
+        return False
+
+    def unnamed_npy(self, place: Place, entry: os.DirEntry) -> bool:
+        """An .npy file whose name is not a MindSpore tensor name: True when handled."""
+        return False
+
+    # -- leaf directories (tensors, statistic.csv, mapping.csv, kernel args) ----------------
+
+    def ingest_leaf(
+        self, rank: int, net: str, graph_id: int, iteration: int | None, dir_kind: str, path: str
+    ) -> None:
+        entries = self.ing.scandir(path, sort=self.ing.live)
+        if entries is None:
+            return
+        self.ing.summary.files_seen += len(entries)
+        self.ing.on_progress(len(entries))
+        rel_dir = self.ing.rel(path)
+        names = [e.name for e in entries]
+        mapping: dict[str, str] = {}
+        if "mapping.csv" in names:
+            mapping = self._read_mapping(rel_dir, entries[names.index("mapping.csv")])
+        leaf = _Leaf(rank, net, graph_id, iteration, dir_kind, path, rel_dir, entries, mapping)
+        settled = self.ing.live and self._settled(entries)
+        if self.ing.live and not settled:
+            # A directory being written: each file judged by _ingest_tensor's live rules.
+            self._process_leaf(leaf, scanned=False)
+            return
+        if len(entries) > _GIANT_LEAF_FILES:
+            # Scanned rows of a directory are finished together (its statistic.csv is matched
+            # against all of them); one this big goes file by file, flushing as it goes, so
+            # that memory stays bounded by the batch size.
+            entries.sort(key=_entry_name)
+            self._process_leaf(leaf, scanned=False)
+            return
+        is_npy = self.is_tensor_npy
+        npy = [n for n in names if is_npy(n)]
+        npy.sort()
+        if len(npy) < len(names):
+            leaf.others = sorted((e for e in entries if not is_npy(e.name)), key=_entry_name)
+        # Skip files already cataloged. A fresh run's first visit of a directory skips nothing, so
+        # the ids are not computed here for it (the scan computes them, on every core).
+        if self.ing.live or self.ing.catalog_had_tensors or rel_dir in self._scanned_dirs:
+            prefix, known = rel_dir + "/", self.ing.known_tensors
+            leaf.known_names = [n for n in npy if self.ing.row_id_of(prefix + n) in known]
+            if leaf.known_names:
+                skip = set(leaf.known_names)
+                npy = [n for n in npy if n not in skip]
+        leaf.scan_names = npy
+        self._scanned_dirs.add(rel_dir)
+        self._leaf_queue.append(leaf)
+        self._queued_files += len(npy)
+        if settled or self._queued_files >= _SCAN_GROUP_FILES:
+            self._drain_leaves()
+            if self.ing.pending.size() >= self.ing.batch_rows:
+                self.ing.flush()
+
+    def _settled(self, entries: list[os.DirEntry]) -> bool:
+        """Live mode: is this a big directory nothing in which changed for `grace` seconds? The live
+        rules would judge each of its files as a one-shot ingest does, so it is scanned like one, on
+        every core (a watcher started on a dump that already holds millions of files)."""
+        if len(entries) < _LIVE_SCAN_MIN_FILES:
+            return False
+        newest = time.time() - self.ing.grace
+        try:
+            return all(e.stat().st_mtime < newest for e in entries)
+        except OSError:  # a file vanished meanwhile: the directory is not settled
+            return False
+
+    def _drain_leaves(self) -> None:
+        """Scan the queued leaves' new tensor files on every core, then finish each leaf here.
+
+        Leaves are queued rather than scanned one by one so that a dump of many small iteration
+        directories still gives the helpers batches large enough to pay for the hand-off."""
+        queue, self._leaf_queue, self._queued_files = self._leaf_queue, [], 0
+        if not queue:
+            return
+        batches: list[list[LeafChunk]] = []
+        owners: list[list[int]] = []  # per batch: the queue index of each chunk
+        batch: list[LeafChunk] = []
+        owner: list[int] = []
+        size = 0
+        for index, leaf in enumerate(queue):
+            ctx = (self.ing.run, leaf.rank, leaf.net, leaf.graph_id, leaf.iteration, leaf.dir_kind)
+            names = leaf.scan_names
+            start = 0
+            while start < len(names):  # a batch takes whole small leaves, or slices of a big one
+                part = names[start : start + _SCAN_BATCH_FILES - size]
+                start += len(part)
+                originals = [leaf.mapping.get(n) for n in part] if leaf.mapping else [None] * len(part)
+                batch.append((ctx, leaf.path, leaf.rel_dir, part, originals))
+                owner.append(index)
+                size += len(part)
+                if size >= _SCAN_BATCH_FILES:
+                    batches.append(batch)
+                    owners.append(owner)
+                    batch, owner, size = [], [], 0
+        if batch:
+            batches.append(batch)
+            owners.append(owner)
+        workers = resolve_workers(self.ing.workers)
+        if workers > 1 and len(batches) > 1:
+            # `workers` helpers scan; this process finishes leaves meanwhile (measured: faster than
+            # scanning here too, which delays the finishing and starves the helpers).
+            results = run_ordered(
+                "ingest.leaf_scan:scan_tensor_files", iter(batches), workers, caller_helps=False, slots=6
+            )
+        else:
+            results = (scan_tensor_files(b) for b in batches)
+        # Finish each leaf as soon as its last chunk is back, while the helpers scan the next.
+        finished = 0
+        for owner, result in zip(owners, results, strict=True):
+            for index, (table, irregular) in zip(owner, result, strict=True):
+                queue[index].tables.append(table)
+                queue[index].irregular.extend(irregular)
+            upto = owner[-1] if owner else finished
+            while finished < upto:
+                self._process_leaf(queue[finished], scanned=True)
+                queue[finished] = None  # type: ignore[call-overload]  # free its rows
+                finished += 1
+        while finished < len(queue):
+            self._process_leaf(queue[finished], scanned=True)
+            finished += 1
+
+    def _process_leaf(self, leaf: _Leaf, *, scanned: bool) -> None:
+        """Statistic rows, tensors rows (scanned already, or judged file by file) and the
+        directory's other files."""
+        rank, net, graph_id, iteration = leaf.rank, leaf.net, leaf.graph_id, leaf.iteration
+        dir_kind, rel_dir, entries, mapping = leaf.dir_kind, leaf.rel_dir, leaf.entries, leaf.mapping
+        by_name = {e.name: e for e in (leaf.others if scanned else entries)}
+        if scanned and leaf.irregular:
+            wanted = set(leaf.irregular)
+            by_name.update((e.name, e) for e in entries if e.name in wanted)
+        stat_table = None
+        if "statistic.csv" in by_name:
+            stat_table = self._read_statistic_csv(
+                rank, net, graph_id, iteration, rel_dir, by_name["statistic.csv"]
+            )
+
+        prefix = rel_dir + "/"
+        row_id_of = self.ing.row_id_of
+        scanned_table = None
+        if scanned:
+            scanned_table = (
+                leaf.tables[0]
+                if len(leaf.tables) == 1
+                else pa.concat_tables(leaf.tables)
+                if leaf.tables
+                else TABLES["tensors"].empty_table()
+            )
+            scanned_ids = scanned_table.column("row_id").to_pylist()
+        parsed: dict[str, TensorName | TensorNameError] = {}
+
+        def parse(name: str) -> TensorName | TensorNameError:
+            if name not in parsed:
+                original = mapping.get(name) if MAPPED_NAME.match(name) else None
+                try:
+                    parsed[name] = parse_tensor_name(original or name)
+                except TensorNameError as exc:
+                    parsed[name] = exc
+            return parsed[name]
+
+        active: list[bool] = []
+
+        def dir_active() -> bool:
+            """Live mode: has anything in this directory changed within the last `settle` seconds?
+            While it has, statistic.csv rows and tensor files may still be catching up with each
+            other (MindSpore appends a tensor's row just before or after writing its file)."""
+            if not active:
+                active.append(
+                    self.ing.live and min((age(e) for e in entries), default=float("inf")) < self.ing.settle
+                )
+            return active[0]
+
+        def match_keys() -> pa.Table:
+            """Every tensor file of the directory, not only new ones, so that a statistic.csv
+            that grew later still finds its tensors."""
+            others = []
+            if scanned:
+                unscanned = leaf.irregular + leaf.known_names
+            else:
+                unscanned = [e.name for e in entries if self.is_tensor_npy(e.name)]
+            for name in unscanned:
+                tn = parse(name)
+                if not isinstance(tn, TensorNameError):
+                    rid = row_id_of(prefix + name)
+                    keys = (tn.op_type, tn.op_name, tn.io, tn.slot, tn.timestamp_us, rid)
+                    others.append((*keys, name, tn.format, None, None))  # header read if matched
+            if not scanned:
+                return file_keys(others)
+            return pa.concat_tables([scanned_table.select(FILE_KEYS.names), file_keys(others)])
+
+        matched: set[int] = set()
+        csv_young: os.DirEntry | None = None
+        if stat_table is not None:
+            table, result = stat_table
+            csv_entry = by_name["statistic.csv"]
+            if table.num_rows:
+                table = match_stat_rows(table, match_keys(), leaf.path)
+                upto = None
+                unmatched = table.column("row_id").null_count > 0
+                if (
+                    unmatched
+                    and dir_active()
+                    and self.ing.still_written(csv_entry, f"{rel_dir}/statistic.csv")
+                ):
+                    # Rows whose tensor files are probably still to come are read again later;
+                    # the lines before the first of them are taken now.
+                    first = pc.min(pc.filter(table.column("line_no"), pc.is_null(table.column("row_id"))))
+                    upto = first.as_py() - 1
+                    table = table.filter(pc.less_equal(table.column("line_no"), upto))
+                self._commit_stat_chunk(f"{rel_dir}/statistic.csv", csv_entry, table, result, upto)
+            else:
+                self._commit_stat_chunk(f"{rel_dir}/statistic.csv", csv_entry, table, result)
+            if table.num_rows:
+                matched = {r for r in table.column("row_id").to_pylist() if r is not None}
+        if (
+            "statistic.csv" in by_name
+            and self.ing.live
+            and age(by_name["statistic.csv"]) < self.ing.grace
+            and dir_active()
+        ):
+            csv_young = by_name["statistic.csv"]
+
+        if scanned:
+            self._add_scanned_tensors(leaf, scanned_table, scanned_ids, matched)
+            for name in leaf.irregular:
+                row_id = row_id_of(prefix + name)
+                self._ingest_tensor(
+                    rank, net, graph_id, iteration, dir_kind, by_name[name], prefix + name, row_id,
+                    parse(name), mapping.get(name), matched,
+                )  # fmt: skip
+        for i, entry in enumerate(leaf.others if scanned else entries):
+            name = entry.name
+            if name in ("statistic.csv", "mapping.csv"):
+                continue
+            if self.is_tensor_npy(name):
+                row_id = row_id_of(prefix + name)
+                if row_id not in self.ing.known_tensors:
+                    self._ingest_tensor(
+                        rank, net, graph_id, iteration, dir_kind, entry, f"{rel_dir}/{name}", row_id,
+                        parse(name), mapping.get(name), matched, csv_young,
+                    )  # fmt: skip
+            elif name.endswith(".json"):
+                self._ingest_kernel_args(rank, net, graph_id, iteration, entry)
+            elif not self.other_file(Place(rank, net, graph_id, iteration, dir_kind), entry):
+                self.ing.file_error(
+                    f"{rel_dir}/{name}",
+                    "unknown",
+                    "walk",
+                    "unrecognised file (not .npy, statistic.csv, mapping.csv or .json)",
+                )
+            if not scanned and i % 4096 == 4095 and self.ing.pending.size() >= self.ing.batch_rows:
+                self.ing.flush()  # bounded memory even for one huge directory
+        if not scanned and self.ing.pending.size() >= self.ing.batch_rows:
+            self.ing.flush()
+
+    def _add_scanned_tensors(
+        self, leaf: _Leaf, table: pa.Table, row_ids: list[int], matched: set[int]
+    ) -> None:
+        """Queue a leaf's scanned rows as they are; only the bookkeeping is per row."""
+        n = table.num_rows
+        if not n:
+            return
+        self.ing.pending.add_table("tensors", table)
+        self.ing.known_tensors.update(row_ids)
+        self.ing.summary.files_new += n
+        self.ing.summary.tensors += n
+        rels = table.column("rel_path").to_pylist()
+        sizes = table.column("file_size").to_pylist()
+        if self.ing.pending_files:  # live: files waited on are judged now
+            for rel in rels:
+                self.ing.pending_files.pop(rel, None)
+        for i in [i for i, rel in enumerate(rels) if rel in self.ing.manifest]:
+            self.ing.record(rels[i], "tensor", sizes[i], sizes[i], 0, "ok")  # an earlier error is resolved
+        if self.ing.compute_stats:
+            self.ing.pending.stat_ids.extend([r for r in row_ids if r not in matched] if matched else row_ids)
+
+    def _ingest_tensor(
+        self,
+        rank: int,
+        net: str,
+        graph_id: int,
+        iteration: int | None,
+        dir_kind: str,
+        entry: os.DirEntry,
+        rel: str,
+        row_id: int,
+        name: TensorName | TensorNameError,
+        original: str | None,
+        matched: set[int],
+        csv_young: os.DirEntry | None = None,
+    ) -> None:
+        prev = self.ing.manifest.get(rel)
+        if isinstance(name, TensorNameError):
+            if self.unnamed_npy(Place(rank, net, graph_id, iteration, dir_kind), entry):
+                return
+            # A renamed `<digits>.npy` may appear before its mapping.csv line.
+            if not (MAPPED_NAME.match(entry.name) and self.ing.still_written(entry, rel)):
+                self.ing.file_error(rel, "tensor", "name", f"file name fits no tensor pattern: {name}")
+            return
+        try:
+            header, size = read_npy_header(entry.path)
+        except (NpyHeaderError, OSError) as exc:
+            if not self.ing.still_written(entry, rel):
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                self.ing.file_error(rel, "tensor", "npy_header", reason, size_or_none(entry))
+            return
+        if row_id not in matched and csv_young and self.ing.still_written(csv_young, rel):
+            return  # its statistic.csv row is probably about to be appended
+        self.ing.pending_files.pop(rel, None)
+        self.ing.summary.files_new += 1
+        stored = header.dtype_name
+        shape = list(header.shape)
+        self.ing.known_tensors.add(row_id)
+        self.ing.summary.tensors += 1
+        self.ing.add(
+            "tensors",
+            (
+                row_id, self.ing.run, rank, net, graph_id, iteration, dir_kind, rel, entry.name, original,
+                name.op_type, name.op_name, without_op_index(name.op_name), name.task_id, name.stream_id,
+                name.timestamp_us, name.io, name.slot, name.format, name.dtype or stored, stored, shape,
+                header.data_offset, header.nbytes, size, name.era, PRODUCER, None, None, None,
+            ),
+        )  # fmt: skip
+        if prev is not None:  # an earlier error for this file is now resolved
+            self.ing.record(rel, "tensor", size, size, 0, "ok")
+        if self.ing.compute_stats and row_id not in matched:
+            self.ing.pending.stat_ids.append(row_id)
+
+    def _read_mapping(self, rel_dir: str, entry: os.DirEntry) -> dict[str, str]:
+        rel = f"{rel_dir}/mapping.csv"
+        try:
+            mapping, errors = mapping_csv.read_mapping_csv(entry.path)
+        except OSError as exc:
+            self.ing.error(rel, "mapping_csv", f"unreadable: {exc.strerror}")
+            return {}
+        size = size_or_none(entry) or 0
+        if not self.ing.is_unchanged(rel, size):
+            for line_no, reason in errors:
+                self.ing.error(f"{rel}:{line_no}", "mapping_csv", reason)
+            self.ing.record(rel, "mapping_csv", size, size, 0, "ok")
+        return mapping
+
+    def _read_statistic_csv(
+        self, rank: int, net: str, graph_id: int, iteration: int | None, rel_dir: str, entry: os.DirEntry
+    ) -> tuple[pa.Table, object] | None:
+        """The new complete lines of a statistic.csv, as rows of `stat_rows` without row ids yet.
+        Nothing is recorded until `_commit_stat_chunk`: live ingest may decide to read it later."""
+        rel = f"{rel_dir}/statistic.csv"
+        size = size_or_none(entry)
+        prev = self.ing.manifest.get(rel)
+        start_offset, start_line = (prev[1], prev[2]) if prev and prev[3] == "ok" else (0, 0)
+        if size is not None and size <= start_offset:
+            return None
+        try:
+            result = read_statistic_csv(entry.path, start_offset=start_offset, start_line=start_line)
+        except OSError as exc:
+            self.ing.error(rel, "statistic_csv", f"unreadable: {exc.strerror}", size)
+            return None
+        table = result.table
+        n = table.num_rows
+        line_nos = table.column("line_no").to_numpy()
+        table = table.append_column(
+            "stat_id", pa.array(stat_row_ids(self.ing.run, rel, line_nos), pa.int64())
+        )
+        consts = {
+            "run": (self.ing.run, pa.string()),
+            "rank": (rank, pa.int32()),
+            "net": (net, pa.string()),
+            "graph_id": (graph_id, pa.int32()),
+            "iteration": (iteration, pa.int64()),
+            "csv_path": (rel, pa.string()),
+        }
+        for col, (value, typ) in consts.items():
+            table = table.append_column(col, pa.array([value] * n, typ))
+        base = pc.replace_substring_regex(
+            table.column("file_op_name"), pattern=OP_INDEX_PATTERN, replacement=""
+        )
+        table = table.append_column("file_op_base", base)
+        return table, result
+
+    def _commit_stat_chunk(
+        self, rel: str, entry: os.DirEntry, table: pa.Table, result, upto_line: int | None = None
+    ) -> None:
+        """Queue a statistic.csv chunk's rows and errors, and remember how far the file was read.
+
+        With `upto_line`, only the lines up to it are taken (live ingest keeps the rest, whose
+        tensor files have not appeared yet, for the next scan)."""
+        size = size_or_none(entry)
+        end_offset, end_line, errors = result.end_offset, result.end_line, result.errors
+        if upto_line is not None and upto_line < end_line:
+            prev = self.ing.manifest.get(rel)
+            start_offset, start_line = (prev[1], prev[2]) if prev and prev[3] == "ok" else (0, 0)
+            with open(entry.path, "rb") as fh:
+                fh.seek(start_offset)
+                data = fh.read(end_offset - start_offset)
+            cut = -1
+            for _ in range(upto_line - start_line):
+                cut = data.index(b"\n", cut + 1)
+            end_offset, end_line = start_offset + cut + 1, upto_line
+            errors = [(n, r) for n, r in errors if n <= upto_line]
+            table = table.filter(pc.less_equal(table.column("line_no"), upto_line))
+        for line_no, reason in errors:
+            self.ing.error(f"{rel}:{line_no}", "statistic_csv", reason, size)
+        if (note := mismatch_note(table)) is not None:
+            self.ing.error(rel, "statistic_csv", note, size)
+        self.ing.record(rel, "statistic_csv", size or 0, end_offset, end_line, "ok")
+        if upto_line is None:
+            self.ing.pending_files.pop(rel, None)
+        if table.num_rows:
+            schema = TABLES["stat_rows"]
+            self.ing.pending.rows["stat_rows"].append(table.select(schema.names).cast(schema))
+            self.ing.summary.stat_rows += table.num_rows
+
+    def _ingest_kernel_args(
+        self, rank: int, net: str, graph_id: int, iteration: int | None, entry: os.DirEntry
+    ) -> None:
+        rel = self.ing.rel(entry.path)
+        size = size_or_none(entry) or 0
+        if self.ing.is_unchanged(rel, size):
+            return
+        try:
+            op_type, op_name = kernel_args.parse_kernel_args_name(entry.name)
+            args = kernel_args.read_kernel_args(entry.path)
+        except (kernel_args.KernelArgsError, OSError, UnicodeDecodeError) as exc:
+            self.ing.file_error(rel, "kernel_args", "kernel_args", str(exc), size)
+            return
+        for arg, value in args:
+            self.ing.add(
+                "kernel_args",
+                (self.ing.run, rank, net, graph_id, iteration, rel, op_type, op_name, arg, value),
+            )
+        self.ing.record(rel, "kernel_args", size, size, 0, "ok")
+
+    # -- rank-level metadata -------------------------------------------------------------

@@ -1,0 +1,260 @@
+"""MindSpore's rank layout, v1.3 onwards: `{path}/rank_N/{net}/{graph_id}/{iteration}/`.
+
+Every MindSpore dump since v1.3 (npy files, and the raw `bin` files of async/O2 dumps) shares this
+tree and its rank-level folders: `.dump_metadata/`, `execution_order/` and `graphs/`. This module
+walks the tree and reads those folders; a subclass says what a leaf directory (an iteration or
+`constants/`) holds, by implementing `ingest_leaf`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from ingest import execution_order, metadata
+from ingest import graph_rows as graph_rows_mod
+from ingest.npy_name import op_type_of, sanitize_v23, short_name, without_op_index
+from ingest.pipeline import size_or_none as _size_or_none
+from ingest.readers.base import Detection, Reader
+
+RANK_DIR = re.compile(r"^rank_(\d+)$")
+
+
+def rank_dirs(root: Path) -> list[Path]:
+    """The rank_N folders of a dump root, in rank order (empty when unreadable)."""
+    try:
+        found = [Path(e.path) for e in os.scandir(root) if e.is_dir() and RANK_DIR.match(e.name)]
+    except OSError:
+        return []
+    return sorted(found, key=lambda q: int(RANK_DIR.match(q.name).group(1)))
+
+
+def rank_root(path: Path) -> tuple[Path, list[Path], bool] | None:
+    """(dump root, rank folders, single rank given) when `path` is a rank-layout root or one of
+    its rank_N folders, else None."""
+    if RANK_DIR.match(path.name):
+        return path.parent, [path], True
+    ranks = rank_dirs(path)
+    return (path, ranks, False) if ranks else None
+
+
+class RankLayoutReader(Reader):
+    """Walks `rank_N/{net}/{graph_id}/{iteration}/` and the rank-level folders."""
+
+    layout = "rank_N/{net}/{graph}/{iteration}/"
+
+    def __init__(self, ingester, detection: Detection) -> None:
+        super().__init__(ingester, detection)
+        self.ranks: list[Path] = list(detection.units)
+
+    def ingest_leaf(
+        self, rank: int, net: str, graph_id: int, iteration: int | None, dir_kind: str, path: str
+    ) -> None:
+        """Read one iteration (or constants/) directory."""
+        raise NotImplementedError
+
+    def walk(self) -> None:
+        """Walk every rank folder; rank folders that appeared since the last walk are included
+        (unless a single rank folder was given)."""
+        if not self.detection.fixed:
+            self.ranks = rank_dirs(self.root)
+        for rank_dir in self.ranks:
+            self._ingest_rank(rank_dir)
+
+    def scan_path(self, path: str) -> None:
+        """Re-scan what a change at `path` (a directory inside the dump root) can affect."""
+        if not path.startswith(str(self.root) + os.sep):
+            return
+        try:
+            path.encode("utf-8")
+        except UnicodeEncodeError:
+            return  # not a catalog string: the scan of its parent records it as an error
+        parts = self.ing.rel(path).split("/")
+        m = RANK_DIR.match(parts[0])
+        if not m or not os.path.isdir(path):
+            return
+        rank = int(m.group(1))
+        rank_path = os.path.join(self.root, parts[0])
+        if len(parts) == 1:
+            self._ingest_rank(Path(rank_path))
+        elif parts[1] == ".dump_metadata":
+            self._ingest_metadata(rank, os.path.join(rank_path, parts[1]))
+        elif parts[1] == "execution_order":
+            self._ingest_execution_order(rank, os.path.join(rank_path, parts[1]))
+        elif parts[1] == "graphs":
+            self._ingest_graphs(rank, os.path.join(rank_path, parts[1]))
+        elif len(parts) == 2:
+            self._ingest_net(rank, parts[1], path)
+        elif not parts[2].isdigit():
+            self._ingest_net(rank, parts[1], os.path.join(rank_path, parts[1]))
+        elif len(parts) == 3:
+            self._ingest_graph_dir(rank, parts[1], int(parts[2]), path)
+        else:
+            leaf = os.path.join(rank_path, *parts[1:4])
+            self._ingest_iteration_dir(rank, parts[1], int(parts[2]), parts[3], leaf)
+
+    def _ingest_rank(self, rank_dir: Path) -> None:
+        rank = int(RANK_DIR.match(rank_dir.name).group(1))
+        entries = self.ing.scandir(str(rank_dir))
+        if entries is None:
+            return
+        for entry in entries:
+            if entry.name == ".dump_metadata" and entry.is_dir():
+                self._ingest_metadata(rank, entry.path)
+            elif entry.name == "execution_order" and entry.is_dir():
+                self._ingest_execution_order(rank, entry.path)
+            elif entry.name == "graphs" and entry.is_dir():
+                self._ingest_graphs(rank, entry.path)
+            elif entry.is_dir():
+                self._ingest_net(rank, entry.name, entry.path)
+            else:
+                self.ing.summary.files_seen += 1
+                self.ing.file_error(
+                    self.ing.rel(entry.path), "unknown", "walk", "unexpected file at rank level"
+                )
+
+    def _ingest_net(self, rank: int, net: str, net_path: str) -> None:
+        for gentry in self.ing.scandir(net_path) or []:
+            if not (gentry.is_dir() and gentry.name.isdigit()):
+                self.ing.file_error(
+                    self.ing.rel(gentry.path), "unknown", "walk", "expected a graph-id directory (digits)"
+                )
+                continue
+            self._ingest_graph_dir(rank, net, int(gentry.name), gentry.path)
+
+    def _ingest_graph_dir(self, rank: int, net: str, graph_id: int, path: str) -> None:
+        for ientry in self.ing.scandir(path) or []:
+            self._ingest_iteration_dir(rank, net, graph_id, ientry.name, ientry.path, ientry.is_dir())
+
+    def _ingest_iteration_dir(
+        self, rank: int, net: str, graph_id: int, name: str, path: str, is_dir: bool = True
+    ) -> None:
+        if is_dir and name.isdigit():
+            self.ingest_leaf(rank, net, graph_id, int(name), "iteration", path)
+        elif is_dir and name == "constants":
+            self.ingest_leaf(rank, net, graph_id, None, "constants", path)
+        else:
+            self.ing.file_error(
+                self.ing.rel(path),
+                "unknown",
+                "walk",
+                "expected an iteration directory (digits) or constants/",
+            )
+
+    # -- leaf directories (tensors, statistic.csv, mapping.csv, kernel args) ----------------
+
+    # -- rank-level folders ----------------------------------------------------------------
+
+    def _ingest_metadata(self, rank: int, path: str) -> None:
+        values: dict[str, str | None] = {
+            "device_target": None,
+            "ms_version": None,
+            "dump": None,
+            "hccl": None,
+        }
+        changed = False
+        entries = self.ing.scandir(path) or []
+        if any(self.ing.still_written(e, self.ing.rel(e.path), self.ing.settle) for e in entries):
+            return  # read the rank's metadata as a whole, once it has stopped changing
+        for entry in entries:
+            self.ing.pending_files.pop(self.ing.rel(entry.path), None)
+            self.ing.summary.files_seen += 1
+            rel = self.ing.rel(entry.path)
+            size = _size_or_none(entry) or 0
+            changed |= not self.ing.is_unchanged(rel, size)
+            try:
+                if entry.name == "config.json":
+                    values.update(metadata.read_config_json(entry.path))
+                elif entry.name == "data_dump.json":
+                    values["dump"] = metadata.read_json_text(entry.path)
+                elif entry.name == "hccl.json":
+                    values["hccl"] = metadata.read_json_text(entry.path)
+                else:
+                    continue
+            except (metadata.MetadataError, OSError, UnicodeDecodeError) as exc:
+                self.ing.file_error(rel, "metadata", "metadata", str(exc), size)
+                continue
+            if not self.ing.is_unchanged(rel, size):
+                self.ing.record(rel, "metadata", size, size, 0, "ok")
+        if changed:
+            self.ing.add(
+                "rank_meta",
+                (self.ing.run, rank, str(self.root), values["device_target"], values["ms_version"],
+                 values["dump"], values["hccl"]),
+            )  # fmt: skip
+
+    def _ingest_execution_order(self, rank: int, path: str) -> None:
+        for entry in self.ing.scandir(path) or []:
+            self.ing.summary.files_seen += 1
+            rel = self.ing.rel(entry.path)
+            m_exec = execution_order.EXEC_ORDER_FILE.match(entry.name)
+            m_glob = execution_order.GLOBAL_ORDER_FILE.match(entry.name)
+            if not (m_exec or m_glob):
+                self.ing.file_error(
+                    rel, "unknown", "execution_order", "unrecognised file in execution_order/"
+                )
+                continue
+            size = _size_or_none(entry) or 0
+            prev = self.ing.manifest.get(rel)
+            start_offset, start_line = (prev[1], prev[2]) if prev else (0, 0)
+            if size <= start_offset:
+                continue
+            graph_id = int((m_exec or m_glob).group(1))
+            parse = execution_order.parse_exec_order if m_exec else execution_order.parse_global_order
+            try:
+                result = parse(entry.path, start_offset, start_line)
+            except OSError as exc:
+                self.ing.error(rel, "execution_order", f"unreadable: {exc.strerror}", size)
+                continue
+            for line_no, reason in result.errors:
+                self.ing.error(f"{rel}:{line_no}", "execution_order", reason, size)
+            for index, text in result.values:
+                if m_exec:
+                    self.ing.summary.ops += 1
+                    self.ing.add(
+                        "ops",
+                        (self.ing.run, rank, graph_id, index, text, sanitize_v23(text), short_name(text),
+                         op_type_of(text), without_op_index(sanitize_v23(text))),
+                    )  # fmt: skip
+                else:
+                    self.ing.add("graph_runs", (self.ing.run, rank, graph_id, index, int(text)))
+            kind = "exec_order" if m_exec else "global_order"
+            self.ing.record(rel, kind, size, result.end_offset, result.end_line, "ok")
+
+    def _ingest_graphs(self, rank: int, path: str) -> None:
+        """graphs/ms_output_trace_code_graph_{g}.pb|.ir: nodes, edges and source frames.
+
+        A graph is (re)read when any of its files is new or changed size; its rows are written
+        once, from the .pb when it parses, else from the .ir.
+        """
+        entries = self.ing.scandir(path) or []
+        self.ing.summary.files_seen += len(entries)
+        sizes = {e.name: _size_or_none(e) or 0 for e in entries}
+        per_graph = graph_rows_mod.graph_files(list(sizes))
+        for entry in entries:
+            if entry.name not in {n for files in per_graph.values() for n in files.values()}:
+                self.ing.file_error(
+                    self.ing.rel(entry.path), "unknown", "graph", "unrecognised file in graphs/"
+                )
+        for graph_id, files in sorted(per_graph.items()):
+            rels = {name: self.ing.rel(os.path.join(path, name)) for name in files.values()}
+            if all(self.ing.is_unchanged(rel, sizes[name]) for name, rel in rels.items()):
+                continue
+            by_name = {e.name: e for e in entries}
+            if any(self.ing.still_written(by_name[name], rel, self.ing.settle) for name, rel in rels.items()):
+                continue  # parse the graph once its files have stopped changing
+            for rel in rels.values():
+                self.ing.pending_files.pop(rel, None)
+            parsed, problems = graph_rows_mod.parse_graph(files, Path(path))
+            for where, reason in problems:
+                self.ing.error(self.ing.rel(os.path.join(path, where)), "graph", reason)
+            if parsed is not None:
+                nodes, edges, frames = graph_rows_mod.graph_rows(self.ing.run, rank, graph_id, parsed)
+                self.ing.pending.rows["ir_nodes"].extend(nodes)
+                self.ing.pending.rows["edges"].extend(edges)
+                self.ing.pending.rows["source_lines"].extend(frames)
+                self.ing.summary.ir_nodes += len(nodes)
+            for name, rel in rels.items():
+                status = "ok" if parsed is not None else "error"
+                self.ing.record(rel, "graph_" + name.rsplit(".", 1)[1], sizes[name], sizes[name], 0, status)
