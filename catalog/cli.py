@@ -242,7 +242,9 @@ def watch(
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     click.echo(
-        f"watching {watcher.root} as run {watcher.run!r} into {catalog_path} (Ctrl-C to stop)", err=True
+        f"watching {watcher.root} as run {watcher.run!r} into {catalog_path} (Ctrl-C to stop); "
+        f"producer: {watcher.detected}",
+        err=True,
     )
     watcher.start()
     last = time.monotonic()

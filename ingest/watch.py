@@ -266,6 +266,7 @@ class Watcher:
         return {
             "run": self.run,
             "dump_root": str(self.root),
+            "producer": self.detected,
             "pid": os.getpid(),
             "mode": self.mode,
             "started_at": self._started,
@@ -275,6 +276,12 @@ class Watcher:
             "batches": self._batches,
             "compactions": self._compactions,
         }
+
+    @property
+    def detected(self) -> str:
+        """What producer detection found (it runs again until a data file has been seen)."""
+        reader = self.ingester.reader
+        return reader.detection.description if reader is not None else "not detected yet (nothing written)"
 
     def _take_counters(self) -> None:
         ing = self.ingester

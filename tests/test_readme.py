@@ -43,7 +43,13 @@ def test_readme_examples_print_what_the_readme_shows(tmp_path):
         ln.strip() for ln in (ROOT / "README.md").read_text().splitlines() if ln.startswith("    run '")
     )
     counts = re.compile(r"^run '(\S+)' \(.*?\): (.*) in [\d.]+ s .*$")
-    assert counts.match(shown).groups() == counts.match(summary.strip()).groups(), (shown, summary)
+    detected, printed = summary.strip().splitlines()
+    assert counts.match(shown).groups() == counts.match(printed).groups(), (shown, summary)
+    # So is the line before it, which says what detection found (the README shows a relative path).
+    shown_detected = next(
+        ln.strip() for ln in (ROOT / "README.md").read_text().splitlines() if ln.startswith("    tests/data/")
+    )
+    assert detected.split(": ", 1)[1] == shown_detected.split(": ", 1)[1], (shown_detected, detected)
     found = examples()
     assert len(found) >= 3
     # The set-up command's own answer is among the examples shown.
