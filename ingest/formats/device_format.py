@@ -123,7 +123,7 @@ class DeviceFormatError(ValueError):
             f"and host shape {_fmt_shape(host_shape)}: {why}"
         )
 
-    def __reduce__(self):  # picklable across helper processes despite the custom __init__
+    def __reduce__(self) -> tuple:  # picklable across helper processes despite the custom __init__
         return (type(self), (self.fmt, self.device_shape, self.host_shape, self.why))
 
 
@@ -511,7 +511,8 @@ def device_to_host(arr: np.ndarray, fmt: str | int, host_shape: Sequence[int]) -
 
     C0 is read from ``arr.shape[-1]`` and Ni from ``arr.shape[-2]`` (fractal formats); every other axis
     is checked against ``host_shape`` (the header's ``original_shape``). Host formats pass through.
-    Raises DeviceFormatError when the shapes do not fit the format.
+    When nothing moves (see ``needs_transform``) the result may be a reshaped view of ``arr``, read-only
+    if ``arr`` is. Raises DeviceFormatError when the shapes do not fit the format.
     """
     a = np.asarray(arr)
     f = _canon(fmt)
