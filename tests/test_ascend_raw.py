@@ -390,3 +390,42 @@ def test_old_catalog_without_the_new_columns_still_fetches(tmp_path, raw_catalog
     row = fresh.sql("SELECT row_id, producer, host_shape FROM tensors LIMIT 1").to_pylist()[0]
     assert row["producer"] is None and row["host_shape"] is None
     assert fresh.tensor(row["row_id"]).size > 0
+
+
+def test_reingest_adds_nothing_and_sigkill_then_rerun_equals_one_shot(tmp_path):
+    """Crash safety holds for raw dumps: an ingest SIGKILLed at random moments, then run again,
+    gives exactly the one-shot catalog (every slot once, same row ids, same statistics)."""
+    import random
+    import shutil
+    import signal
+
+    from tests.test_incremental import _content, _start_ingest
+
+    dump = tmp_path / "dump"
+    for r in range(16):
+        shutil.copytree(RAW / "nan_log_rank" / "rank_0", dump / f"rank_{r}")
+    reference = Catalog.open(tmp_path / "ref", create=True)
+    reference.ingest(dump)
+    expected = _content(reference)
+    again = reference.ingest(dump)
+    assert (again.tensors, again.computed_stats, again.errors) == (0, 0, 0)
+    assert _content(reference) == expected
+    rng = random.Random(20261124)
+    kills = 0
+    for attempt in range(3):
+        cat_dir = tmp_path / f"cat{attempt}"
+        for _ in range(2):
+            proc = _start_ingest(cat_dir, dump)
+            target, seen = rng.randint(1, 32), 0
+            while seen < target and proc.stdout.readline():
+                seen += 1
+            time.sleep(rng.uniform(0, 0.03))
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                kills += 1
+            proc.stdout.read()
+            proc.wait()
+        final = Catalog.open(cat_dir, create=True)
+        final.ingest(dump)
+        assert _content(final) == expected, attempt
+    assert kills >= 4, "the ingest finished before most kills: the test would prove nothing"

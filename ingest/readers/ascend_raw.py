@@ -140,8 +140,13 @@ class RawFiles:
             row_id = slot_row_id(ing, rel, slot.io, slot.index)
             if row_id in ing.known_tensors:
                 continue
+            # A host shape only where dumpcat converts: formats it has no transform for (group
+            # convolutions aside, see device_format) are served in their dumped layout.
             host = slot.original_shape
-            if host is not None and not device_format.needs_transform(slot.format, slot.shape, host):
+            if host is not None and (
+                slot.format not in device_format.DEVICE_FORMATS
+                or not device_format.needs_transform(slot.format, slot.shape, host)
+            ):
                 host = None
             rows.append(
                 (
