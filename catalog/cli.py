@@ -162,12 +162,17 @@ def sql(catalog_path: str, query: str, fmt: str) -> None:
     default=None,
     help="Write the tensor to this .npy file.",
 )
-def tensor(catalog_path: str, row_id: int, out: Path | None) -> None:
+@click.option(
+    "--device-layout",
+    is_flag=True,
+    help="A raw Ascend slot in its dumped device layout (NC1HWC0, FRACTAL_NZ, ...), not the host layout.",
+)
+def tensor(catalog_path: str, row_id: int, out: Path | None, device_layout: bool) -> None:
     """Fetch the tensor with ROW_ID: print it, or save it with --out."""
     cat = _open(catalog_path)
     path, _ = cat.locate(row_id)
     try:
-        array = cat.tensor(row_id)
+        array = cat.tensor(row_id, layout="device" if device_layout else "host")
     except ValueError as exc:  # the file changed since it was cataloged
         _fail(f"cannot read tensor {row_id}: {exc}")
     if out is not None:

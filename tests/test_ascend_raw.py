@@ -429,3 +429,16 @@ def test_reingest_adds_nothing_and_sigkill_then_rerun_equals_one_shot(tmp_path):
         final.ingest(dump)
         assert _content(final) == expected, attempt
     assert kills >= 4, "the ingest finished before most kills: the test would prove nothing"
+
+
+def test_cli_tensor_prints_host_or_device_layout(tmp_path):
+    cat = Catalog.open(tmp_path / "c", create=True)
+    cat.ingest(RAW / "kernels_filter_rank")
+    row = cat.sql(
+        "SELECT row_id, shape, host_shape FROM tensors WHERE format = 'NC1HWC0' ORDER BY row_id LIMIT 1"
+    ).to_pylist()[0]
+    cli = [sys.executable, "-m", "catalog.cli", "tensor", str(tmp_path / "c"), str(row["row_id"])]
+    host = subprocess.run(cli, capture_output=True, text=True, check=True).stdout.splitlines()[1]
+    device = subprocess.run([*cli, "--device-layout"], capture_output=True, text=True, check=True).stdout
+    assert host == f"# shape {tuple(row['host_shape'])}, dtype float32"
+    assert device.splitlines()[1] == f"# shape {tuple(row['shape'])}, dtype float32"
