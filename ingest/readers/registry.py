@@ -13,9 +13,15 @@ from pathlib import Path
 from ingest.pipeline import DumpRootError
 from ingest.readers.ascend_raw import AscendRawReader, AscendRawV12Reader
 from ingest.readers.base import Detection, Reader
+from ingest.readers.mindspore_bin import MindSporeBinReader
 from ingest.readers.mindspore_npy import MindSporeNpyReader
 
-READERS: tuple[type[Reader], ...] = (AscendRawReader, MindSporeNpyReader, AscendRawV12Reader)
+READERS: tuple[type[Reader], ...] = (
+    AscendRawReader,
+    MindSporeNpyReader,
+    AscendRawV12Reader,
+    MindSporeBinReader,
+)
 
 
 def reader_names() -> list[str]:
