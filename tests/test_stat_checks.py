@@ -15,7 +15,8 @@ import pyarrow as pa
 import pytest
 
 from catalog.api import Catalog
-from ingest import pipeline, stat_match
+from ingest import stat_match
+from ingest.readers import mindspore_npy as npy_reader
 
 ITER0 = "rank_0/Net/0/0"
 CSV_REL = f"{ITER0}/statistic.csv"
@@ -188,7 +189,7 @@ def test_files_cataloged_earlier_are_checked_from_their_headers(tmp_path, copy_d
 
 def test_directory_read_file_by_file_is_checked_too(tmp_path, copy_dump, monkeypatch):
     """The file-by-file path (huge or live directories) matches before it reads any header."""
-    monkeypatch.setattr(pipeline, "_GIANT_LEAF_FILES", 10)
+    monkeypatch.setattr(npy_reader, "_GIANT_LEAF_FILES", 10)
     dump = copy_dump("nan_log")
     it = dump / ITER0
     f = pick(it)
