@@ -582,11 +582,15 @@ def test_tensor_queryable_within_2s_while_its_iteration_is_written(tmp_path, wit
         if event == "done" and rel.endswith(".npy"):
             done[rel] = time.monotonic()
 
+    polls: list[float] = []  # start time of each completed poll
+
     def read() -> None:
         cat = Catalog.open(cat_dir)
         while not stop.is_set():
+            started = time.monotonic()
             for rel in cat.sql("SELECT rel_path FROM tensors").column(0).to_pylist():
                 seen.setdefault(rel, time.monotonic())
+            polls.append(started)
             time.sleep(0.05)
         cat.close()
 
@@ -596,7 +600,12 @@ def test_tensor_queryable_within_2s_while_its_iteration_is_written(tmp_path, wit
     try:
         replay(src, dst, seed=109, rate=3, half_written=0.0, on_file=on_file)  # 4 s per iteration
         assert w.wait_idle(timeout=20), w.status()
-        time.sleep(0.2)
+        # Stop the reader only after a poll that began once everything was committed (a loaded
+        # machine can take longer than a fixed sleep to run one).
+        idle_at = time.monotonic()
+        deadline = idle_at + 10
+        while not (polls and polls[-1] > idle_at) and time.monotonic() < deadline:
+            time.sleep(0.02)
     finally:
         stop.set()
         reader.join(10)
