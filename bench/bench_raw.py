@@ -16,9 +16,10 @@ One run measures, each against a baseline taken in the same process:
   c. ``device_format.device_to_host`` throughput for NC1HWC0, FRACTAL_Z and FRACTAL_NZ at model sizes, one
      thread, vs ``np.copy`` of the same device array: GB/s of device bytes and the time ratio.
 
-    python bench/bench_raw.py                 # 40,000 tensors in a temp dir, a few minutes on 2 cores
-    python bench/bench_raw.py --quick         # a small run (seconds)
-    python bench/bench_raw.py --profile       # also cProfile one raw ingest (the main process)
+    python bench/bench_raw.py                 # 40,000 tensors in a temp dir, about 2 minutes on 2 cores
+    python bench/bench_raw.py --quick         # a small run (about 10 s)
+    python bench/bench_raw.py --profile       # also: wall time per ingest phase of both trees, and a
+                                              # cProfile of raw ingests (the ingesting process only)
 
 Prints one line per figure as it goes and a markdown report (machine, parameters, results) at the end.
 """
@@ -356,7 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-single", action="store_true", help="(a) skip the workers=1 rounds")
     p.add_argument("--only", default="a,b,c", help="comma-separated parts to run (b needs a's catalogs)")
     p.add_argument(
-        "--profile", action="store_true", help="also cProfile one raw ingest, with and without stats"
+        "--profile",
+        action="store_true",
+        help="also time each ingest phase of both trees and cProfile a raw ingest, with and without stats",
     )
     p.add_argument("--profile-top", type=int, default=30)
     p.add_argument("--workdir", help="where trees and catalogs go (default: a temp dir, deleted)")
