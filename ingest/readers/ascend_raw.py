@@ -25,6 +25,8 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
+
 from ingest.formats import device_format
 from ingest.formats.legacy_names import ConvertedName, parse_converted_name
 from ingest.formats.overflow import (
@@ -291,8 +293,6 @@ def _converted_bin_layout(conv: ConvertedName, size: int) -> tuple[str, list[int
     stored = _BIN_DTYPES.get(token)
     if stored is None or conv.shape is None:
         raise ValueError(f"converted .bin with unknown dtype {conv.dtype_token!r} or no shape")
-    import numpy as np
-
     nbytes = int(np.prod(conv.shape, dtype=np.int64)) * np.dtype(stored).itemsize
     if nbytes != size:
         raise ValueError(f"shape {conv.shape} of {stored} needs {nbytes} bytes, the file has {size}")

@@ -33,12 +33,12 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ingest import execution_order
 from ingest.formats.legacy_names import LegacyBinName, parse_legacy_bin_name
 from ingest.npy_name import op_type_of, sanitize_v23, short_name, without_op_index
 from ingest.numbers import INT32_MAX, INT64_MAX, parse_uint
 from ingest.pipeline import size_or_none
 from ingest.readers.base import Detection, Place, Reader, first_file, list_dir
+from ingest.readers.rank_layout import read_execution_order_dir
 from ingest.tensor_data import stored_nbytes
 
 if TYPE_CHECKING:
@@ -145,12 +145,8 @@ class MindSporeBinReader(Reader):
 
     def scan_path(self, path: str) -> None:
         """Re-read the part of the tree a change at `path` can affect (a watcher's event)."""
-        if not path.startswith(str(self.root) + os.sep) or not os.path.isdir(path):
+        if not os.path.isdir(path):  # the pipeline checked it is a UTF-8 path under the root
             return
-        try:
-            path.encode("utf-8")
-        except UnicodeEncodeError:
-            return  # not a catalog string: the scan of its parent records it as an error
         parts = self.ing.rel(path).split("/")
         net, net_path = parts[0], os.path.join(self.root, parts[0])
         if net == _META_DIR:
@@ -169,7 +165,7 @@ class MindSporeBinReader(Reader):
             if iteration is not None:
                 self._leaf(Place(0, net, GRAPH_ID, iteration, "iteration"), os.path.join(net_path, parts[1]))
             elif parts[1] == _EXEC_DIR:
-                self._execution_order(0, os.path.join(net_path, parts[1]))
+                read_execution_order_dir(self.ing, 0, os.path.join(net_path, parts[1]))
             else:
                 self._net(net, net_path)  # reports what does not belong there
             return
@@ -179,7 +175,7 @@ class MindSporeBinReader(Reader):
             place = Place(device, net, GRAPH_ID, iteration, "iteration")
             self._leaf(place, os.path.join(device_path, parts[2]))
         elif len(parts) > 2 and parts[2] == _EXEC_DIR:
-            self._execution_order(device, os.path.join(device_path, parts[2]))
+            read_execution_order_dir(self.ing, device, os.path.join(device_path, parts[2]))
         else:
             self._device(net, device, device_path)
 
@@ -198,7 +194,7 @@ class MindSporeBinReader(Reader):
                     cpu_meta = True
                 self._leaf(Place(0, net, GRAPH_ID, iteration, "iteration"), entry.path, entry)
             elif is_dir and entry.name == _EXEC_DIR:
-                self._execution_order(0, entry.path)
+                read_execution_order_dir(self.ing, 0, entry.path)
             else:
                 if not is_dir:
                     ing.summary.files_seen += 1
@@ -214,7 +210,7 @@ class MindSporeBinReader(Reader):
             if iteration is not None:
                 self._leaf(Place(rank, net, GRAPH_ID, iteration, "iteration"), entry.path, entry)
             elif is_dir and entry.name == _EXEC_DIR:
-                self._execution_order(rank, entry.path)
+                read_execution_order_dir(self.ing, rank, entry.path)
             else:
                 if not is_dir:
                     ing.summary.files_seen += 1
@@ -305,46 +301,6 @@ class MindSporeBinReader(Reader):
         )  # fmt: skip
 
     # -- execution order and metadata -----------------------------------------------------------
-
-    def _execution_order(self, rank: int, path: str) -> None:
-        """`ms_execution_order_graph_{g}.csv` files (read incrementally from where the last ingest
-        stopped), as the rank layout reads them."""
-        ing = self.ing
-        for entry in ing.scandir(path) or []:
-            ing.summary.files_seen += 1
-            rel = ing.rel(entry.path)
-            m_exec = execution_order.EXEC_ORDER_FILE.match(entry.name)
-            m_glob = execution_order.GLOBAL_ORDER_FILE.match(entry.name)
-            graph_id = _number(m_exec or m_glob, INT32_MAX)
-            if graph_id is None:
-                ing.file_error(rel, "unknown", "execution_order", "unrecognised file in execution_order/")
-                continue
-            size = size_or_none(entry) or 0
-            prev = ing.manifest.get(rel)
-            start_offset, start_line = (prev[1], prev[2]) if prev else (0, 0)
-            if size <= start_offset:
-                continue
-            parse = execution_order.parse_exec_order if m_exec else execution_order.parse_global_order
-            try:
-                result = parse(entry.path, start_offset, start_line)
-            except OSError as exc:
-                ing.error(rel, "execution_order", f"unreadable: {exc.strerror}", size)
-                continue
-            for line_no, reason in result.errors:
-                ing.error(f"{rel}:{line_no}", "execution_order", reason, size)
-            for index, text in result.values:
-                if m_exec:
-                    ing.summary.ops += 1
-                    key = sanitize_v23(text)
-                    ing.add(
-                        "ops",
-                        (ing.run, rank, graph_id, index, text, key, short_name(text), op_type_of(text),
-                         without_op_index(key)),
-                    )  # fmt: skip
-                else:
-                    ing.add("graph_runs", (ing.run, rank, graph_id, index, int(text)))
-            kind = "exec_order" if m_exec else "global_order"
-            ing.record(rel, kind, size, result.end_offset, result.end_line, "ok")
 
     def _metadata(self) -> str | None:
         """The text of `{path}/.metadata/data_dump.json` (v1.2 keeps one copy for the whole run)."""

@@ -15,6 +15,8 @@ from pathlib import Path
 from ingest import execution_order, metadata
 from ingest import graph_rows as graph_rows_mod
 from ingest.npy_name import op_type_of, sanitize_v23, short_name, without_op_index
+from ingest.numbers import INT32_MAX, parse_uint
+from ingest.pipeline import Ingester
 from ingest.pipeline import size_or_none as _size_or_none
 from ingest.readers.base import Detection, Reader
 
@@ -37,6 +39,47 @@ def rank_root(path: Path) -> tuple[Path, list[Path], bool] | None:
         return path.parent, [path], True
     ranks = rank_dirs(path)
     return (path, ranks, False) if ranks else None
+
+
+def read_execution_order_dir(ing: Ingester, rank: int, path: str) -> None:
+    """An `execution_order/` folder: `ms_execution_order_graph_{g}.csv` as `ops` rows and
+    `ms_global_execution_order_graph_{g}.csv` as `graph_runs` rows, each read from where the last
+    ingest stopped. Shared by every layout that has one (the rank layout, 1.0-1.2 sync dumps)."""
+    for entry in ing.scandir(path) or []:
+        ing.summary.files_seen += 1
+        rel = ing.rel(entry.path)
+        m_exec = execution_order.EXEC_ORDER_FILE.match(entry.name)
+        m_glob = execution_order.GLOBAL_ORDER_FILE.match(entry.name)
+        graph_id = None if not (m_exec or m_glob) else parse_uint((m_exec or m_glob).group(1), INT32_MAX)
+        if graph_id is None:
+            ing.file_error(rel, "unknown", "execution_order", "unrecognised file in execution_order/")
+            continue
+        size = _size_or_none(entry) or 0
+        prev = ing.manifest.get(rel)
+        start_offset, start_line = (prev[1], prev[2]) if prev else (0, 0)
+        if size <= start_offset:
+            continue
+        parse = execution_order.parse_exec_order if m_exec else execution_order.parse_global_order
+        try:
+            result = parse(entry.path, start_offset, start_line)
+        except OSError as exc:
+            ing.error(rel, "execution_order", f"unreadable: {exc.strerror}", size)
+            continue
+        for line_no, reason in result.errors:
+            ing.error(f"{rel}:{line_no}", "execution_order", reason, size)
+        for index, text in result.values:
+            if m_exec:
+                ing.summary.ops += 1
+                key = sanitize_v23(text)
+                ing.add(
+                    "ops",
+                    (ing.run, rank, graph_id, index, text, key, short_name(text), op_type_of(text),
+                     without_op_index(key)),
+                )  # fmt: skip
+            else:
+                ing.add("graph_runs", (ing.run, rank, graph_id, index, int(text)))
+        kind = "exec_order" if m_exec else "global_order"
+        ing.record(rel, kind, size, result.end_offset, result.end_line, "ok")
 
 
 class RankLayoutReader(Reader):
@@ -63,13 +106,8 @@ class RankLayoutReader(Reader):
             self._ingest_rank(rank_dir)
 
     def scan_path(self, path: str) -> None:
-        """Re-scan what a change at `path` (a directory inside the dump root) can affect."""
-        if not path.startswith(str(self.root) + os.sep):
-            return
-        try:
-            path.encode("utf-8")
-        except UnicodeEncodeError:
-            return  # not a catalog string: the scan of its parent records it as an error
+        """Re-scan what a change at `path` (a UTF-8 directory inside the root, as the pipeline
+        checked) can affect."""
         parts = self.ing.rel(path).split("/")
         m = RANK_DIR.match(parts[0])
         if not m or not os.path.isdir(path):
@@ -185,42 +223,7 @@ class RankLayoutReader(Reader):
             )  # fmt: skip
 
     def _ingest_execution_order(self, rank: int, path: str) -> None:
-        for entry in self.ing.scandir(path) or []:
-            self.ing.summary.files_seen += 1
-            rel = self.ing.rel(entry.path)
-            m_exec = execution_order.EXEC_ORDER_FILE.match(entry.name)
-            m_glob = execution_order.GLOBAL_ORDER_FILE.match(entry.name)
-            if not (m_exec or m_glob):
-                self.ing.file_error(
-                    rel, "unknown", "execution_order", "unrecognised file in execution_order/"
-                )
-                continue
-            size = _size_or_none(entry) or 0
-            prev = self.ing.manifest.get(rel)
-            start_offset, start_line = (prev[1], prev[2]) if prev else (0, 0)
-            if size <= start_offset:
-                continue
-            graph_id = int((m_exec or m_glob).group(1))
-            parse = execution_order.parse_exec_order if m_exec else execution_order.parse_global_order
-            try:
-                result = parse(entry.path, start_offset, start_line)
-            except OSError as exc:
-                self.ing.error(rel, "execution_order", f"unreadable: {exc.strerror}", size)
-                continue
-            for line_no, reason in result.errors:
-                self.ing.error(f"{rel}:{line_no}", "execution_order", reason, size)
-            for index, text in result.values:
-                if m_exec:
-                    self.ing.summary.ops += 1
-                    self.ing.add(
-                        "ops",
-                        (self.ing.run, rank, graph_id, index, text, sanitize_v23(text), short_name(text),
-                         op_type_of(text), without_op_index(sanitize_v23(text))),
-                    )  # fmt: skip
-                else:
-                    self.ing.add("graph_runs", (self.ing.run, rank, graph_id, index, int(text)))
-            kind = "exec_order" if m_exec else "global_order"
-            self.ing.record(rel, kind, size, result.end_offset, result.end_line, "ok")
+        read_execution_order_dir(self.ing, rank, path)
 
     def _ingest_graphs(self, rank: int, path: str) -> None:
         """graphs/ms_output_trace_code_graph_{g}.pb|.ir: nodes, edges and source frames.
