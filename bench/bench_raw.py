@@ -2,6 +2,8 @@
 
 One run measures, each against a baseline taken in the same process:
 
+  r. ingest of the real MindSpore 2.10 dumps shipped in tests/data against the raw trees written from
+     them (tests/data/ascend_raw), one process each, interleaved, best round. Target: raw <= 1.5x npy.
   a. ingest: a synthetic npy dump (``synth.generate``, no statistic.csv, so both sides compute their
      statistics from the data) is turned into a raw dump of the same tensors by
      ``tests/writers/ascend_tree.write_tree`` (one raw file per operator launch holding its inputs and
@@ -50,6 +52,37 @@ import synth  # noqa: E402
 from bench_core import Report, machine, timed_ingest  # noqa: E402
 
 GB = 1e9
+
+
+# --------------------------------------------------------------------------------------------------
+# (r) the committed real dumps: MindSpore 2.10 npy trees and the raw trees written from them
+
+REAL_TREES = {  # raw tree (tests/data/ascend_raw) -> the npy dump it was written from
+    "nan_log_rank": "ms210/nan_log/dump",
+    "kernels_filter_rank": "ms210/kernels_filter/dump",
+}
+
+
+def bench_real(rep: Report, work: Path, repeat: int) -> None:
+    """Raw vs npy ingest of the real MindSpore 2.10 tensors shipped in tests/data (small trees: the
+    ratio includes the fixed cost of an ingest, which the synthetic tree amortises)."""
+    from ingest.pipeline import ingest_dump
+
+    data = HERE.parent / "tests" / "data"
+    for raw_name, npy_rel in REAL_TREES.items():
+        trees = {"npy": data / npy_rel, "raw": data / "ascend_raw" / raw_name}
+        times: dict[str, list[float]] = {"npy": [], "raw": []}
+        for i in range(repeat * 4):  # interleaved rounds into fresh catalogs
+            for name, tree in trees.items():
+                cat = work / f"cat_real_{name}_{i}"
+                t = time.perf_counter()
+                s = ingest_dump(cat, tree, run=name, workers=1)
+                times[name].append(time.perf_counter() - t)
+                shutil.rmtree(cat, ignore_errors=True)
+        best = {name: min(v) for name, v in times.items()}
+        ratio = best["raw"] / best["npy"]
+        rep.add("r", f"raw / npy ingest time, real {raw_name} ({s.tensors} tensors)", best["raw"], "s",
+                best["npy"], ratio, target="<= 1.5x", ok=ratio <= 1.5)  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------
@@ -355,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=None, help="ingest rounds (default 5; 2 with --quick)")
     p.add_argument("--lookups", type=int, default=None, help="(b) random rows per set (default 2,000)")
     p.add_argument("--no-single", action="store_true", help="(a) skip the workers=1 rounds")
-    p.add_argument("--only", default="a,b,c", help="comma-separated parts to run (b needs a's catalogs)")
+    p.add_argument("--only", default="r,a,b,c", help="comma-separated parts to run (b needs a's catalogs)")
     p.add_argument(
         "--profile",
         action="store_true",
@@ -395,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
             if a.profile:
                 profiles = [phases_table(work, npy, raw)]
                 profiles += [profile_raw_ingest(work, raw, stats, a.profile_top) for stats in (False, True)]
+        if "r" in parts:
+            bench_real(rep, work, repeat)
         if "c" in parts:
             bench_device(rep, a.quick, 3 if a.quick else 5)
     finally:
