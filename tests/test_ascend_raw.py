@@ -442,3 +442,81 @@ def test_cli_tensor_prints_host_or_device_layout(tmp_path):
     device = subprocess.run([*cli, "--device-layout"], capture_output=True, text=True, check=True).stdout
     assert host == f"# shape {tuple(row['host_shape'])}, dtype float32"
     assert device.splitlines()[1] == f"# shape {tuple(row['shape'])}, dtype float32"
+
+
+def test_packed_and_ml_dtypes_slots_through_the_pipeline(tmp_path):
+    """bfloat16, float8, int4 and uint1 slots (made from a real MindSpore tensor) come back decoded
+    from the catalog, and their statistics are those of the decoded values."""
+    import ml_dtypes
+
+    from tests.writers.ascend_raw import encode
+
+    dump = tmp_path / "dump"
+    leaf, conv_out = _one_op_tree(dump)
+    real = conv_out.ravel()[:33]  # an odd count: int4 and uint1 end in a half-used byte
+    cases = {
+        "DT_BF16": real.astype(ml_dtypes.bfloat16),
+        "DT_FLOAT8_E4M3FN": real.astype(ml_dtypes.float8_e4m3fn),
+        "DT_INT4": np.clip(np.round(real * 4), -8, 7).astype(np.int8),
+        "DT_UINT1": (real > 0).astype(np.uint8),
+    }
+    stored = {
+        "DT_BF16": "bfloat16",
+        "DT_FLOAT8_E4M3FN": "float8_e4m3fn",
+        "DT_INT4": "int4",
+        "DT_UINT1": "uint1",
+    }
+    outputs = [SlotSpec(encode(v, stored[dt]), dt, v.shape) for dt, v in cases.items()]
+    (leaf / "Cast.Default_Cast-op5.9.9.1795302834999500").write_bytes(
+        build_raw_dump(op_name="Default/Cast-op5", outputs=outputs)
+    )
+    cat = Catalog.open(tmp_path / "cat", create=True)
+    assert cat.ingest(dump).errors == 0
+    rows = cat.sql(
+        "SELECT t.row_id, t.slot, t.dtype, t.stored_dtype, s.count, s.max, s.min, s.zero_count "
+        "FROM tensors t JOIN stats s USING (row_id) WHERE t.file_op_name = 'Default_Cast-op5' ORDER BY t.slot"
+    ).to_pylist()
+    assert [r["dtype"] for r in rows] == list(cases)
+    for r, (dt, want) in zip(rows, cases.items(), strict=True):
+        got = cat.tensor(r["row_id"])
+        assert r["stored_dtype"] == stored[dt] and got.shape == want.shape
+        np.testing.assert_array_equal(got.astype(np.float64), want.astype(np.float64))
+        values = want.astype(np.float64)
+        assert r["count"] == 33 and r["zero_count"] == int((values == 0).sum())
+        assert (r["max"], r["min"]) == (values.max(), values.min())
+
+
+def test_overflow_json_in_a_dump_tree(tmp_path):
+    """The npy-format overflow record (`….output.0.json`) becomes `overflows` rows too; a garbled one
+    is an error row and the rest of the tree is still cataloged."""
+    import json
+
+    dump = tmp_path / "dump"
+    leaf, _ = _one_op_tree(dump)
+    record = {
+        "DHA Atomic Add": {"model_id": 0, "stream_id": 0, "task_id": 0, "task_type": 0, "pc_start": "0x0",
+                           "para_base": "0x0", "status": 0},
+        "L2 Atomic Add": {"model_id": 0, "stream_id": 0, "task_id": 0, "task_type": 0, "pc_start": "0x0",
+                          "para_base": "0x0", "status": 0},
+        "AI Core": {"model_id": 1, "stream_id": 3, "task_id": 42, "task_type": 2,
+                    "pc_start": "0x12c000001000", "para_base": "0x12c008000000", "status": 16},
+    }  # fmt: skip
+    (leaf / "Opdebug.Node_OpDebug.99.1.1795302834999000.output.0.json").write_text(json.dumps(record))
+    (leaf / "Opdebug.Node_OpDebug.98.1.1795302834998000.output.0.json").write_text("{not json")
+    cat = Catalog.open(tmp_path / "cat", create=True)
+    s = cat.ingest(dump)
+    assert s.tensors == 24 and s.errors == 1
+    rows = cat.sql(
+        "SELECT block, task_id, stream_id, status, pc_start FROM overflows ORDER BY block"
+    ).to_pylist()
+    assert rows[0] == {
+        "block": AI_CORE,
+        "task_id": 42,
+        "stream_id": 3,
+        "status": 16,
+        "pc_start": 0x12C0_0000_1000,
+    }
+    err = cat.sql("SELECT path, stage FROM ingest_errors").to_pylist()
+    assert err == [{"path": err[0]["path"], "stage": "overflow"}] and err[0]["path"].endswith(
+        "98.1.1795302834998000.output.0.json"
+    )

@@ -126,8 +126,9 @@ class MindSporeNpyReader(RankLayoutReader):
         return name.endswith(".npy")
 
     def other_file(self, place: Place, entry: os.DirEntry) -> bool:
-        """A file of a leaf directory that is not .npy, statistic.csv, mapping.csv or .json:
-        True when handled. This reader handles none."""
+        """A file of a leaf directory that is not a tensor .npy, statistic.csv or mapping.csv,
+        offered to subclasses before it is read as kernel args (.json) or reported: True when
+        handled. This reader handles none."""
         return False
 
     def unnamed_npy(self, place: Place, entry: os.DirEntry) -> bool:
@@ -370,9 +371,11 @@ class MindSporeNpyReader(RankLayoutReader):
                         rank, net, graph_id, iteration, dir_kind, entry, f"{rel_dir}/{name}", row_id,
                         parse(name), mapping.get(name), matched, csv_young,
                     )  # fmt: skip
+            elif self.other_file(Place(rank, net, graph_id, iteration, dir_kind), entry):
+                pass  # a subclass's file (e.g. a raw dump, an overflow record's .json)
             elif name.endswith(".json"):
                 self._ingest_kernel_args(rank, net, graph_id, iteration, entry)
-            elif not self.other_file(Place(rank, net, graph_id, iteration, dir_kind), entry):
+            else:
                 self.ing.file_error(
                     f"{rel_dir}/{name}",
                     "unknown",
