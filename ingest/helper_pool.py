@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["default_workers", "resolve_workers", "run_ordered", "start_helpers"]
+__all__ = ["default_workers", "resolve_task", "resolve_workers", "run_ordered", "start_helpers"]
 
 _FRAME = 8  # bytes of little-endian length before each pickle
 _HELPER_SLOTS = 2  # batches per helper: one running, the next one ready (more lengthens the tail)
@@ -65,7 +65,7 @@ def resolve_workers(workers: int | None) -> int:
     return max(1, workers) if workers is not None else default_workers()
 
 
-def _resolve(task: str) -> Callable[..., Any]:
+def resolve_task(task: str) -> Callable[..., Any]:
     """The function a task name refers to; only functions of this package are allowed."""
     module, _, func = task.partition(":")
     if not module.startswith(_PACKAGE + ".") or not func:
@@ -121,7 +121,7 @@ def _serve(idle_s: float = _HELPER_IDLE_S, preload: Sequence[str] = ()) -> None:
             if not body:
                 return  # the caller closed our stdin: done
             index, task, batch, args = pickle.loads(body)
-            send((index, _resolve(task)(batch, *args)))
+            send((index, resolve_task(task)(batch, *args)))
     except (KeyboardInterrupt, BrokenPipeError):
         return
     finally:
@@ -302,7 +302,7 @@ def run_ordered(
     With ``caller_helps=False`` this process computes batches only until a helper is ready, for a
     caller that has its own work to do with each result. ``slots`` batches are queued per helper
     (more keeps helpers busy while the caller works; fewer shortens the tail of big batches)."""
-    fn = _resolve(task)
+    fn = resolve_task(task)
     helpers = _checkout_helpers(n_helpers)
     sel = selectors.DefaultSelector()
     done: dict[int, Any] = {}  # batch index -> result, waiting for its turn

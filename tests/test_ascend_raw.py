@@ -520,3 +520,49 @@ def test_overflow_json_in_a_dump_tree(tmp_path):
     assert err == [{"path": err[0]["path"], "stage": "overflow"}] and err[0]["path"].endswith(
         "98.1.1795302834998000.output.0.json"
     )
+
+
+def test_raw_headers_read_in_helpers_give_the_file_by_file_catalog(tmp_path, monkeypatch):
+    """A one-shot ingest reads raw headers in helper processes (ingest/raw_scan.py) and judges
+    the files they could not read in the ingesting process. Its catalog is exactly the one made
+    file by file: every column of every row, the statistics, the errors and the counts."""
+    import shutil
+
+    from ingest.readers import mindspore_npy
+    from ingest.formats.raw_dump import read_raw_dump
+    from ingest.readers.ascend_raw import is_raw_name
+    from tests.compare import catalog_content
+
+    dump = tmp_path / "dump"
+    for r in range(4):
+        shutil.copytree(RAW / "nan_log_rank" / "rank_0", dump / f"rank_{r}")
+    leaf = dump / "rank_1" / "Net" / "0" / "0"
+    good = next(p for p in sorted(leaf.iterdir()) if read_raw_dump(p).layout == "big_dump")
+    raw_files = sum(1 for p in dump.rglob("*") if p.is_file() and is_raw_name(p.name))
+    (leaf / "Conv2D.cut_short.9.9.1001").write_bytes(good.read_bytes()[:-4])
+    (leaf / "Conv2D.not_protobuf.9.9.1002").write_bytes(struct.pack("<Q", 8) + b"\xff" * 64)
+    queries = (
+        "SELECT * FROM tensors ORDER BY row_id",
+        "SELECT * EXCLUDE (stat_id) FROM stats ORDER BY row_id",
+        "SELECT path, reason FROM ingest_errors ORDER BY path",
+    )
+    # Small scan batches: the raw files make several batches, so helpers (workers=2) read them all.
+    monkeypatch.setattr(mindspore_npy, "_SCAN_BATCH_FILES", 16)
+    scanned_cat = Catalog.open(tmp_path / "scanned", create=True)
+    scanned = scanned_cat.ingest(dump, workers=2)
+    monkeypatch.setattr(mindspore_npy, "_GIANT_LEAF_FILES", 0)  # every leaf read file by file
+    serial_cat = Catalog.open(tmp_path / "serial", create=True)
+    serial = serial_cat.ingest(dump, workers=1)
+    counts = ("files_seen", "files_new", "tensors", "computed_stats", "errors")
+    assert [getattr(scanned, c) for c in counts] == [getattr(serial, c) for c in counts]
+    assert raw_files > 4 * 16 and scanned.files_new == raw_files and scanned.errors == 2
+    assert scanned.tensors >= raw_files and scanned.tensors % 4 == 0  # every rank the same
+    assert catalog_content(scanned_cat, queries) == catalog_content(serial_cat, queries)
+    errors = catalog_content(scanned_cat, queries[2:])[0]
+    assert [e["path"].rsplit("/", 1)[1] for e in errors] == [
+        "Conv2D.cut_short.9.9.1001",
+        "Conv2D.not_protobuf.9.9.1002",
+    ]
+    assert "incomplete" in errors[0]["reason"]
+    again = scanned_cat.ingest(dump, workers=2)  # nothing is read twice
+    assert (again.tensors, again.files_new, again.computed_stats) == (0, 0, 0)

@@ -87,6 +87,7 @@ class RawDump:
     header_len: int  # 0 for 'protobuf'
     slots: tuple[RawSlot, ...]  # inputs, outputs, buffers, in file order
     declared_size: int  # total bytes the header says the file has
+    file_size: int  # bytes in the file when its header was read
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,7 +329,14 @@ def _parse_big_dump(head: bytes, file_size: int, header_len: int) -> RawDump:
         )
     # with unknown fields (newer CANN `space` workspaces) the bytes past `cursor` are theirs
     return RawDump(
-        "big_dump", header.version, header.dump_time, header.op_name, header_len, tuple(slots), cursor
+        "big_dump",
+        header.version,
+        header.dump_time,
+        header.op_name,
+        header_len,
+        tuple(slots),
+        cursor,
+        file_size,
     )
 
 
@@ -347,7 +355,9 @@ def _parse_protobuf(head: bytes, file_size: int) -> RawDump:
             slots.append(_make_slot(io, index, raw, raw.data_len, raw.data_start))
     if not slots:
         raise _NotDumpData("the file parses as a DumpData protobuf but holds no tensors")
-    return RawDump("protobuf", header.version, header.dump_time, header.op_name, 0, tuple(slots), file_size)
+    return RawDump(
+        "protobuf", header.version, header.dump_time, header.op_name, 0, tuple(slots), file_size, file_size
+    )
 
 
 def parse_raw_header(head: bytes, file_size: int) -> RawDump:

@@ -26,8 +26,9 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from ingest.formats import device_format
 from ingest.formats.legacy_names import ConvertedName, parse_converted_name
 from ingest.formats.overflow import (
     OPDEBUG_FILE,
@@ -46,15 +47,16 @@ from ingest.formats.raw_dump import (
     read_raw_dump,
 )
 from ingest.npy_header import NpyHeaderError, read_npy_header
-from ingest.npy_name import sanitize_v23, without_op_index
+from ingest.npy_name import without_op_index
 from ingest.pipeline import Ingester, size_or_none
+from ingest.raw_scan import PRODUCER, raw_slot_rows, slot_key
 from ingest.readers.base import Detection, Place, Reader, first_file, list_dir
 from ingest.readers.mindspore_npy import MindSporeNpyReader
 from ingest.readers.rank_layout import rank_root
+from ingest.schema import TENSORS
 
-PRODUCER = "ascend-raw"
 CONVERTED = "msaccucmp"
-_TENSOR_IO = ("input", "output")  # buffers and workspaces are not tensors of the operator
+_STORED = TENSORS.names.index("stored_dtype")
 
 
 def is_raw_name(name: str) -> bool:
@@ -65,7 +67,7 @@ def is_raw_name(name: str) -> bool:
 def slot_row_id(ing: Ingester, rel: str, io: str, index: int) -> int:
     """The row id of one input/output slot of a raw file: a function of the run, the file's path
     and the slot, like every tensor row id."""
-    return ing.row_id_of(f"{rel}#{io}.{index}")
+    return ing.row_id_of(rel + slot_key(io, index))
 
 
 class RawFiles:
@@ -131,37 +133,32 @@ class RawFiles:
         self, place: Place, entry: os.DirEntry, rel: str, name: RawName, dump: RawDump, size: int
     ) -> tuple[list[tuple], list[int]]:
         ing = self.ing
-        full_name = dump.op_name or None
-        key = sanitize_v23(full_name) if full_name else name.op_name
-        base = without_op_index(key)
-        rows: list[tuple] = []
-        needs_stats: list[int] = []
-        for slot in dump.slots:
-            if slot.io not in _TENSOR_IO:
-                continue
-            row_id = slot_row_id(ing, rel, slot.io, slot.index)
-            if row_id in ing.known_tensors:
-                continue
-            # A host shape only where dumpcat converts: formats it has no transform for (group
-            # convolutions aside, see device_format) are served in their dumped layout.
-            host = slot.original_shape
-            if host is not None and (
-                slot.format not in device_format.DEVICE_FORMATS
-                or not device_format.needs_transform(slot.format, slot.shape, host)
-            ):
-                host = None
-            rows.append(
-                (
-                    row_id, ing.run, place.rank, place.net, place.graph_id, place.iteration, place.dir_kind,
-                    rel, entry.name, None, name.op_type, key, base, name.task_id, name.stream_id,
-                    name.timestamp_us, slot.io, slot.index, slot.format, slot.data_type, slot.stored_dtype,
-                    list(slot.shape), slot.offset, slot.size, size, "raw", PRODUCER,
-                    None if host is None else list(host), full_name, None,
-                )
-            )  # fmt: skip
-            if slot.stored_dtype != "raw":
-                needs_stats.append(row_id)
-        return rows, needs_stats
+        ctx = (ing.run, place.rank, place.net, place.graph_id, place.iteration, place.dir_kind)
+        rows = [
+            r
+            for r in raw_slot_rows(ing.row_id_of, ctx, rel, entry.name, name, dump, size)
+            if r[0] not in ing.known_tensors
+        ]
+        return rows, [r[0] for r in rows if r[_STORED] != "raw"]
+
+    def add_scanned(self, table: pa.Table) -> None:
+        """Queue the rows `raw_scan` made of complete raw files, with the bookkeeping `_raw` does
+        per file (manifest, summary, statistics to compute), once per table."""
+        ing = self.ing
+        if not table.num_rows:
+            return
+        ing.pending.add_table("tensors", table)
+        ing.known_tensors.update(table.column("row_id").to_pylist())
+        ing.summary.tensors += table.num_rows
+        files = table.select(["rel_path", "file_size"]).group_by(["rel_path", "file_size"]).aggregate([])
+        ing.summary.files_new += files.num_rows
+        rels, sizes = files.column("rel_path").to_pylist(), files.column("file_size").to_pylist()
+        for rel, size in zip(rels, sizes, strict=True):
+            ing.pending_files.pop(rel, None)
+            ing.record(rel, "raw_dump", size, size, 0, "ok")
+        if ing.compute_stats:
+            decodable = pc.not_equal(table.column("stored_dtype"), "raw")
+            ing.pending.stat_ids.extend(table.column("row_id").filter(decodable).to_pylist())
 
     # -- overflow debug files ------------------------------------------------------------------
 
@@ -335,6 +332,30 @@ class AscendRawReader(MindSporeNpyReader):
 
     def other_file(self, place: Place, entry: os.DirEntry) -> bool:
         return self.raw_files.handle(place, entry)
+
+    # A one-shot ingest reads raw headers in helper processes, with the npy files beside them.
+    # Overflow debug files are decoded here (file by file): a run has few of them.
+    scan_function = "ingest.raw_scan:scan_raw_files"
+
+    def is_scanned(self, name: str) -> bool:
+        if name.endswith(".npy"):
+            return self.is_tensor_npy(name)
+        return is_raw_name(name) and not OPDEBUG_FILE.match(name)
+
+    def is_cataloged(self, rel: str) -> bool:
+        if rel.endswith(".npy"):
+            return super().is_cataloged(rel)
+        prev = self.ing.manifest.get(rel)
+        return prev is not None and prev[3] == "ok"
+
+    def _add_scanned_tensors(self, leaf, table: pa.Table, row_ids: list[int], matched: set[int]) -> None:
+        is_raw = pc.equal(table.column("name_era"), "raw")
+        if not pc.any(is_raw).as_py():
+            super()._add_scanned_tensors(leaf, table, row_ids, matched)
+            return
+        npy = table.filter(pc.invert(is_raw))
+        super()._add_scanned_tensors(leaf, npy, npy.column("row_id").to_pylist(), matched)
+        self.raw_files.add_scanned(table.filter(is_raw))
 
 
 _DEVICE_DIR = re.compile(r"^device_(\d+)$")

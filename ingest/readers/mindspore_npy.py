@@ -27,9 +27,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest import kernel_args, mapping_csv
-from ingest.helper_pool import resolve_workers, run_ordered
+from ingest.helper_pool import resolve_task, resolve_workers, run_ordered
 from ingest.ids import stat_row_ids
-from ingest.leaf_scan import LeafChunk, scan_tensor_files
+from ingest.leaf_scan import LeafChunk
 from ingest.npy_header import NpyHeaderError, read_npy_header
 from ingest.npy_name import (
     OP_INDEX_PATTERN,
@@ -135,6 +135,19 @@ class MindSporeNpyReader(RankLayoutReader):
         """An .npy file whose name is not a MindSpore tensor name: True when handled."""
         return False
 
+    # What a one-shot ingest scans in helper processes: the function (see leaf_scan) and which
+    # files of a leaf directory it is given. Files it hands back as irregular are judged here:
+    # tensor npy files by the npy rules, any other by `other_file`.
+    scan_function = "ingest.leaf_scan:scan_tensor_files"
+
+    def is_scanned(self, name: str) -> bool:
+        """Is this file of a leaf directory read by `scan_function`?"""
+        return self.is_tensor_npy(name)
+
+    def is_cataloged(self, rel: str) -> bool:
+        """Was the scanned file at `rel` cataloged before (so it is not scanned again)?"""
+        return self.ing.row_id_of(rel) in self.ing.known_tensors
+
     # -- leaf directories (tensors, statistic.csv, mapping.csv, kernel args) ----------------
 
     def ingest_leaf(
@@ -163,23 +176,23 @@ class MindSporeNpyReader(RankLayoutReader):
             entries.sort(key=_entry_name)
             self._process_leaf(leaf, scanned=False)
             return
-        is_npy = self.is_tensor_npy
-        npy = [n for n in names if is_npy(n)]
-        npy.sort()
-        if len(npy) < len(names):
-            leaf.others = sorted((e for e in entries if not is_npy(e.name)), key=_entry_name)
+        is_scanned = self.is_scanned
+        scan = [n for n in names if is_scanned(n)]
+        scan.sort()
+        if len(scan) < len(names):
+            leaf.others = sorted((e for e in entries if not is_scanned(e.name)), key=_entry_name)
         # Skip files already cataloged. A fresh run's first visit of a directory skips nothing, so
         # the ids are not computed here for it (the scan computes them, on every core).
         if self.ing.live or self.ing.catalog_had_tensors or rel_dir in self._scanned_dirs:
-            prefix, known = rel_dir + "/", self.ing.known_tensors
-            leaf.known_names = [n for n in npy if self.ing.row_id_of(prefix + n) in known]
+            prefix, cataloged = rel_dir + "/", self.is_cataloged
+            leaf.known_names = [n for n in scan if cataloged(prefix + n)]
             if leaf.known_names:
                 skip = set(leaf.known_names)
-                npy = [n for n in npy if n not in skip]
-        leaf.scan_names = npy
+                scan = [n for n in scan if n not in skip]
+        leaf.scan_names = scan
         self._scanned_dirs.add(rel_dir)
         self._leaf_queue.append(leaf)
-        self._queued_files += len(npy)
+        self._queued_files += len(scan)
         if settled or self._queued_files >= _SCAN_GROUP_FILES:
             self._drain_leaves()
             if self.ing.pending.size() >= self.ing.batch_rows:
@@ -232,11 +245,10 @@ class MindSporeNpyReader(RankLayoutReader):
         if workers > 1 and len(batches) > 1:
             # `workers` helpers scan; this process finishes leaves meanwhile (measured: faster than
             # scanning here too, which delays the finishing and starves the helpers).
-            results = run_ordered(
-                "ingest.leaf_scan:scan_tensor_files", iter(batches), workers, caller_helps=False, slots=6
-            )
+            results = run_ordered(self.scan_function, iter(batches), workers, caller_helps=False, slots=6)
         else:
-            results = (scan_tensor_files(b) for b in batches)
+            scan = resolve_task(self.scan_function)
+            results = (scan(b) for b in batches)
         # Finish each leaf as soon as its last chunk is back, while the helpers scan the next.
         finished = 0
         for owner, result in zip(owners, results, strict=True):
@@ -355,6 +367,9 @@ class MindSporeNpyReader(RankLayoutReader):
         if scanned:
             self._add_scanned_tensors(leaf, scanned_table, scanned_ids, matched)
             for name in leaf.irregular:
+                if not self.is_tensor_npy(name):  # e.g. a raw dump that did not parse: its reader judges it
+                    self.other_file(Place(rank, net, graph_id, iteration, dir_kind), by_name[name])
+                    continue
                 row_id = row_id_of(prefix + name)
                 self._ingest_tensor(
                     rank, net, graph_id, iteration, dir_kind, by_name[name], prefix + name, row_id,
