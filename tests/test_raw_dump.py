@@ -453,6 +453,34 @@ def test_every_prefix_and_every_byte_flip_is_handled():
                 assert all(s.offset + s.size <= len(bad) for s in dump.slots)
 
 
+def _outcome(blob: bytes, fast: bool):
+    try:
+        return parse_raw_header(blob, len(blob), fast=fast)
+    except RawDumpError as exc:
+        return type(exc), str(exc)
+
+
+def test_protobuf_fast_path_and_walker_agree():
+    """Big-dump headers are parsed by dump_data_pb2 when that works and the sizes add up, else by
+    the wire walker: both give the same RawDump (or the same error) for every committed raw file
+    and every corruption of one."""
+    trees = Path(__file__).parent / "data" / "ascend_raw"
+    committed = [p for p in trees.rglob("*") if p.is_file() and parse_raw_name(p.name)]
+    assert len(committed) > 100
+    big = 0
+    for path in committed:
+        blob = path.read_bytes()
+        fast = _outcome(blob, True)
+        assert fast == _outcome(blob, False), path
+        big += getattr(fast, "layout", None) == "big_dump"
+    assert 0 < big < len(committed)  # both layouts are among them
+    blob = good_blob("big_dump")
+    for at in range(len(blob)):
+        for value in (0x00, 0xFF, blob[at] ^ 0x80):
+            bad = blob[:at] + bytes([value]) + blob[at + 1 :]
+            assert _outcome(bad, True) == _outcome(bad, False), (at, value)
+
+
 def test_read_raw_dump_of_a_missing_file_is_oserror(tmp_path):
     with pytest.raises(OSError):
         read_raw_dump(tmp_path / "nope")
