@@ -56,6 +56,28 @@ def map_bytes(path: str | os.PathLike, offset: int, nbytes: int) -> memoryview:
     return memoryview(mm)[offset : offset + nbytes]
 
 
+def read_bytes(path: str | os.PathLike, offset: int, nbytes: int) -> bytearray:
+    """`nbytes` bytes at `offset`, read into memory (one pread); TensorDataError when the file is
+    shorter. For a tensor about to be decoded or converted anyway, this is cheaper than a memory
+    map, whose set-up and tear-down dominate for the small tensors most operators have."""
+    buf = bytearray(nbytes)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        got = 0
+        view = memoryview(buf)
+        while got < nbytes:
+            k = os.preadv(fd, [view[got:]], offset + got)
+            if k == 0:
+                size = os.fstat(fd).st_size
+                raise TensorDataError(
+                    f"file has {size} bytes, data needs {nbytes} bytes from offset {offset}"
+                )
+            got += k
+    finally:
+        os.close(fd)
+    return buf
+
+
 def read_tensor(
     path: str | os.PathLike,
     data_offset: int,
@@ -66,17 +88,19 @@ def read_tensor(
     *,
     nbytes: int | None = None,
     layout: Literal["host", "device"] = "host",
+    mapped: bool = True,
 ) -> np.ndarray:
     """The tensor's values: memory-mapped read-only for plain dtypes in their stored layout,
     else decoded (and, for a device format, converted to the host layout unless `layout='device'`).
-    `nbytes` is needed only for `raw` data, whose size the dtype cannot say."""
+    `nbytes` is needed only for `raw` data, whose size the dtype cannot say. `mapped=False` reads
+    the bytes into memory instead of mapping them (statistics, which decode every tensor whole)."""
     shape = tuple(int(d) for d in shape)
     want = stored_nbytes(stored_dtype, shape)
     if want is None:
         if nbytes is None:
             raise TensorDataError(f"stored dtype {stored_dtype!r} needs the byte count")
         want = nbytes
-    buf = map_bytes(path, data_offset, want)
+    buf = map_bytes(path, data_offset, want) if mapped else read_bytes(path, data_offset, want)
     try:
         arr = dtypes.decode(buf, stored_dtype, shape)
     except dtypes.DTypeError as exc:

@@ -454,7 +454,7 @@ def _stats_of_decoded(
     from ingest.formats.dtypes import numeric_view
     from ingest.tensor_data import read_tensor
 
-    arr = read_tensor(path, offset, stored_dtype, shape, fmt, host_shape)
+    arr = read_tensor(path, offset, stored_dtype, shape, fmt, host_shape, mapped=False)
     return compute_stats(numeric_view(arr), md5=md5)
 
 
