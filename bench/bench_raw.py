@@ -168,7 +168,7 @@ def profile_raw_ingest(work: Path, raw: Path, stats: bool, top: int) -> str:
 _PHASES = (  # (module, class, method, label): timed around every call during one ingest
     ("ingest.pipeline", "Ingester", "scan_all", "walk (scan_all)"),
     ("ingest.readers.mindspore_npy", "MindSporeNpyReader", "finish", "reader.finish (pending leaves)"),
-    ("ingest.readers.ascend_raw", "RawFiles", "_raw", "  of which raw files read here, file by file (RawFiles._raw)"),
+    ("ingest.readers.ascend_raw", "RawFiles", "_raw", "  of which raw files read file by file (_raw)"),
     ("ingest.pipeline", "Ingester", "_computed_stats_table", "statistics (_computed_stats_table)"),
     ("ingest.store", "CatalogStore", "commit_batch", "commit (parquet + snapshot)"),
 )

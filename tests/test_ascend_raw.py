@@ -528,8 +528,8 @@ def test_raw_headers_read_in_helpers_give_the_file_by_file_catalog(tmp_path, mon
     file by file: every column of every row, the statistics, the errors and the counts."""
     import shutil
 
-    from ingest.readers import mindspore_npy
     from ingest.formats.raw_dump import read_raw_dump
+    from ingest.readers import mindspore_npy
     from ingest.readers.ascend_raw import is_raw_name
     from tests.compare import catalog_content
 
