@@ -91,8 +91,18 @@ STAT_ROWS = pa.schema(
         # What the matched tensor file contradicts: NULL when it agrees (or there is none),
         # else 'shape', 'nbytes' or 'shape,nbytes' (csv Shape / Data Size vs the npy header).
         ("mismatch", pa.string()),
+        # Added with the msprobe and GE readers (older catalogs read these as NULL, meaning a
+        # MindSpore statistic.csv): where the row comes from and whose definitions its values follow.
+        ("stat_source", pa.string()),  # 'statistic.csv' | 'cann_stats_csv' | 'dump.json'
+        ("stat_semantics", pa.string()),  # 'mindspore' | 'cann' | 'msprobe' (see sql/40_stats.sql)
+        ("op_full_name", pa.string()),  # the op's full name as the file gives it (msprobe entry key)
+        ("exec_index", pa.int64()),  # order of execution within the file (msprobe: entry order)
+        ("arg_path", pa.string()),  # msprobe: the argument, e.g. 'input.0', 'input.1.0', 'parameters.weight'
+        ("requires_grad", pa.bool_()),
     ]
 )
+
+STAT_ROWS_ADDED = ("stat_source", "stat_semantics", "op_full_name", "exec_index", "arg_path", "requires_grad")
 
 # Statistics dumpcat computed from tensor data (tensors without a statistic.csv row). The tensor's
 # keys are repeated here so that the `stats` view needs no join against the big tensors table.
@@ -291,6 +301,21 @@ OVERFLOWS = pa.schema(
     ]
 )
 
+# msprobe construct.json: the module tree of one step of one rank, a row per node (module or API
+# call) with its parent; depth 0 is a root.
+MODULES = pa.schema(
+    [
+        ("run", pa.string()),
+        ("rank", pa.int32()),
+        ("iteration", pa.int64()),  # the step
+        ("rel_path", pa.string()),  # the construct.json
+        ("node", pa.string()),
+        ("parent", pa.string()),
+        ("depth", pa.int32()),
+        ("micro_step", pa.int64()),  # Megatron variant only
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {
     "tensors": TENSORS,
     "stat_rows": STAT_ROWS,
@@ -306,4 +331,13 @@ TABLES: dict[str, pa.Schema] = {
     "manifest": MANIFEST,
     "runs": RUNS,
     "overflows": OVERFLOWS,
+    "modules": MODULES,
 }
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table` with `schema`'s columns in order: columns it lacks are NULL, types are cast."""
+    n = table.num_rows
+    names = set(table.column_names)
+    arrays = [table.column(f.name).cast(f.type) if f.name in names else pa.nulls(n, f.type) for f in schema]
+    return pa.Table.from_arrays(arrays, schema=schema)

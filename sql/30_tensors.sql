@@ -26,6 +26,6 @@ LEFT JOIN op_graphs g
 LEFT JOIN op_keys_rank kr
        ON g.graph_id IS NULL AND kr.run = t.run AND kr.rank = t.rank AND kr.key = t.file_op_name
 LEFT JOIN op_source os
-       ON os.run = t.run AND os.rank = t.rank AND os.graph_id = t.graph_id
-      AND os.full_name = coalesce(k.full_name, kb.full_name, kr.full_name)
+       ON os.run = t.run AND os.rank = t.rank AND os.graph_id IS NOT DISTINCT FROM t.graph_id
+      AND os.full_name = coalesce(k.full_name, kb.full_name, kr.full_name, t.op_full_name)
 LEFT JOIN raw_runs r ON r.run = t.run;

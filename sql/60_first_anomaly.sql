@@ -1,7 +1,8 @@
 -- Where things went wrong first.
 --
--- A tensor "holds NaN or Inf" by its counts when the statistic has them, and by max/min otherwise
--- (the default v2.3+ statistic.csv has only max, min and l2norm; any NaN makes max NaN).
+-- A tensor "holds NaN or Inf" by its counts when the statistic has them, and otherwise by what its
+-- producer's definitions allow (stats.has_nan / has_inf, see 40_stats.sql): the default v2.3+
+-- statistic.csv has only max, min and l2norm, and any NaN makes max NaN; CANN's max skips NaN.
 --
 -- Order within a step (one run, rank and iteration). Control flow splits a step into many kernel
 -- graphs, a loop body runs several times, and graph ids follow compilation, not execution. So:
@@ -18,8 +19,7 @@
 CREATE OR REPLACE VIEW anomalous_tensors AS
 SELECT *
 FROM stats
-WHERE coalesce(nan_count, 0) > 0 OR coalesce(neg_inf_count, 0) > 0 OR coalesce(pos_inf_count, 0) > 0
-   OR NOT isfinite(max) OR NOT isfinite(min);
+WHERE has_nan OR has_inf;
 
 -- The operators feeding each operator (data edges of the graph IR), for the answer's input_ops.
 CREATE OR REPLACE VIEW op_feeders AS

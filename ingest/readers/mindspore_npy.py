@@ -41,7 +41,7 @@ from ingest.npy_name import (
 from ingest.pipeline import age, size_or_none
 from ingest.readers.base import Detection, Place, first_file
 from ingest.readers.rank_layout import RankLayoutReader, rank_root
-from ingest.schema import TABLES
+from ingest.schema import TABLES, conform
 from ingest.stat_match import FILE_KEYS, file_keys, match_stat_rows, mismatch_note
 from ingest.statistic_csv import read_statistic_csv
 
@@ -556,8 +556,7 @@ class MindSporeNpyReader(RankLayoutReader):
         if upto_line is None:
             self.ing.pending_files.pop(rel, None)
         if table.num_rows:
-            schema = TABLES["stat_rows"]
-            self.ing.pending.rows["stat_rows"].append(table.select(schema.names).cast(schema))
+            self.ing.pending.rows["stat_rows"].append(conform(table, TABLES["stat_rows"]))
             self.ing.summary.stat_rows += table.num_rows
 
     def _ingest_kernel_args(
