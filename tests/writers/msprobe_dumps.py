@@ -1,0 +1,145 @@
+"""Make REAL msprobe dump trees under tests/data/msprobe/ (runs ONLY under the producer venv).
+
+This script imports torch and msprobe (mindstudio-probe); the project itself never does.
+It is run by hand, e.g.
+
+    /work/producers-venv/bin/python tests/writers/msprobe_dumps.py pt_mix_tensor
+    /work/producers-venv/bin/python tests/writers/msprobe_dumps.py all
+
+Each tree is produced in a fresh Python process (msprobe's PrecisionDebugger is a per-process
+singleton), written straight by msprobe into tests/data/msprobe/<tree>/; nothing msprobe wrote
+is renamed or edited afterwards. Every process joins a torch.distributed gloo group (world size 1
+or 2, CPU, loopback only), so msprobe names the rank directories itself (rank0/, rank1/) instead
+of proc{pid}/.
+
+Model Net: enc=Sequential(Linear(4,8)) -> act=ReLU -> fc2=Linear(8,2), MSE loss, SGD(lr=0.1),
+3 steps, fixed seeds. Net.forward(x, offset=...) also returns torch.sqrt(h + offset), h being the
+first layer's pre-activation: the offset is 100.0 (no NaN) except at step 1 (offset 0.0, on the
+"nan rank"), where the
+pre-activation has negative entries so Torch.sqrt's output holds NaN at step 1. Its mean is
+added to the loss, so the NaN reaches the loss, the gradients and (through SGD) the weights:
+step 2 is NaN throughout on that rank. Net.forward also returns torch.log(relu(h).detach() + offset),
+which is -inf where relu(h) == 0 at step 1 only (not used in the loss, so no backward for it).
+In the 2-rank tree only rank 1 takes offset 0.0, and
+the detached loss is all_reduce'd (SUM), so rank 0 sees NaN only in Distributed.all_reduce.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2] / "tests" / "data" / "msprobe"
+
+# tree name -> (msprobe config.json body without dump_path, world size, all_reduce?)
+TREES = {
+    "pt_mix_tensor": (
+        {"task": "tensor", "level": "mix", "rank": [], "step": [0, 1, 2], "risk_level": "ALL",
+         "tensor": {"scope": [], "list": [], "data_mode": ["all"]}},
+        1, False),
+    "pt_l1_statistics_2ranks": (
+        {"task": "statistics", "level": "L1", "rank": [], "step": [0, 1, 2],
+         "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"}},
+        2, True),
+    "pt_md5": (
+        {"task": "statistics", "level": "mix", "rank": [], "step": [0, 1, 2],
+         "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "md5"}},
+        1, False),
+    "pt_L0_statistics": (
+        {"task": "statistics", "level": "L0", "rank": [], "step": [0, 1, 2],
+         "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"}},
+        1, False),
+}
+
+NAN_STEP = 1
+STEPS = 3
+
+
+def _worker(rank: int, world: int, tree: str, cfg_path: str, port: int, all_reduce: bool) -> None:
+    import torch
+    import torch.distributed as dist
+
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+
+    from msprobe.pytorch import PrecisionDebugger
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc = torch.nn.Sequential(torch.nn.Linear(4, 8))  # nesting: Module.enc.0.Linear
+            self.act = torch.nn.ReLU()
+            self.fc2 = torch.nn.Linear(8, 2)
+
+        def forward(self, x, offset=100.0):
+            h = self.enc(x)
+            y = self.fc2(self.act(h))
+            root = torch.sqrt(h + offset)  # NaN where h + offset < 0
+            logs = torch.log(self.act(h).detach() + offset)  # -inf where relu(h) + offset == 0; not in loss
+            return y, root, logs
+
+    torch.manual_seed(1234)  # same weights on every rank
+    torch.use_deterministic_algorithms(True)
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(100 + rank)
+    nan_rank = world - 1
+
+    debugger = PrecisionDebugger(config_path=cfg_path)
+    for step in range(STEPS):
+        x = torch.randn(3, 4, generator=gen)
+        target = torch.randn(3, 2, generator=gen)
+        debugger.start(model=model)
+        opt.zero_grad()
+        offset = 0.0 if (step == NAN_STEP and rank == nan_rank) else 100.0
+        y, aux, _ = model(x, offset=offset)  # a module kwarg
+        both = torch.cat([aux, aux * 0.5], dim=0)  # a list argument + an int kwarg
+        loss = torch.nn.functional.mse_loss(y, target=target) + both.mean() * 0.01  # a tensor kwarg
+        if all_reduce:
+            red = loss.detach().clone()
+            dist.all_reduce(red)
+        loss.backward()
+        opt.step()
+        debugger.stop()
+        debugger.step()
+    dist.destroy_process_group()
+
+
+def _run_tree(tree: str) -> None:
+    import torch.multiprocessing as mp
+
+    cfg, world, all_reduce = TREES[tree]
+    out = ROOT / tree
+    if out.exists():
+        shutil.rmtree(out)
+    with tempfile.TemporaryDirectory() as td:
+        cfg = dict(cfg, dump_path=str(out))
+        cfg_path = os.path.join(td, "config.json")
+        with open(cfg_path, "w") as f:
+            json.dump(cfg, f, indent=2)
+        port = 29500 + sorted(TREES).index(tree)
+        mp.spawn(_worker, args=(world, tree, cfg_path, port, all_reduce), nprocs=world, join=True)
+
+
+def main(argv: list[str]) -> int:
+    names = list(TREES) if argv == ["all"] else argv
+    for name in names:
+        if name not in TREES:
+            print(f"unknown tree {name}; choose from {sorted(TREES)} or 'all'", file=sys.stderr)
+            return 2
+    if len(names) > 1:
+        for name in names:  # a fresh interpreter per tree: PrecisionDebugger is a singleton
+            subprocess.run([sys.executable, __file__, name], check=True)
+        return 0
+    _run_tree(names[0])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
