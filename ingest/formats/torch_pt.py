@@ -235,7 +235,13 @@ def _metadata_bits(metadata: Any) -> tuple[bool, bool]:
 
 
 def _spec(
-    storage: Any, offset: Any, size: Any, stride: Any, requires_grad: Any, hooks: Any, dtype: _DType | None,
+    storage: Any,
+    offset: Any,
+    size: Any,
+    stride: Any,
+    requires_grad: Any,
+    hooks: Any,
+    dtype: _DType | None,
     metadata: Any,
 ) -> _Spec:
     if not isinstance(storage, _Storage):
@@ -268,7 +274,13 @@ def _rebuild_tensor_v2(
 
 
 def _rebuild_tensor_v3(
-    storage: Any, offset: Any, size: Any, stride: Any, requires_grad: Any, hooks: Any, dtype: Any,
+    storage: Any,
+    offset: Any,
+    size: Any,
+    stride: Any,
+    requires_grad: Any,
+    hooks: Any,
+    dtype: Any,
     metadata: Any = None,
 ) -> _Spec:
     """Stand-in for torch._utils._rebuild_tensor_v3: untyped (byte) storage and an explicit dtype."""
@@ -284,8 +296,9 @@ def _rebuild_parameter(data: Any, requires_grad: Any, hooks: Any, state: Any = N
         raise PtError(f"parameter data is {type(data).__name__}, not a tensor")
     if type(requires_grad) is not bool:
         raise PtError(f"requires_grad is {requires_grad!r}, not a bool")
-    return _Spec(data.storage, data.dtype, data.offset, data.shape, data.strides, requires_grad, data.conj,
-                 data.neg)
+    return _Spec(
+        data.storage, data.dtype, data.offset, data.shape, data.strides, requires_grad, data.conj, data.neg
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,7 +452,9 @@ def _finish(spec: _Spec, storage_start: int, storage_nbytes: int) -> tuple[PtTen
             f"of storage {spec.storage.key!r}, which holds {storage_nbytes}"
         )
     if spec.storage.dtype is not None and spec.storage.dtype.itemsize != spec.dtype.itemsize:
-        raise PtError(f"tensor dtype {spec.dtype.name} does not match its storage's {spec.storage.dtype.name}")
+        raise PtError(
+            f"tensor dtype {spec.dtype.name} does not match its storage's {spec.storage.dtype.name}"
+        )
     nbytes = math.prod(spec.shape) * spec.dtype.itemsize
     header = PtTensor(
         torch_dtype=f"torch.{spec.dtype.name}",
@@ -466,6 +481,14 @@ def _local_data_offset(f: io.BufferedReader, info: zipfile.ZipInfo, file_size: i
     name = f.read(name_len)
     if name.decode("utf-8" if info.flag_bits & 0x800 else "cp437", "replace") != info.orig_filename:
         raise PtError(f"entry {info.filename!r}: local header names {name!r}")
+    # torch pads the extra field with one 'FB' record so that the data is 64-byte aligned; any
+    # extra field must be whole (id, size, data) records, which catches a corrupt length.
+    extra = f.read(extra_len)
+    at = 0
+    while at + 4 <= len(extra):
+        at += 4 + struct.unpack_from("<H", extra, at + 2)[0]
+    if at != extra_len or len(extra) != extra_len:
+        raise PtError(f"entry {info.filename!r}: its local header's extra field is not whole records")
     start = info.header_offset + 30 + name_len + extra_len
     if start + info.file_size > file_size:
         raise PtError(f"entry {info.filename!r} runs past the end of the file ({file_size} bytes)")
@@ -475,9 +498,9 @@ def _local_data_offset(f: io.BufferedReader, info: zipfile.ZipInfo, file_size: i
 def _zip_header(f: io.BufferedReader, file_size: int) -> tuple[PtTensor, _Spec]:
     try:
         zf = zipfile.ZipFile(f)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile) as exc:
-        raise PtError(f"not a readable zip archive: {exc}") from exc
-    except (ValueError, struct.error, EOFError, UnicodeDecodeError, NotImplementedError, OverflowError) as exc:
+    except OSError:
+        raise
+    except Exception as exc:  # zipfile raises BadZipFile, ValueError, struct.error, ... on corrupt input
         raise PtError(f"not a readable zip archive: {type(exc).__name__}: {exc}") from exc
     infos = zf.infolist()
     names = {i.filename: i for i in infos}
@@ -487,7 +510,9 @@ def _zip_header(f: io.BufferedReader, file_size: int) -> tuple[PtTensor, _Spec]:
     if not pickles:
         raise PtError("zip archive has no {archive}/data.pkl entry: not written by torch.save")
     if len(pickles) > 1:
-        raise PtError(f"zip archive holds {len(pickles)} archives ({', '.join(pickles)}); torch.save writes one")
+        raise PtError(
+            f"zip archive holds {len(pickles)} archives ({', '.join(pickles)}); torch.save writes one"
+        )
     prefix = pickles[0][: -len("data.pkl")]
     strays = [n for n in names if not n.startswith(prefix)]
     if strays:
@@ -498,7 +523,7 @@ def _zip_header(f: io.BufferedReader, file_size: int) -> tuple[PtTensor, _Spec]:
         if value != b"little":
             raise PtError(f"byteorder is {value[:16]!r}: only little-endian .pt files are supported")
     pkl = names[pickles[0]]
-    obj, storages = _unpickle(_read_entry(zf, pkl, _MAX_PICKLE), legacy=False)
+    obj, _ = _unpickle(_read_entry(zf, pkl, _MAX_PICKLE), legacy=False)
     spec = _one_tensor(obj)
     entry = names.get(f"{prefix}data/{spec.storage.key}")
     if entry is None:
@@ -507,7 +532,9 @@ def _zip_header(f: io.BufferedReader, file_size: int) -> tuple[PtTensor, _Spec]:
         raise PtError(f"entry {entry.filename!r} is compressed; torch.save stores storages uncompressed")
     storage_nbytes = spec.storage.numel * spec.storage.itemsize
     if entry.file_size < storage_nbytes:
-        raise PtError(f"entry {entry.filename!r} holds {entry.file_size} bytes, its storage needs {storage_nbytes}")
+        raise PtError(
+            f"entry {entry.filename!r} holds {entry.file_size} bytes, its storage needs {storage_nbytes}"
+        )
     start = _local_data_offset(f, entry, file_size)
     return _finish(spec, start, storage_nbytes)
 
@@ -515,9 +542,13 @@ def _zip_header(f: io.BufferedReader, file_size: int) -> tuple[PtTensor, _Spec]:
 def _read_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes:
     if info.file_size > limit:
         raise PtError(f"entry {info.filename!r} is {info.file_size} bytes, more than the {limit} expected")
+    if info.flag_bits & 0x1:
+        raise PtError(f"entry {info.filename!r} is encrypted; torch.save never encrypts")
     try:
         return zf.read(info)
-    except (zipfile.BadZipFile, ValueError, EOFError, NotImplementedError, struct.error, OverflowError) as exc:
+    except OSError:
+        raise
+    except Exception as exc:  # BadZipFile (CRC), zlib.error, NotImplementedError (method), ...
         raise PtError(f"entry {info.filename!r} is unreadable: {type(exc).__name__}: {exc}") from exc
 
 
@@ -627,7 +658,7 @@ def load_pt(path: str | os.PathLike[str], *, mapped: bool = True) -> np.ndarray:
         shape, item = header.shape, spec.dtype.itemsize
         if header.contiguous or math.prod(shape) == 0:
             if header.nbytes == 0:
-                buf: Any = b""
+                buf: Any = bytearray()
             elif mapped:
                 mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
                 buf = memoryview(mm)[header.data_offset : header.data_offset + header.nbytes]
@@ -638,7 +669,9 @@ def load_pt(path: str | os.PathLike[str], *, mapped: bool = True) -> np.ndarray:
             span = _extent(spec) - spec.offset * item
             raw = np.frombuffer(_read_span(f, header.data_offset, span), dtype=_UNIT[item])
             gathered = np.lib.stride_tricks.as_strided(raw, shape, tuple(s * item for s in header.strides))
-            arr = _decode(np.ascontiguousarray(gathered).view(np.uint8).reshape(-1), header.stored_dtype, shape)
+            arr = _decode(
+                np.ascontiguousarray(gathered).view(np.uint8).reshape(-1), header.stored_dtype, shape
+            )
     if spec.conj:
         arr = np.conjugate(arr)
     if spec.neg:
