@@ -91,4 +91,5 @@ USER_VIEWS = {
     "first_anomaly": "per run/rank/iteration (a step), the first output holding NaN or Inf, across graphs",
     "first_anomaly_by_graph": "per run/rank/graph/iteration, the graph's own first output holding NaN/Inf",
     "anomalous_tensors": "every statistic row whose tensor holds NaN or Inf",
+    "modules": "msprobe construct.json: the module tree of each step and rank (node, parent, depth)",
 }

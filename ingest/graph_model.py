@@ -53,16 +53,20 @@ class SourceFrame:
     is_user_code: bool
 
 
-_FRAMEWORK_MARKERS = ("site-packages/mindspore", "/mindspore/", "dist-packages", "<frozen")
+_FRAMEWORK_MARKERS = (
+    "site-packages/mindspore", "/mindspore/", "dist-packages", "<frozen",
+    # PyTorch stacks (msprobe): the framework, its NPU plugin, TorchAir and msprobe's own hooks
+    "site-packages/torch/", "site-packages/torch_npu/", "site-packages/torchair/", "site-packages/msprobe/",
+)  # fmt: skip
 
 
 def is_framework_path(path: str) -> bool:
     """True for a frame inside the framework or the Python runtime, not the user's script.
 
     The single place where "user code" is decided: a path under an installed MindSpore
-    (`site-packages/mindspore`, a `/mindspore/` package directory), any `dist-packages` install,
-    or a frozen stdlib module (`<frozen importlib._bootstrap>`). Backslashes are normalised so
-    Windows paths follow the same rule.
+    (`site-packages/mindspore`, a `/mindspore/` package directory), PyTorch, torch_npu, TorchAir or
+    msprobe, any `dist-packages` install, or a frozen stdlib module (`<frozen importlib._bootstrap>`).
+    Backslashes are normalised so Windows paths follow the same rule.
     """
     p = path.replace("\\", "/")
     return any(marker in p for marker in _FRAMEWORK_MARKERS)

@@ -15,12 +15,14 @@ from ingest.readers.ascend_raw import AscendRawReader, AscendRawV12Reader
 from ingest.readers.base import Detection, Reader
 from ingest.readers.mindspore_bin import MindSporeBinReader
 from ingest.readers.mindspore_npy import MindSporeNpyReader
+from ingest.readers.msprobe import MsprobeReader
 
 READERS: tuple[type[Reader], ...] = (
     AscendRawReader,
     MindSporeNpyReader,
     AscendRawV12Reader,
     MindSporeBinReader,
+    MsprobeReader,
 )
 
 

@@ -1,0 +1,424 @@
+"""msprobe dumps (PyPI `mindstudio-probe`): PyTorch and MindSpore PyNative, levels L0/L1/mix.
+
+Layout (reference msprobe-cann-formats.md §1.1): `{dump_path}/step{N}/rank{M}/` (or `proc{pid}/`,
+`pid{pid}/` when the rank is unknown; MindSpore >= 2.7 splits `graph/` and `pynative/` trees above
+the steps), each holding `dump.json` (or `debug.json`), `stack.json`, `construct.json` and, for
+task 'tensor', `dump_tensor_data/` with a `.pt` (PyTorch) or `.npy` (MindSpore) file per tensor.
+
+What is cataloged, per rank folder of a step:
+- every tensor dump.json describes: a `stat_rows` row (stat_source 'dump.json', stat_semantics
+  'msprobe': its Max/Min/Mean/Norm, md5 or xor checksum), with the entry key as the op's full name,
+  the entry's position in the file as its execution index, `io` (input, output, parameter,
+  parameter_grad), `arg_path` (`input.1.0`, `kwargs.target`, `parameters.weight`, ...);
+- every tensor file: a `tensors` row (its header gives the dtype, shape and byte offset: `.pt`
+  through `formats.torch_pt`, never torch's unpickler) whose counts dumpcat computes from the data,
+  so `nan_count` works on msprobe dumps with data; files dump.json does not list (a run that
+  stopped before msprobe wrote its json) are cataloged from their names;
+- stack.json (flat or grouped form): `source_lines` of each entry (graph_id NULL);
+- construct.json: the module tree (`modules`).
+
+Rank: `rank{M}`; `proc{pid}`/`pid{pid}` folders are numbered after the highest real rank of the step,
+as msprobe's own dump2db does. Iteration: the step number. net: the framework dump.json names (or
+the `graph`/`pynative` tree). msprobe writes dump.json only when the debugger stops, so a watcher
+catalogs a step's statistics once its json is complete.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from ingest.formats.msprobe_json import (
+    DumpJson,
+    Leaf,
+    MsprobeJsonError,
+    io_of_arg,
+    parse_construct_json,
+    parse_dump_json,
+    parse_entry_key,
+    parse_frame,
+    parse_stack_json,
+    split_data_name,
+    tree_depths,
+)
+from ingest.formats.torch_pt import PtError, read_pt_header
+from ingest.graph_model import is_framework_path
+from ingest.ids import stat_row_ids
+from ingest.npy_header import NpyHeaderError, read_npy_header
+from ingest.pipeline import size_or_none
+from ingest.readers.base import Detection, Reader, list_dir
+from ingest.schema import TABLES, conform
+
+PRODUCER = "msprobe"
+_STEP_DIR = re.compile(r"^step(\d+)$")
+_RANK_DIR = re.compile(r"^(rank|proc|pid)(\d+)$")
+_MODE_DIRS = ("graph", "pynative")  # MindSpore >= 2.7 with mindspore.jit at L0/mix
+_DUMP_JSON = ("dump.json", "debug.json")
+_DATA_DIRS = ("dump_tensor_data", "tensor_data")
+_TENSOR_FILE = (".pt", ".npy")
+
+
+def _is_dir(path: str | os.DirEntry) -> bool:
+    try:
+        return path.is_dir() if isinstance(path, os.DirEntry) else os.path.isdir(path)
+    except OSError:
+        return False
+
+
+def _rank_dir_with_json(path: str) -> str | None:
+    names = {e.name for e in list_dir(path, 256)}
+    return next((n for n in _DUMP_JSON if n in names), None) or (
+        next((d for d in _DATA_DIRS if d in names), None)
+    )
+
+
+class MsprobeReader(Reader):
+    name = PRODUCER
+    producer = "msprobe (mindstudio-probe: PyTorch, MindSpore PyNative)"
+    layout = "step{N}/rank{M}|proc{pid}/ (dump.json, stack.json, construct.json, dump_tensor_data/)"
+    looked_for = "step{N}/rank{M}/dump.json (msprobe), or a step or rank folder of one"
+    cataloged = (
+        "a stat_rows row per tensor of dump.json (Max/Min/Mean/Norm, md5; msprobe semantics), a tensors "
+        "row per .pt/.npy file (read without torch) with computed counts, stack.json as source lines, "
+        "construct.json as the module tree"
+    )
+
+    def __init__(self, ingester, detection: Detection) -> None:
+        super().__init__(ingester, detection)
+        self._stacks_seen: set[tuple[int, str]] = set()  # (rank, entry key): one stack per op
+
+    # -- detection -------------------------------------------------------------------------------
+
+    @classmethod
+    def detect(cls, path: Path) -> Detection | None:
+        found = cls._shape(Path(path))
+        if found is None:
+            return None
+        kind, evidence = found
+        return Detection(cls, Path(path), f"{evidence} ({kind})", ())
+
+    @classmethod
+    def _shape(cls, path: Path) -> tuple[str, str] | None:
+        """What kind of msprobe folder `path` is: a dump path, a mode tree, a step or a rank."""
+        entries = [e for e in list_dir(path, 4096)]
+        if _rank_dir_with_json(str(path)) and _RANK_DIR.match(path.name):
+            return "a rank folder", f"{path.name}/"
+        steps = [e for e in entries if _STEP_DIR.match(e.name) and _is_dir(e)]
+        for step in steps[:4]:
+            for rank in list_dir(step.path, 256):
+                if _RANK_DIR.match(rank.name) and _is_dir(rank):
+                    hit = _rank_dir_with_json(rank.path)
+                    if hit:
+                        return "a dump path", f"{step.name}/{rank.name}/{hit}"
+        for mode in [e for e in entries if e.name in _MODE_DIRS and _is_dir(e)]:
+            inner = cls._shape(Path(mode.path))
+            if inner is not None and inner[0] == "a dump path":
+                return "graph/pynative trees", f"{mode.name}/{inner[1]}"
+        if _STEP_DIR.match(path.name):
+            for rank in entries:
+                if _RANK_DIR.match(rank.name) and _is_dir(rank) and _rank_dir_with_json(rank.path):
+                    return "a step folder", f"{rank.name}/"
+        return None
+
+    # -- walk ------------------------------------------------------------------------------------
+
+    def walk(self) -> None:
+        root = str(self.root)
+        name = os.path.basename(root)
+        if _RANK_DIR.match(name) and _rank_dir_with_json(root):
+            parent = _STEP_DIR.match(os.path.basename(os.path.dirname(root)))
+            step = int(parent.group(1)) if parent else None
+            self._rank_dir(root, self._rank_number(name, {}), step, None)
+            return
+        if _STEP_DIR.match(name):
+            self._step(root, int(_STEP_DIR.match(name).group(1)), None)
+            return
+        entries = self.ing.scandir(root) or []
+        modes = [e for e in entries if e.name in _MODE_DIRS and _is_dir(e)]
+        trees = [(e.path, e.name) for e in modes] or [(root, None)]
+        for tree, mode in trees:
+            for entry in self.ing.scandir(tree) if mode else entries:
+                m = _STEP_DIR.match(entry.name)
+                if m and _is_dir(entry):
+                    self._step(entry.path, int(m.group(1)), mode)
+                elif mode is None and entry.name not in _MODE_DIRS:
+                    self._other(entry)
+
+    def _other(self, entry: os.DirEntry) -> None:
+        """A file beside the steps (msprobe's config copy, logs): noted, not an error."""
+        self.ing.summary.files_seen += 1
+
+    def _rank_number(self, name: str, proc_ranks: dict[str, int]) -> int:
+        m = _RANK_DIR.match(name)
+        if m.group(1) == "rank":
+            return int(m.group(2))
+        return proc_ranks.get(name, int(m.group(2)))
+
+    def _step(self, path: str, step: int, mode: str | None) -> None:
+        entries = self.ing.scandir(path) or []
+        ranks = [e for e in entries if _RANK_DIR.match(e.name) and _is_dir(e)]
+        real = [int(_RANK_DIR.match(e.name).group(2)) for e in ranks if e.name.startswith("rank")]
+        next_rank = max(real, default=-1) + 1
+        proc_ranks: dict[str, int] = {}
+        for e in sorted((e for e in ranks if not e.name.startswith("rank")), key=lambda e: e.name):
+            proc_ranks[e.name] = next_rank
+            next_rank += 1
+        for e in entries:
+            if e in ranks:
+                self._rank_dir(e.path, self._rank_number(e.name, proc_ranks), step, mode)
+            else:
+                self.ing.summary.files_seen += 1
+
+    # -- one rank folder of one step ---------------------------------------------------------------
+
+    def _rank_dir(self, path: str, rank: int, step: int | None, mode: str | None) -> None:
+        ing = self.ing
+        entries = ing.scandir(path) or []
+        by_name = {e.name: e for e in entries}
+        ing.summary.files_seen += len(entries)
+        ing.on_progress(len(entries))
+        dump: DumpJson | None = None
+        json_entry = next((by_name[n] for n in _DUMP_JSON if n in by_name), None)
+        if json_entry is not None:
+            dump = self._dump_json(json_entry)
+        net = mode or (dump.framework if dump is not None and dump.framework else "msprobe")
+        data_dir = next((by_name[d] for d in _DATA_DIRS if d in by_name and _is_dir(by_name[d])), None)
+        files: dict[str, os.DirEntry] = {}
+        if data_dir is not None:
+            for e in ing.scandir(data_dir.path) or []:
+                ing.summary.files_seen += 1
+                if e.name.endswith(_TENSOR_FILE):
+                    files[e.name] = e
+                else:
+                    ing.file_error(ing.rel(e.path), "unknown", "walk", "not a .pt or .npy tensor file")
+        listed: dict[str, Leaf] = {}
+        if dump is not None:
+            listed = {leaf.data_name: leaf for _, leaves in dump.entries for leaf in leaves if leaf.data_name}
+        row_ids = self._tensor_files(files, listed, rank, net, step, dump)
+        if dump is not None and json_entry is not None:
+            self._stat_rows(json_entry, dump, rank, net, step, row_ids)
+        if "stack.json" in by_name:
+            self._stack_json(by_name["stack.json"], rank)
+        if "construct.json" in by_name:
+            self._construct_json(by_name["construct.json"], rank, step)
+        ing.maybe_flush()
+
+    def _read_json_file(self, entry: os.DirEntry, kind: str):
+        """The bytes of a json file to read now, or None (unchanged, still written, unreadable)."""
+        ing = self.ing
+        rel = ing.rel(entry.path)
+        size = size_or_none(entry)
+        if size is None or ing.is_unchanged(rel, size):
+            return None
+        if ing.live and ing.still_written(entry, rel, ing.settle):
+            return None
+        try:
+            with open(entry.path, "rb") as f:
+                return f.read()
+        except OSError as exc:
+            ing.file_error(rel, kind, kind, f"unreadable: {exc.strerror}", size)
+            return None
+
+    def _dump_json(self, entry: os.DirEntry) -> DumpJson | None:
+        ing = self.ing
+        rel = ing.rel(entry.path)
+        data = self._read_json_file(entry, "dump_json")
+        if data is None:
+            return None
+        try:
+            dump = parse_dump_json(data)
+        except MsprobeJsonError as exc:
+            if not ing.still_written(entry, rel):
+                ing.file_error(rel, "dump_json", "dump_json", str(exc), len(data))
+            return None
+        for problem in dump.problems:
+            ing.error(rel, "dump_json", problem, len(data))
+        return dump
+
+    def _tensor_files(
+        self, files: dict[str, os.DirEntry], listed: dict[str, Leaf], rank: int, net: str,
+        step: int | None, dump: DumpJson | None,
+    ) -> dict[str, int]:  # fmt: skip
+        """`tensors` rows of the data files not cataloged yet; {file name: row id} of every file
+        present (cataloged now or before), for the stat rows to point at."""
+        ing = self.ing
+        rows: list[tuple] = []
+        row_ids: dict[str, int] = {}
+        for name in sorted(files):
+            entry = files[name]
+            rel = ing.rel(entry.path)
+            row_id = ing.row_id_of(rel)
+            row_ids[name] = row_id
+            if row_id in ing.known_tensors:
+                continue
+            leaf = listed.get(name)
+            if leaf is not None:
+                key, arg_path, io, slot, dtype = leaf.key, leaf.arg_path, leaf.io, leaf.slot, leaf.dtype
+            else:
+                split = split_data_name(name)
+                if split is None:
+                    ing.file_error(rel, "tensor", "name", "not an msprobe tensor file name")
+                    row_ids.pop(name)
+                    continue
+                key, arg_path = split
+                io, slot, dtype = io_of_arg(arg_path), _slot_of(arg_path), None
+            size = size_or_none(entry) or 0
+            try:
+                if name.endswith(".pt"):
+                    head = read_pt_header(entry.path)
+                    if not head.contiguous:
+                        raise PtError(f"strides {head.strides} are not contiguous: not supported")
+                    stored, shape = head.stored_dtype, list(head.shape)
+                    offset, nbytes = head.data_offset, head.nbytes
+                    dtype = dtype or head.torch_dtype
+                else:
+                    header, size = read_npy_header(entry.path)
+                    stored, shape = header.dtype_name, list(header.shape)
+                    offset, nbytes = header.data_offset, header.nbytes
+                    dtype = dtype or stored
+            except (PtError, NpyHeaderError, OSError) as exc:
+                if not ing.still_written(entry, rel):
+                    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                    ing.file_error(rel, "tensor", "tensor", reason, size)
+                row_ids.pop(name)
+                continue
+            parsed = parse_entry_key(key)
+            ing.pending_files.pop(rel, None)
+            rows.append(
+                (
+                    row_id, ing.run, rank, net, None, step, "step", rel, name, None, parsed.op_type, key, key,
+                    None, None, None, io, slot, None, dtype, stored, shape, offset, nbytes, size, "msprobe",
+                    PRODUCER, None, key, None,
+                )
+            )  # fmt: skip
+            if rel in ing.manifest:
+                ing.record(rel, "tensor", size, size, 0, "ok")
+        if rows:
+            ing.summary.files_new += len(rows)
+            ing.add_tensor_table(_rows_table(rows))
+        return row_ids
+
+    def _stat_rows(
+        self, entry: os.DirEntry, dump: DumpJson, rank: int, net: str, step: int | None,
+        row_ids: dict[str, int],
+    ) -> None:  # fmt: skip
+        """One stat row per tensor of dump.json, built column by column (a dump.json of 10^5
+        entries is half a million tensors)."""
+        ing = self.ing
+        rel = ing.rel(entry.path)
+        size = size_or_none(entry) or 0
+        prev = ing.manifest.get(rel)
+        done = prev[2] if prev is not None and prev[3] == "ok" else 0  # leaves taken before
+        cols: dict[str, list] = {n: [] for n in _STAT_COLUMNS}
+        line = 0
+        for index, (parsed, leaves) in enumerate(dump.entries):
+            for leaf in leaves:
+                line += 1
+                if line <= done:
+                    continue
+                cols["line_no"].append(line)
+                cols["row_id"].append(row_ids.get(leaf.data_name) if leaf.data_name else None)
+                cols["op_type"].append(parsed.op_type)
+                cols["file_op_name"].append(parsed.key)
+                cols["io"].append(leaf.io)
+                cols["slot"].append(leaf.slot)
+                cols["data_type"].append(leaf.dtype)
+                cols["shape"].append(leaf.shape)
+                cols["max"].append(leaf.max)
+                cols["min"].append(leaf.min)
+                cols["avg"].append(leaf.mean)
+                cols["l2norm"].append(leaf.norm)
+                cols["md5"].append(leaf.md5)
+                cols["exec_index"].append(index)
+                cols["arg_path"].append(leaf.arg_path)
+                cols["requires_grad"].append(leaf.requires_grad)
+        n = len(cols["line_no"])
+        ing.record(rel, "dump_json", size, size, line, "ok")
+        if not n:
+            return
+        schema = TABLES["stat_rows"]
+        arrays = {name: pa.array(values, schema.field(name).type) for name, values in cols.items()}
+        arrays["stat_id"] = pa.array(stat_row_ids(ing.run, rel, np.asarray(cols["line_no"])), pa.int64())
+        for name, value in (
+            ("run", ing.run), ("rank", rank), ("net", net), ("iteration", step), ("csv_path", rel),
+            ("stat_source", "dump.json"), ("stat_semantics", "msprobe"),
+        ):  # fmt: skip
+            arrays[name] = pa.array([value] * n, schema.field(name).type)
+        arrays["file_op_base"] = arrays["file_op_name"]
+        arrays["op_full_name"] = arrays["file_op_name"]
+        table = conform(pa.table(arrays), schema)
+        ing.pending.rows["stat_rows"].append(table)
+        ing.summary.stat_rows += n
+
+    def _stack_json(self, entry: os.DirEntry, rank: int) -> None:
+        ing = self.ing
+        rel = ing.rel(entry.path)
+        data = self._read_json_file(entry, "stack_json")
+        if data is None:
+            return
+        try:
+            stacks = parse_stack_json(data)
+        except MsprobeJsonError as exc:
+            if not ing.still_written(entry, rel):
+                ing.file_error(rel, "stack_json", "stack_json", str(exc), len(data))
+            return
+        bad = 0
+        for key, frames in stacks.items():
+            if (rank, key) in self._stacks_seen:
+                continue
+            self._stacks_seen.add((rank, key))
+            parsed = [parse_frame(f) for f in frames]
+            bad += sum(p is None for p in parsed)
+            frames_ok = [p for p in parsed if p is not None]
+            depth_max = len(frames_ok) - 1
+            for i, frame in enumerate(frames_ok):  # innermost first in the file; depth 0 is outermost
+                ing.add(
+                    "source_lines",
+                    (ing.run, rank, None, key, key, depth_max - i, frame.file, frame.line, None, None, None,
+                     frame.code, not is_framework_path(frame.file)),
+                )  # fmt: skip
+        if bad:
+            ing.error(rel, "stack_json", f"{bad} stack frame(s) not of the form 'File …, line N, in …'")
+        ing.record(rel, "stack_json", len(data), len(data), 0, "ok")
+
+    def _construct_json(self, entry: os.DirEntry, rank: int, step: int | None) -> None:
+        ing = self.ing
+        rel = ing.rel(entry.path)
+        data = self._read_json_file(entry, "construct_json")
+        if data is None:
+            return
+        try:
+            nodes = parse_construct_json(data)
+        except MsprobeJsonError as exc:
+            if not ing.still_written(entry, rel):
+                ing.file_error(rel, "construct_json", "construct_json", str(exc), len(data))
+            return
+        depths = tree_depths(nodes)
+        for node, parent, micro in nodes:
+            ing.add("modules", (ing.run, rank, step, rel, node, parent, depths.get(node, 0), micro))
+        ing.record(rel, "construct_json", len(data), len(data), 0, "ok")
+
+
+_STAT_COLUMNS = (
+    "line_no", "row_id", "op_type", "file_op_name", "io", "slot", "data_type", "shape", "max", "min", "avg",
+    "l2norm", "md5", "exec_index", "arg_path", "requires_grad",
+)  # fmt: skip
+
+
+def _slot_of(arg_path: str) -> int:
+    """The slot of a file dump.json does not list: its first index, else 0."""
+    for part in arg_path.split(".")[1:]:
+        if part.isdigit():
+            return int(part)
+    return 0
+
+
+def _rows_table(rows: list[tuple]) -> pa.Table:
+    schema = TABLES["tensors"]
+    columns = list(zip(*rows, strict=True))
+    arrays = [pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)]
+    return pa.Table.from_arrays(arrays, schema=schema)
