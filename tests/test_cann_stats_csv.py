@@ -126,7 +126,9 @@ def test_the_committed_files_hold_every_variant_and_the_nan_op():
     assert sum(t.count("Input/Output") > 1 for t in texts.values()) == 1  # a repeated header row
     assert any(",DT_BOOL,ND,,,,,,,\n" in t for t in texts.values())  # empty statistics
     # iteration 0: the first output with a NaN, in task order, is Log-op0's
-    for rank_root in STATS.glob("worldsize2_global_rank*/*/*/*/1/0"):
+    steps = list(STATS.glob("worldsize2_global_rank*/*/*/*/1/0"))
+    assert len(steps) == 2
+    for rank_root in steps:
         by_task = sorted(rank_root.glob("*.csv"), key=lambda p: parse_stats_csv_name(p.name).task_id)
         first = next(
             p for p in by_task
