@@ -3,8 +3,8 @@
 This script imports torch and msprobe (mindstudio-probe); the project itself never does.
 It is run by hand, e.g.
 
-    /work/producers-venv/bin/python tests/writers/msprobe_dumps.py pt_mix_tensor
-    /work/producers-venv/bin/python tests/writers/msprobe_dumps.py all
+    <producer venv>/bin/python tests/writers/msprobe_dumps.py pt_mix_tensor
+    <producer venv>/bin/python tests/writers/msprobe_dumps.py all
 
 Each tree is produced in a fresh Python process (msprobe's PrecisionDebugger is a per-process
 singleton), written straight by msprobe into tests/data/msprobe/<tree>/; nothing msprobe wrote
@@ -136,6 +136,16 @@ def main(argv: list[str]) -> int:
     if len(names) > 1:
         for name in names:  # a fresh interpreter per tree: PrecisionDebugger is a singleton
             subprocess.run([sys.executable, __file__, name], check=True)
+        # then the derived forms, and no path of this machine in what is committed
+        import sysconfig
+
+        forms = str(Path(__file__).with_name("msprobe_forms.py"))
+        for form in ("oldstack", "pkl"):
+            subprocess.run([sys.executable, forms, form], check=True)
+        site = sysconfig.get_paths()["purelib"]
+        stdlib = sysconfig.get_paths()["stdlib"]
+        here = str(Path(__file__).resolve().parent)
+        subprocess.run([sys.executable, forms, "anonymise", site, stdlib, here, str(ROOT)], check=True)
         return 0
     _run_tree(names[0])
     return 0

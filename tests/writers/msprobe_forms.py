@@ -143,14 +143,50 @@ def make_pkl(src_tree: Path, dst_tree: Path, version: str = "4.0", mode: str = "
             out.write_text("".join(json.dumps(line) + "\n" for line in lines))
 
 
+# Where the committed trees say their files were: the machine that wrote them is not named in the
+# repository. msprobe records absolute paths (stack frames, dump_data_dir); `anonymise` rewrites
+# those prefixes, and nothing else, in every .json and .pkl file of a tree.
+NEUTRAL_PREFIXES = {
+    "site-packages": "/opt/venv/lib/python3.11/site-packages",
+    "stdlib": "/usr/lib/python3.11",
+    "script": "/home/user/msprobe_demo",
+    "dump": "/home/user/msprobe_demo/dump",
+}
+
+
+def anonymise(tree: Path, prefixes: dict[str, str]) -> int:
+    """Rewrite the machine's path prefixes (`prefixes`: NEUTRAL_PREFIXES key -> this machine's
+    prefix) to the neutral ones; the longest prefix first. Returns the number of files changed."""
+    pairs = sorted(((real, NEUTRAL_PREFIXES[k]) for k, real in prefixes.items()), key=lambda p: -len(p[0]))
+    changed = 0
+    for path in sorted(tree.rglob("*")):
+        if not path.is_file() or path.suffix not in (".json", ".pkl"):
+            continue
+        text = path.read_text(encoding="utf-8")
+        new = text
+        for real, neutral in pairs:
+            new = new.replace(real, neutral)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+            changed += 1
+    return changed
+
+
 def main(argv: list[str]) -> int:
     data = Path(__file__).resolve().parents[1] / "data" / "msprobe"
+    if argv[:1] == ["anonymise"]:
+        # anonymise SITE_PACKAGES STDLIB SCRIPT_DIR DUMP_ROOT: the prefixes of the machine that ran
+        # msprobe_dumps.py (it calls this itself after writing the trees)
+        prefixes = dict(zip(("site-packages", "stdlib", "script", "dump"), argv[1:5], strict=True))
+        for tree in sorted(p for p in data.iterdir() if p.is_dir()):
+            anonymise(tree, prefixes)
+        return 0
     if argv[:1] == ["oldstack"]:
         make_oldstack(data / "pt_mix_tensor", data / "pt_mix_tensor_oldstack", ["step0"])
     elif argv[:1] == ["pkl"]:
         make_pkl(data / "pt_mix_tensor", data / "pt_pkl_legacy")
     else:
-        print("usage: msprobe_forms.py oldstack|pkl", file=sys.stderr)
+        print("usage: msprobe_forms.py oldstack|pkl|anonymise SITE STDLIB SCRIPT_DIR DUMP_ROOT", file=sys.stderr)
         return 2
     return 0
 

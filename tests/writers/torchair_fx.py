@@ -8,7 +8,7 @@ msprobe's FX eager dump names them (msprobe-cann-formats.md §2.1):
 
 RUNS ONLY UNDER THE PRODUCER VENV (torch 2.13 CPU), never in the project venv or CI:
 
-    /work/producers-venv/bin/python tests/writers/torchair_fx.py [tests/data/ge/torchair]
+    <producer venv>/bin/python tests/writers/torchair_fx.py [tests/data/ge/torchair]
 
 then `python -m tests.writers.ge_tree` (project venv) writes the GE side from these npy files. torch
 is imported inside `main` only, so the project's tests can import FX_GRAPH and the constants below.
