@@ -39,21 +39,50 @@ ROOT = Path(__file__).resolve().parents[2] / "tests" / "data" / "msprobe"
 # tree name -> (msprobe config.json body without dump_path, world size, all_reduce?)
 TREES = {
     "pt_mix_tensor": (
-        {"task": "tensor", "level": "mix", "rank": [], "step": [0, 1, 2], "risk_level": "ALL",
-         "tensor": {"scope": [], "list": [], "data_mode": ["all"]}},
-        1, False),
+        {
+            "task": "tensor",
+            "level": "mix",
+            "rank": [],
+            "step": [0, 1, 2],
+            "risk_level": "ALL",
+            "tensor": {"scope": [], "list": [], "data_mode": ["all"]},
+        },
+        1,
+        False,
+    ),
     "pt_l1_statistics_2ranks": (
-        {"task": "statistics", "level": "L1", "rank": [], "step": [0, 1, 2],
-         "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"}},
-        2, True),
+        {
+            "task": "statistics",
+            "level": "L1",
+            "rank": [],
+            "step": [0, 1, 2],
+            "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"},
+        },
+        2,
+        True,
+    ),
     "pt_md5": (
-        {"task": "statistics", "level": "mix", "rank": [], "step": [0, 1, 2],
-         "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "md5"}},
-        1, False),
+        {
+            "task": "statistics",
+            "level": "mix",
+            "rank": [],
+            "step": [0, 1, 2],
+            "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "md5"},
+        },
+        1,
+        False,
+    ),
     "pt_L0_statistics": (
-        {"task": "statistics", "level": "L0", "rank": [], "step": [0, 1, 2],
-         "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"}},
-        1, False),
+        {
+            "task": "statistics",
+            "level": "L0",
+            "rank": [],
+            "step": [0, 1, 2],
+            "statistics": {"scope": [], "list": [], "data_mode": ["all"], "summary_mode": "statistics"},
+        },
+        1,
+        False,
+    ),
 }
 
 NAN_STEP = 1

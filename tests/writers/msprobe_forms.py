@@ -186,7 +186,7 @@ def main(argv: list[str]) -> int:
     elif argv[:1] == ["pkl"]:
         make_pkl(data / "pt_mix_tensor", data / "pt_pkl_legacy")
     else:
-        print("usage: msprobe_forms.py oldstack|pkl|anonymise SITE STDLIB SCRIPT_DIR DUMP_ROOT", file=sys.stderr)
+        print("usage: msprobe_forms.py oldstack|pkl|anonymise SITE STDLIB SCRIPT DUMP", file=sys.stderr)
         return 2
     return 0
 
