@@ -115,6 +115,17 @@ def test_mapped_contiguous_is_a_read_only_map():
     assert arr.base is not None
 
 
+@pytest.mark.parametrize("name", ["transpose", "slice_offset", "expand", "bfloat16_transpose"])
+def test_views_map_with_their_strides_or_copy(name):
+    """mapped: a read-only strided array over the map, as `.numpy()` gives; read: a C-ordered copy."""
+    path = DATA / MANIFEST[name]["file"]
+    mapped, read = load_pt(path), load_pt(path, mapped=False)
+    assert not mapped.flags.writeable
+    assert mapped.strides == tuple(s * mapped.itemsize for s in MANIFEST[name]["strides"])
+    assert read.flags.c_contiguous and read.flags.writeable and read.flags.owndata
+    assert same_bits(mapped, read)
+
+
 def test_complex32_is_widened_to_complex64():
     assert load_pt(DATA / "complex32.pt").dtype == np.complex64
     assert read_pt_header(DATA / "complex32.pt").stored_dtype == "complex32"

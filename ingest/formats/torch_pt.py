@@ -634,9 +634,6 @@ def _decode(buf: Any, stored: str, shape: tuple[int, ...]) -> np.ndarray:
         raise PtError(str(exc)) from exc
 
 
-_UNIT = {1: np.dtype("u1"), 2: np.dtype("<u2"), 4: np.dtype("<u4"), 8: np.dtype("<u8"), 16: np.dtype("V16")}
-
-
 def _read_span(f: io.BufferedReader, offset: int, nbytes: int) -> bytearray:
     buf = bytearray(nbytes)
     f.seek(offset)
@@ -649,29 +646,31 @@ def _read_span(f: io.BufferedReader, offset: int, nbytes: int) -> bytearray:
 def load_pt(path: str | os.PathLike[str], *, mapped: bool = True) -> np.ndarray:
     """The values of the tensor a `.pt` file holds, equal to `torch.load(path).numpy()`.
 
-    `mapped=True` memory-maps the bytes read-only when the tensor is contiguous (no copy); a view
-    (transposed, sliced, expanded) is gathered into a new C-ordered array. `mapped=False` always
-    reads into a new writable array.
+    `mapped=True` memory-maps the bytes and returns a read-only array over the map (no copy):
+    C-ordered for a contiguous tensor, and for a view (transposed, sliced, expanded) a strided array
+    with the tensor's strides, as `.numpy()` gives. `mapped=False` reads into memory and returns a
+    new writable C-ordered array. complex32 is always decoded into a new complex64 array.
     """
     with open(path, "rb") as f:
         header, spec = _header(f)
-        shape, item = header.shape, spec.dtype.itemsize
-        if header.contiguous or math.prod(shape) == 0:
-            if header.nbytes == 0:
-                buf: Any = bytearray()
-            elif mapped:
-                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-                buf = memoryview(mm)[header.data_offset : header.data_offset + header.nbytes]
-            else:
-                buf = _read_span(f, header.data_offset, header.nbytes)
-            arr = _decode(buf, header.stored_dtype, shape)
+        shape, strides, item = header.shape, header.strides, spec.dtype.itemsize
+        dense = _is_c_contiguous(shape, strides)  # True for every empty tensor
+        span = header.nbytes if dense else _extent(spec) - spec.offset * item
+        if span == 0:
+            buf: Any = bytearray()
+        elif mapped:
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            buf = memoryview(mm)[header.data_offset : header.data_offset + span]
         else:
-            span = _extent(spec) - spec.offset * item
-            raw = np.frombuffer(_read_span(f, header.data_offset, span), dtype=_UNIT[item])
-            gathered = np.lib.stride_tricks.as_strided(raw, shape, tuple(s * item for s in header.strides))
-            arr = _decode(
-                np.ascontiguousarray(gathered).view(np.uint8).reshape(-1), header.stored_dtype, shape
-            )
+            buf = _read_span(f, header.data_offset, span)
+    if dense:
+        arr = _decode(buf, header.stored_dtype, shape)
+    else:
+        flat = _decode(buf, header.stored_dtype, (span // item,))
+        step = flat.itemsize  # complex32 is decoded to 8-byte complex64
+        arr = np.lib.stride_tricks.as_strided(flat, shape, tuple(s * step for s in strides), writeable=False)
+        if not mapped:
+            arr = np.ascontiguousarray(arr)
     if spec.conj:
         arr = np.conjugate(arr)
     if spec.neg:
