@@ -33,14 +33,21 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "tests" / "data" / "torch_pt"
 
-BITS = {torch.bfloat16: torch.uint16, **{getattr(torch, n): torch.uint8 for n in (
-    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")}}
+BITS = {
+    torch.bfloat16: torch.uint16,
+    **{
+        getattr(torch, n): torch.uint8
+        for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
+    },
+}
 
 
 def values(shape: tuple[int, ...] = (2, 3)) -> torch.Tensor:
     """Small distinct float32 values, all exactly representable in float8 e4m3/e5m2."""
     n = int(np.prod(shape))
-    base = torch.tensor([0.5, -1.0, 1.5, -2.0, 3.0, 0.25, -0.75, 4.0, 6.0, -8.0, 0.125, 2.5], dtype=torch.float32)
+    base = torch.tensor(
+        [0.5, -1.0, 1.5, -2.0, 3.0, 0.25, -0.75, 4.0, 6.0, -8.0, 0.125, 2.5], dtype=torch.float32
+    )
     return base.repeat(n // 12 + 1)[:n].reshape(shape)
 
 
@@ -168,15 +175,19 @@ def fuzz(names: tuple[str, ...] = ("float32", "transpose", "bfloat16", "legacy_f
                 except Exception:
                     theirs = None
                 mine = ours.view(theirs.dtype) if theirs is not None and ours.dtype != theirs.dtype else ours
-                if theirs is not None and mine.shape == theirs.shape and (
-                    mine.tobytes() == np.ascontiguousarray(theirs).tobytes()
+                if (
+                    theirs is not None
+                    and mine.shape == theirs.shape
+                    and (mine.tobytes() == np.ascontiguousarray(theirs).tobytes())
                 ):
                     agree += 1
                 else:
                     bad += 1
                     what = "truncated" if k < len(data) else f"flip at byte {k - len(data)}"
-                    print(f"  {name}: {what}: load_pt gives {ours.dtype}{ours.shape}, torch "
-                          f"{'refuses' if theirs is None else theirs.dtype}")
+                    print(
+                        f"  {name}: {what}: load_pt gives {ours.dtype}{ours.shape}, torch "
+                        f"{'refuses' if theirs is None else theirs.dtype}"
+                    )
             print(f"{name}: {len(variants)} variants: {err} refused, {ok} read, {agree} equal to torch.load")
     return bad
 
