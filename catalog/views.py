@@ -92,4 +92,5 @@ USER_VIEWS = {
     "first_anomaly_by_graph": "per run/rank/graph/iteration, the graph's own first output holding NaN/Inf",
     "anomalous_tensors": "every statistic row whose tensor holds NaN or Inf",
     "modules": "msprobe construct.json: the module tree of each step and rank (node, parent, depth)",
+    "fx_links": "TorchAir: each GE op output's FX tensor (_fx_tensor_name), with both tensors' row ids",
 }

@@ -316,6 +316,21 @@ MODULES = pa.schema(
     ]
 )
 
+# TorchAir GE graphs (dynamo_*.txt): each GE op output that carries `_fx_tensor_name`, the FX
+# tensor it computes (`{node}-{aten op}.OUTPUT.{i}`, an FX dump file's name without its timestamp).
+FX_LINKS = pa.schema(
+    [
+        ("run", pa.string()),
+        ("rank", pa.int32()),
+        ("graph_path", pa.string()),
+        ("graph_name", pa.string()),
+        ("ge_op", pa.string()),
+        ("ge_op_type", pa.string()),
+        ("output_index", pa.int32()),  # NULL when the attribute sits on the op rather than an output
+        ("fx_tensor_name", pa.string()),
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {
     "tensors": TENSORS,
     "stat_rows": STAT_ROWS,
@@ -332,6 +347,7 @@ TABLES: dict[str, pa.Schema] = {
     "runs": RUNS,
     "overflows": OVERFLOWS,
     "modules": MODULES,
+    "fx_links": FX_LINKS,
 }
 
 

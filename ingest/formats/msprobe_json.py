@@ -314,3 +314,76 @@ def io_of_arg(arg_path: str) -> str:
     return {"input": "input", "kwargs": "input", "output": "output", "parameters": "parameter"}.get(
         head, "parameter_grad"
     )
+
+
+# ptdbg_ascend / early msprobe: `api_stack_dump.pkl` (or `dump.pkl`), one JSON array per line.
+PKL_NAMES = ("api_stack_dump.pkl", "dump.pkl")
+_PKL_NAME = re.compile(
+    r"^(?P<prefix>[A-Za-z0-9]+)[_.](?P<api>.+)[_.](?P<count>\d+)[_.](?P<direction>forward|backward)"
+    r"_(?P<io>input|output|stack_info)(?P<index>(?:\.\d+)*)$"
+)
+
+
+def _pkl_key(match: re.Match) -> str:
+    return f"{match['prefix']}.{match['api']}.{match['count']}.{match['direction']}"
+
+
+def parse_pkl_lines(text: str | bytes) -> tuple[DumpJson, dict[str, list[str]]]:
+    """Decode ptdbg_ascend's JSON-lines `.pkl`: the tensors as a DumpJson (entries in first-seen
+    order) and the stacks as stack.json's flat form.
+
+    A tensor line is `[name, dump_step, md5, dtype, shape, [max, min, mean(, norm)]]` and a stack line
+    `[name_stack_info, [[path, "line", func, code], ...]]`, innermost first; names are
+    `{Prefix}_{api}_{n}_{forward|backward}_{input|output}[.i...]` (later releases: dots in the API part).
+    A line that is not one of these is a problem; the others are read."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MsprobeJsonError(f"not UTF-8: {exc}") from None
+    leaves: dict[str, list[Leaf]] = {}
+    slots: dict[tuple[str, str], int] = {}
+    stacks: dict[str, list[str]] = {}
+    problems: list[str] = []
+    lines = 0
+    for line_no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            problems.append(f"line {line_no}: not a JSON array: {exc}")
+            continue
+        lines += 1
+        m = _PKL_NAME.match(item[0]) if isinstance(item, list) and item and isinstance(item[0], str) else None
+        if m is None:
+            problems.append(f"line {line_no}: not a ptdbg tensor or stack line")
+            continue
+        key = _pkl_key(m)
+        if m["io"] == "stack_info":
+            frames = item[1] if len(item) > 1 and isinstance(item[1], list) else []
+            stacks[key] = [
+                f"File {f[0]}, line {f[1]}, in {f[2]}, \n {f[3]}"
+                for f in frames
+                if isinstance(f, list) and len(f) == 4 and str(f[1]).isdigit()
+            ]
+            continue
+        if len(item) < 6 or not isinstance(item[5], list):
+            problems.append(
+                f"line {line_no}: a tensor line has 6 fields: name, step, md5, dtype, shape, summary"
+            )
+            continue
+        io = m["io"]
+        slot = slots.get((key, io), 0)
+        slots[(key, io)] = slot + 1
+        summary = [_number(v) for v in item[5]] + [None] * 4
+        md5 = item[2] if isinstance(item[2], str) else None
+        arg_path = io + (m["index"] or ".0")
+        leaves.setdefault(key, []).append(
+            Leaf(key, io, slot, arg_path, item[3] if isinstance(item[3], str) else None, _shape(item[4]),
+                 summary[0], summary[1], summary[2], summary[3], None, md5, None)
+        )  # fmt: skip
+    if lines == 0 and problems:
+        raise MsprobeJsonError(f"no line of the file is a ptdbg line ({problems[0]})")
+    entries = [(parse_entry_key(k), v) for k, v in leaves.items()]
+    return DumpJson(None, None, "pytorch", entries, problems), stacks

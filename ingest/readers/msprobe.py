@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from ingest.formats.msprobe_json import (
+    PKL_NAMES,
     DumpJson,
     Leaf,
     MsprobeJsonError,
@@ -41,6 +42,7 @@ from ingest.formats.msprobe_json import (
     parse_dump_json,
     parse_entry_key,
     parse_frame,
+    parse_pkl_lines,
     parse_stack_json,
     split_data_name,
     tree_depths,
@@ -55,9 +57,10 @@ from ingest.schema import TABLES, conform
 
 PRODUCER = "msprobe"
 _STEP_DIR = re.compile(r"^step(\d+)$")
+_PTDBG_DIR = re.compile(r"^ptdbg_dump_v[0-9.]+$")  # ptdbg_ascend put its steps one folder down
 _RANK_DIR = re.compile(r"^(rank|proc|pid)(\d+)$")
 _MODE_DIRS = ("graph", "pynative")  # MindSpore >= 2.7 with mindspore.jit at L0/mix
-_DUMP_JSON = ("dump.json", "debug.json")
+_DUMP_JSON = ("dump.json", "debug.json", *PKL_NAMES)
 _DATA_DIRS = ("dump_tensor_data", "tensor_data")
 _TENSOR_FILE = (".pt", ".npy")
 
@@ -114,10 +117,11 @@ class MsprobeReader(Reader):
                     hit = _rank_dir_with_json(rank.path)
                     if hit:
                         return "a dump path", f"{step.name}/{rank.name}/{hit}"
-        for mode in [e for e in entries if e.name in _MODE_DIRS and _is_dir(e)]:
+        for mode in [e for e in entries if (e.name in _MODE_DIRS or _PTDBG_DIR.match(e.name)) and _is_dir(e)]:
             inner = cls._shape(Path(mode.path))
             if inner is not None and inner[0] == "a dump path":
-                return "graph/pynative trees", f"{mode.name}/{inner[1]}"
+                kind = "graph/pynative trees" if mode.name in _MODE_DIRS else "ptdbg_ascend .pkl"
+                return kind, f"{mode.name}/{inner[1]}"
         if _STEP_DIR.match(path.name):
             for rank in entries:
                 if _RANK_DIR.match(rank.name) and _is_dir(rank) and _rank_dir_with_json(rank.path):
@@ -138,14 +142,14 @@ class MsprobeReader(Reader):
             self._step(root, int(_STEP_DIR.match(name).group(1)), None)
             return
         entries = self.ing.scandir(root) or []
-        modes = [e for e in entries if e.name in _MODE_DIRS and _is_dir(e)]
+        modes = [e for e in entries if (e.name in _MODE_DIRS or _PTDBG_DIR.match(e.name)) and _is_dir(e)]
         trees = [(e.path, e.name) for e in modes] or [(root, None)]
         for tree, mode in trees:
             for entry in self.ing.scandir(tree) if mode else entries:
                 m = _STEP_DIR.match(entry.name)
                 if m and _is_dir(entry):
-                    self._step(entry.path, int(m.group(1)), mode)
-                elif mode is None and entry.name not in _MODE_DIRS:
+                    self._step(entry.path, int(m.group(1)), mode if mode in _MODE_DIRS else None)
+                elif mode is None:
                     self._other(entry)
 
     def _other(self, entry: os.DirEntry) -> None:
@@ -182,6 +186,7 @@ class MsprobeReader(Reader):
         ing.summary.files_seen += len(entries)
         ing.on_progress(len(entries))
         dump: DumpJson | None = None
+        self._current_rank = rank
         json_entry = next((by_name[n] for n in _DUMP_JSON if n in by_name), None)
         if json_entry is not None:
             dump = self._dump_json(json_entry)
@@ -230,7 +235,11 @@ class MsprobeReader(Reader):
         if data is None:
             return None
         try:
-            dump = parse_dump_json(data)
+            if entry.name.endswith(".pkl"):
+                dump, stacks = parse_pkl_lines(data)
+                self._add_stacks(rel, stacks, self._current_rank)
+            else:
+                dump = parse_dump_json(data)
         except MsprobeJsonError as exc:
             if not ing.still_written(entry, rel):
                 ing.file_error(rel, "dump_json", "dump_json", str(exc), len(data))
@@ -366,6 +375,12 @@ class MsprobeReader(Reader):
             if not ing.still_written(entry, rel):
                 ing.file_error(rel, "stack_json", "stack_json", str(exc), len(data))
             return
+        self._add_stacks(rel, stacks, rank)
+        ing.record(rel, "stack_json", len(data), len(data), 0, "ok")
+
+    def _add_stacks(self, rel: str, stacks: dict[str, list[str]], rank: int) -> None:
+        """`source_lines` of each op's stack (innermost frame first), once per op and rank."""
+        ing = self.ing
         bad = 0
         for key, frames in stacks.items():
             if (rank, key) in self._stacks_seen:
@@ -383,7 +398,6 @@ class MsprobeReader(Reader):
                 )  # fmt: skip
         if bad:
             ing.error(rel, "stack_json", f"{bad} stack frame(s) not of the form 'File …, line N, in …'")
-        ing.record(rel, "stack_json", len(data), len(data), 0, "ok")
 
     def _construct_json(self, entry: os.DirEntry, rank: int, step: int | None) -> None:
         ing = self.ing

@@ -13,6 +13,7 @@ from pathlib import Path
 from ingest.pipeline import DumpRootError
 from ingest.readers.ascend_raw import AscendRawReader, AscendRawV12Reader
 from ingest.readers.base import Detection, Reader
+from ingest.readers.ge_dump import GeDumpReader, OmDumpReader
 from ingest.readers.mindspore_bin import MindSporeBinReader
 from ingest.readers.mindspore_npy import MindSporeNpyReader
 from ingest.readers.msprobe import MsprobeReader
@@ -23,6 +24,8 @@ READERS: tuple[type[Reader], ...] = (
     AscendRawV12Reader,
     MindSporeBinReader,
     MsprobeReader,
+    GeDumpReader,
+    OmDumpReader,
 )
 
 
