@@ -72,7 +72,7 @@ class Leaf:
 
     key: str  # the entry key
     io: str  # 'input' | 'output' | 'parameter' | 'parameter_grad'
-    slot: int  # position among the entry's tensors of the same io, in file order
+    slot: int  # the argument's index (`input.2` -> 2), or the tensor's position among the entry's named ones
     arg_path: str  # 'input.0', 'input.1.0', 'kwargs.target', 'output.0', 'parameters.weight', ...
     dtype: str | None
     shape: list[int] | None
@@ -144,8 +144,12 @@ def _leaves(
         elif isinstance(obj, dict) and "type" not in obj:
             stack.extend((f"{path}.{k}", item, depth + 1) for k, item in reversed(list(obj.items())))
     for path, obj in ordered:
-        slot = slots.get(io, 0)
-        slots[io] = slot + 1
+        # the argument's position (`input.2`: 2, also for `input.2.0`); named ones (kwargs,
+        # parameters) count in file order among the entry's tensors of the same io
+        ordinal = slots.get(io, 0)
+        slots[io] = ordinal + 1
+        index = path.split(".", 2)[1] if path.count(".") else ""
+        slot = int(index) if index.isdigit() else ordinal
         md5 = obj.get("md5")
         out.append(
             Leaf(
