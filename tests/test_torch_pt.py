@@ -7,6 +7,7 @@ so no test needs torch.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import pickle
@@ -460,3 +461,24 @@ def test_every_truncation_and_byte_flip(tmp_path, name):
             assert (h.torch_dtype, h.shape, h.strides) == (h0.torch_dtype, h0.shape, h0.strides), what
             assert same_bits(arr, orig), what
     assert read > len(data) // 4  # flips in the values and in records a tensor does not need still read
+
+
+def test_random_mutations_raise_only_pt_or_os_errors(tmp_path):
+    """Several random byte edits, deletions and insertions per file, over every committed file."""
+    rng = np.random.default_rng(7)
+    files = sorted(DATA.glob("*.pt"))
+    path = tmp_path / "m.pt"
+    for _ in range(1500):
+        blob = bytearray(files[rng.integers(len(files))].read_bytes())
+        for _ in range(rng.integers(1, 5)):
+            at, op = int(rng.integers(len(blob))), rng.random()
+            if op < 0.6:
+                blob[at] = int(rng.integers(256))
+            elif op < 0.8:
+                del blob[at : at + int(rng.integers(1, 9))]
+            else:
+                blob[at:at] = rng.integers(0, 256, int(rng.integers(1, 9)), dtype=np.uint8).tobytes()
+        path.write_bytes(blob)
+        for read in (read_pt_header, load_pt, lambda p: load_pt(p, mapped=False)):
+            with contextlib.suppress(PtError, OSError):
+                read(path)

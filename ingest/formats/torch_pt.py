@@ -13,8 +13,9 @@ unpickler resolves only an explicit allowlist of names (the rebuild functions, t
 `torch.<dtype>` objects, `collections.OrderedDict`) and resolves them to stand-ins defined in this
 module: nothing is imported from torch (which need not be installed) and any other name is a
 `PtError` naming it. The stand-ins only record what the tensor is; the values are read from the
-archive's bytes at the offset the ZIP local header gives, memory-mapped when the tensor is
-C-contiguous, so `read_pt_header` costs the same for a 4 kB and a 4 GB tensor.
+archive's bytes at the offset the ZIP local header gives (memory-mapped by default), so
+`read_pt_header` costs the same for a 4 kB and a 4 GB tensor. Only the tensor bytes go unchecked:
+data.pkl's CRC is verified by zipfile, the storage's is not (torch.load does not check it either).
 
 The pre-1.6 format (`_use_new_zipfile_serialization=False`: five pickles in a row, then each
 storage as an int64 element count and its bytes) is read the same way; the older tar format
@@ -30,6 +31,7 @@ tensors, float4 and the bit/sub-byte placeholder dtypes are refused.
 
 from __future__ import annotations
 
+import errno
 import io
 import math
 import mmap
@@ -470,9 +472,18 @@ def _finish(spec: _Spec, storage_start: int, storage_nbytes: int) -> tuple[PtTen
     return header, spec
 
 
+def _check_header_offset(info: zipfile.ZipInfo, f: Any) -> None:
+    size = os.fstat(f.fileno()).st_size
+    if not 0 <= info.header_offset <= size - 30:
+        raise PtError(
+            f"entry {info.filename!r}: local header offset {info.header_offset} is outside the file"
+        )
+
+
 def _local_data_offset(f: io.BufferedReader, info: zipfile.ZipInfo, file_size: int) -> int:
     """Absolute offset of an entry's bytes: after its local header, whose name and extra field
     lengths may differ from the central directory's (torch pads the extra field to align data)."""
+    _check_header_offset(info, f)
     f.seek(info.header_offset)
     local = f.read(30)
     if len(local) != 30 or local[:4] != b"PK\x03\x04":
@@ -498,7 +509,9 @@ def _local_data_offset(f: io.BufferedReader, info: zipfile.ZipInfo, file_size: i
 def _zip_header(f: io.BufferedReader, file_size: int) -> tuple[PtTensor, _Spec]:
     try:
         zf = zipfile.ZipFile(f)
-    except OSError:
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:  # a corrupt directory offset made zipfile seek before the start
+            raise PtError(f"not a readable zip archive: {exc}") from exc
         raise
     except Exception as exc:  # zipfile raises BadZipFile, ValueError, struct.error, ... on corrupt input
         raise PtError(f"not a readable zip archive: {type(exc).__name__}: {exc}") from exc
@@ -540,6 +553,7 @@ def _zip_header(f: io.BufferedReader, file_size: int) -> tuple[PtTensor, _Spec]:
 
 
 def _read_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> bytes:
+    _check_header_offset(info, zf.fp)
     if info.file_size > limit:
         raise PtError(f"entry {info.filename!r} is {info.file_size} bytes, more than the {limit} expected")
     if info.flag_bits & 0x1:
