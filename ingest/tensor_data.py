@@ -27,11 +27,16 @@ class TensorDataError(ValueError):
     """The bytes a row points at cannot be turned into values (too short, bad layout)."""
 
 
+# The `format` of a tensor whose bytes are in column-major order: an npy file with
+# `fortran_order: True` (numpy saves a transposed view that way; TorchAir's FX dumps hold some).
+FORTRAN_ORDER = "fortran_order"
+
+
 def is_plain(
     stored_dtype: str, fmt: str | None, shape: Sequence[int], host_shape: Sequence[int] | None
 ) -> bool:
     """Are the stored bytes already the host values (a numpy dtype, no layout transform)?"""
-    if stored_dtype in SPECIAL_STORED:
+    if stored_dtype in SPECIAL_STORED or fmt == FORTRAN_ORDER:
         return False
     return host_shape is None or not device_format.needs_transform(fmt or "", tuple(shape), tuple(host_shape))
 
@@ -102,7 +107,10 @@ def read_tensor(
         want = nbytes
     buf = map_bytes(path, data_offset, want) if mapped else read_bytes(path, data_offset, want)
     try:
-        arr = dtypes.decode(buf, stored_dtype, shape)
+        if fmt == FORTRAN_ORDER and stored_dtype != "raw":
+            arr = dtypes.decode(buf, stored_dtype, shape[::-1]).T  # a view: no copy
+        else:
+            arr = dtypes.decode(buf, stored_dtype, shape)
     except dtypes.DTypeError as exc:
         raise TensorDataError(str(exc)) from exc
     if layout == "host" and host_shape is not None and stored_dtype != "raw":

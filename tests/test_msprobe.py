@@ -268,3 +268,24 @@ def test_proc_folders_are_numbered_after_the_real_ranks(tmp_path):
 )
 def test_tensor_file_names(name, expected):
     assert split_data_name(name) == expected
+
+
+def test_saved_transposes_and_views_come_back_right(tmp_path):
+    """msprobe saves whatever tensor the API returned: a transpose (column-major strides) is served
+    through its layout, a view of a bigger storage from its offset; both equal what torch saved."""
+    torch_pt = Path(__file__).parent / "data" / "torch_pt"
+    dump = tmp_path / "dump"
+    shutil.copytree(DATA / "pt_mix_tensor" / "step0", dump / "step0")
+    data_dir = dump / "step0/rank0/dump_tensor_data"
+    shutil.copy(torch_pt / "transpose.pt", data_dir / "Torch.t.0.forward.output.0.pt")
+    shutil.copy(torch_pt / "slice_offset.pt", data_dir / "Tensor.__getitem__.0.forward.output.0.pt")
+    cat = Catalog.open(tmp_path / "cat", create=True)
+    s = cat.ingest(dump)
+    assert s.errors == 1  # slice_offset's strides are neither row- nor column-major
+    (row,) = _rows(cat, "SELECT row_id, format FROM tensors WHERE op_name = 'Torch.t.0.forward'")
+    assert row["format"] == "fortran_order"
+    want = np.load(torch_pt / "transpose.npy")
+    got = cat.tensor(row["row_id"])
+    assert got.shape == want.shape and np.array_equal(got, want)
+    stats = _rows(cat, "SELECT count, max FROM stats WHERE row_id = $r", r=row["row_id"])
+    assert stats == [{"count": want.size, "max": float(want.max())}]

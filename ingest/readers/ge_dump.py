@@ -40,6 +40,7 @@ from ingest.pipeline import size_or_none
 from ingest.readers.ascend_raw import AscendRawReader, is_raw_name, slot_row_id
 from ingest.readers.base import Detection, Place, first_file, list_dir
 from ingest.schema import TABLES, conform
+from ingest.tensor_data import FORTRAN_ORDER
 
 _RANK_ROOT = re.compile(r"^worldsize(\d+)_global_rank(\d+)$")
 _TIME_DIR = re.compile(r"^\d{14}$")
@@ -271,12 +272,13 @@ class GeDumpReader(AscendRawReader):
             node, target = m.group("node"), m.group("target")
             io, slot, ts = m.group("io").lower(), int(m.group("idx")), _fx_timestamp_us(m.group("ts"))
             ing.pending_files.pop(rel, None)
+            fmt = FORTRAN_ORDER if header.fortran_order else None
             rows.append(
                 (
                     row_id, ing.run, rank, model, None, token, "iteration", rel, entry.name, None, target,
-                    node, node, None, None, ts, io, slot,
-                    None, header.dtype_name, header.dtype_name, list(header.shape), header.data_offset,
-                    header.nbytes, size, "torchair-fx", "torchair-fx", None, f"{node}-{target}", None,
+                    node, node, None, None, ts, io, slot, fmt, header.dtype_name, header.dtype_name,
+                    list(header.shape), header.data_offset, header.nbytes, size, "torchair-fx", "torchair-fx",
+                    None, f"{node}-{target}", None,
                 )
             )  # fmt: skip
         if rows:

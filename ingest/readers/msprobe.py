@@ -54,6 +54,7 @@ from ingest.npy_header import NpyHeaderError, read_npy_header
 from ingest.pipeline import size_or_none
 from ingest.readers.base import Detection, Reader, list_dir
 from ingest.schema import TABLES, conform
+from ingest.tensor_data import FORTRAN_ORDER
 
 PRODUCER = "msprobe"
 _STEP_DIR = re.compile(r"^step(\d+)$")
@@ -279,8 +280,9 @@ class MsprobeReader(Reader):
             try:
                 if name.endswith(".pt"):
                     head = read_pt_header(entry.path)
-                    if not head.contiguous:
-                        raise PtError(f"strides {head.strides} are not contiguous: not supported")
+                    fmt = None if head.contiguous else _column_major(head)
+                    if not head.contiguous and fmt is None:
+                        raise PtError(f"strides {head.strides} are neither row- nor column-major")
                     stored, shape = head.stored_dtype, list(head.shape)
                     offset, nbytes = head.data_offset, head.nbytes
                     dtype = dtype or head.torch_dtype
@@ -289,6 +291,7 @@ class MsprobeReader(Reader):
                     stored, shape = header.dtype_name, list(header.shape)
                     offset, nbytes = header.data_offset, header.nbytes
                     dtype = dtype or stored
+                    fmt = FORTRAN_ORDER if header.fortran_order else None
             except (PtError, NpyHeaderError, OSError) as exc:
                 if not ing.still_written(entry, rel):
                     reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -300,7 +303,7 @@ class MsprobeReader(Reader):
             rows.append(
                 (
                     row_id, ing.run, rank, net, None, step, "step", rel, name, None, parsed.op_type, key, key,
-                    None, None, None, io, slot, None, dtype, stored, shape, offset, nbytes, size, "msprobe",
+                    None, None, None, io, slot, fmt, dtype, stored, shape, offset, nbytes, size, "msprobe",
                     PRODUCER, None, key, None,
                 )
             )  # fmt: skip
@@ -421,6 +424,17 @@ _STAT_COLUMNS = (
     "line_no", "row_id", "op_type", "file_op_name", "io", "slot", "data_type", "shape", "max", "min", "avg",
     "l2norm", "md5", "exec_index", "arg_path", "requires_grad",
 )  # fmt: skip
+
+
+def _column_major(head) -> str | None:
+    """FORTRAN_ORDER when a .pt tensor's strides are column-major (a saved transpose), else None."""
+    want, step = [], 1
+    for dim in head.shape:
+        want.append(step)
+        step *= dim
+    dims = [i for i, d in enumerate(head.shape) if d != 1]  # strides of size-1 dims do not matter
+    ok = all(head.strides[i] == want[i] for i in dims)
+    return FORTRAN_ORDER if ok and head.stored_dtype not in ("int4", "uint1") else None
 
 
 def _slot_of(arg_path: str) -> int:
