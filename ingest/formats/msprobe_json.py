@@ -19,10 +19,16 @@ catalog rows.
 
 from __future__ import annotations
 
+import gc
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+import pyarrow as pa
 
 MAX_NESTING = 32  # argument lists nested deeper than this are refused (msprobe nests a few levels)
 
@@ -85,13 +91,67 @@ class Leaf:
     data_name: str | None
 
 
+class LeafColumns:
+    """The tensors of a dump.json, column by column (one item per tensor, in file order): a dump.json
+    of 10^5 entries holds about half a million, and building an object per tensor would cost more
+    than parsing the file."""
+
+    __slots__ = (
+        "arg_path", "data_name", "dtype", "entry", "io", "max", "md5", "mean", "min", "norm", "requires_grad",
+        "shape", "slot",
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, [])
+
+    def __len__(self) -> int:
+        return len(self.entry)
+
+
+LEAF_SCHEMA = pa.schema(
+    [
+        ("entry", pa.int64()), ("io", pa.string()), ("slot", pa.int32()), ("arg_path", pa.string()),
+        ("dtype", pa.string()), ("shape", pa.list_(pa.int64())), ("max", pa.float64()), ("min", pa.float64()),
+        ("mean", pa.float64()), ("norm", pa.float64()), ("requires_grad", pa.bool_()), ("md5", pa.string()),
+        ("data_name", pa.string()),
+    ]
+)  # fmt: skip
+
+
+def leaf_table(c: LeafColumns, entry_offset: int = 0) -> pa.Table:
+    """The columns as Arrow (what crosses a pipe from a helper, and what the reader turns into rows)."""
+    entries = np.asarray(c.entry, dtype=np.int64) + entry_offset
+    arrays = []
+    for field in LEAF_SCHEMA:
+        values = entries if field.name == "entry" else getattr(c, field.name)
+        try:
+            arrays.append(pa.array(values, field.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # a shape that is not a list of ints
+            arrays.append(pa.array(shape_column(values), field.type))
+    return pa.Table.from_arrays(arrays, schema=LEAF_SCHEMA)
+
+
 @dataclass(slots=True)
 class DumpJson:
     task: str | None
     level: str | None
     framework: str | None
-    entries: list[tuple[EntryKey, list[Leaf]]]
+    keys: list[EntryKey]  # the entries, in file order (a tensor's `entry` indexes this)
+    table: pa.Table  # the tensors, LEAF_SCHEMA, in file order
     problems: list[str]  # entries that could not be read, and why (the rest is read)
+
+    @property
+    def entries(self) -> list[tuple[EntryKey, list[Leaf]]]:
+        """Each entry with its tensors as objects (for tests and small files)."""
+        out: list[tuple[EntryKey, list[Leaf]]] = [(k, []) for k in self.keys]
+        for row in self.table.to_pylist():
+            key = self.keys[row["entry"]]
+            out[row["entry"]][1].append(
+                Leaf(key.key, row["io"], row["slot"], row["arg_path"], row["dtype"], row["shape"], row["max"],
+                     row["min"], row["mean"], row["norm"], row["requires_grad"], row["md5"], row["data_name"])
+            )  # fmt: skip
+        return out
 
 
 def _number(value: Any) -> float | None:
@@ -108,13 +168,9 @@ def _number(value: Any) -> float | None:
 
 
 def _shape(value: Any) -> list[int] | None:
-    if isinstance(value, list) and all(isinstance(d, int) and not isinstance(d, bool) for d in value):
+    if isinstance(value, list) and all(type(d) is int for d in value):
         return value
     return None
-
-
-def _is_tensor(obj: Any) -> bool:
-    return isinstance(obj, dict) and "dtype" in obj and "shape" in obj
 
 
 _GROUPS = {
@@ -127,86 +183,168 @@ _GROUPS = {
 }
 
 
-def _leaves(
-    key: str, field: str, io: str, prefix: str, value: Any, slots: dict[str, int], out: list[Leaf]
-) -> None:
-    """Collect the tensors under one field, depth first, naming each by its path."""
-    stack: list[tuple[str, Any, int]] = [(prefix, value, 0)]
-    ordered: list[tuple[str, Any]] = []
-    while stack:
-        path, obj, depth = stack.pop()
-        if depth > MAX_NESTING:
-            raise MsprobeJsonError(f"{key}: {field} nests more than {MAX_NESTING} levels")
-        if _is_tensor(obj):
-            ordered.append((path, obj))
-        elif isinstance(obj, list):
-            stack.extend((f"{path}.{i}", item, depth + 1) for i, item in reversed(list(enumerate(obj))))
-        elif isinstance(obj, dict) and "type" not in obj:
-            stack.extend((f"{path}.{k}", item, depth + 1) for k, item in reversed(list(obj.items())))
-    for path, obj in ordered:
-        # the argument's position (`input.2`: 2, also for `input.2.0`); named ones (kwargs,
-        # parameters) count in file order among the entry's tensors of the same io
-        ordinal = slots.get(io, 0)
-        slots[io] = ordinal + 1
-        index = path.split(".", 2)[1] if path.count(".") else ""
-        slot = int(index) if index.isdigit() else ordinal
-        md5 = obj.get("md5")
-        out.append(
-            Leaf(
-                key, io, slot, path, obj.get("dtype") if isinstance(obj.get("dtype"), str) else None,
-                _shape(obj.get("shape")), _number(obj.get("Max")), _number(obj.get("Min")),
-                _number(obj.get("Mean")), _number(obj.get("Norm")),
-                obj.get("requires_grad") if isinstance(obj.get("requires_grad"), bool) else None,
-                md5 if isinstance(md5, str) else None,
-                obj.get("data_name") if isinstance(obj.get("data_name"), str) else None,
-            )
-        )  # fmt: skip
+def _add(c: LeafColumns, entry: int, io: str, path: str, slot: int, obj: dict) -> None:
+    """Append one tensor object. Values are checked for type only where that is cheap; a shape
+    that is not a list of ints is caught when the column becomes Arrow (`shape_column`)."""
+    g = obj.get
+    c.entry.append(entry)
+    c.io.append(io)
+    c.slot.append(slot)
+    c.arg_path.append(path)
+    v = g("dtype")
+    c.dtype.append(v if type(v) is str else None)
+    v = g("shape")
+    c.shape.append(v if type(v) is list else None)
+    v = g("Max")
+    c.max.append(v if type(v) is float else _number(v))
+    v = g("Min")
+    c.min.append(v if type(v) is float else _number(v))
+    v = g("Mean")
+    c.mean.append(v if type(v) is float else _number(v))
+    v = g("Norm")
+    c.norm.append(v if type(v) is float else _number(v))
+    v = g("requires_grad")
+    c.requires_grad.append(v if type(v) is bool else None)
+    v = g("md5")
+    c.md5.append(v if type(v) is str else None)
+    v = g("data_name")
+    c.data_name.append(v if type(v) is str else None)
 
 
-def entry_leaves(parsed: EntryKey, body: Any) -> list[Leaf]:
-    """The tensors of one dump.json entry, in file order."""
-    if not isinstance(body, dict):
+def shape_column(shapes: list) -> list:
+    """The shapes as Arrow can take them: a shape that is not a list of ints becomes NULL."""
+    return [v if v is None or all(type(d) is int for d in v) else None for v in shapes]
+
+
+def _walk(c: LeafColumns, entry: int, io: str, path: str, obj: Any, slot: int | None, counter: list[int],
+          depth: int) -> None:  # fmt: skip
+    """The tensors under `obj`, depth first. `slot`: the top-level argument's index (None: count
+    in file order, for named arguments); `counter`: the entry's tensors of this io so far."""
+    if depth > MAX_NESTING:
+        raise MsprobeJsonError(f"{path.split('.', 1)[0]} nests more than {MAX_NESTING} levels")
+    t = type(obj)
+    if t is dict:
+        if "dtype" in obj and "shape" in obj:
+            _add(c, entry, io, path, counter[0] if slot is None else slot, obj)
+            counter[0] += 1
+        elif "type" not in obj:
+            for k, v in obj.items():
+                _walk(c, entry, io, f"{path}.{k}", v, slot, counter, depth + 1)
+    elif t is list:
+        top = depth == 0
+        for i, v in enumerate(obj):
+            _walk(c, entry, io, f"{path}.{i}", v, i if top else slot, counter, depth + 1)
+
+
+def _entry(c: LeafColumns, index: int, parsed: EntryKey, body: Any) -> None:
+    """Append the tensors of one dump.json entry; on a problem, none of them."""
+    if type(body) is not dict:
         raise MsprobeJsonError(f"{parsed.key}: entry is {type(body).__name__}, not an object")
-    out: list[Leaf] = []
-    slots: dict[str, int] = {}
-    if parsed.kind == "parameters_grad":
-        for name, value in body.items():
-            if isinstance(value, list) and len(value) == 1:
-                value = value[0]  # {"weight": [tensor]}: one gradient per parameter
-            _leaves(parsed.key, name, "parameter_grad", f"parameters_grad.{name}", value, slots, out)
-        return out
-    for field, value in body.items():
-        group = _GROUPS.get(field)
-        if group is not None:
-            _leaves(parsed.key, field, group[0], group[1], value, slots, out)
-    return out
+    mark = len(c)
+    counters: dict[str, list[int]] = {}
+    try:
+        if parsed.kind == "parameters_grad":
+            counter = counters.setdefault("parameter_grad", [0])
+            for name, value in body.items():
+                if type(value) is list and len(value) == 1:
+                    value = value[0]  # {"weight": [tensor]}: one gradient per parameter
+                _walk(c, index, "parameter_grad", f"parameters_grad.{name}", value, None, counter, 1)
+            return
+        for field, value in body.items():
+            group = _GROUPS.get(field)
+            if group is None:
+                continue
+            io, prefix = group
+            counter = counters.setdefault(io, [0])
+            if type(value) is list:
+                for i, item in enumerate(value):  # the common case first: a tensor per argument
+                    if type(item) is dict and "dtype" in item and "shape" in item:
+                        _add(c, index, io, f"{prefix}.{i}", i, item)
+                        counter[0] += 1
+                    elif item is not None:
+                        _walk(c, index, io, f"{prefix}.{i}", item, i, counter, 1)
+            else:
+                _walk(c, index, io, prefix, value, None, counter, 1)
+    except MsprobeJsonError as exc:
+        for name in c.__slots__:
+            del getattr(c, name)[mark:]
+        raise MsprobeJsonError(f"{parsed.key}: {exc}") from None
+
+
+# msprobe writes bare NaN / Infinity / -Infinity (`"Max": NaN`). orjson, several times faster than
+# json on the big files of level L1, reads only strict JSON, so those values are quoted first; a file
+# where that is not enough (a bare token elsewhere) is read by json, which accepts them as they are.
+_NON_FINITE = ((b": NaN", b': "NaN"'), (b": Infinity", b': "Infinity"'), (b": -Infinity", b': "-Infinity"'))
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while millions of small objects are built (they hold no
+    cycles): with it running, parsing a big dump.json takes 2-3x as long."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def load_json(data: str | bytes) -> Any:
+    """Parse a JSON text that may hold msprobe's bare NaN/Infinity; they come back as floats (or,
+    through the fast path, as the strings 'NaN', 'Infinity', '-Infinity', which `_number` reads)."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")
+    try:
+        import orjson
+    except ImportError:
+        return json.loads(data)
+    quoted = data
+    if b"NaN" in data or b"Infinity" in data:
+        for token, text in _NON_FINITE:
+            quoted = quoted.replace(token, text)
+    try:
+        return orjson.loads(quoted)
+    except (ValueError, RecursionError):  # orjson.JSONDecodeError is a ValueError
+        return json.loads(data)  # reads what orjson cannot, or says what is wrong
+
+
+def _load(text: str | bytes, what: str) -> Any:
+    try:
+        return load_json(text)
+    except RecursionError:
+        raise MsprobeJsonError(f"{what} nests too deep to read") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise MsprobeJsonError(f"not JSON: {exc}") from None
+
+
+def _entries(data: dict) -> tuple[list[EntryKey], LeafColumns, list[str]]:
+    keys: list[EntryKey] = []
+    leaves = LeafColumns()
+    problems: list[str] = []
+    for key, body in data.items():
+        parsed = parse_entry_key(key)
+        try:
+            _entry(leaves, len(keys), parsed, body)
+        except MsprobeJsonError as exc:
+            problems.append(str(exc))
+        keys.append(parsed)
+    return keys, leaves, problems
+
+
+def _header(doc: dict) -> tuple[str | None, str | None, str | None]:
+    return tuple(doc.get(n) if isinstance(doc.get(n), str) else None for n in ("task", "level", "framework"))
 
 
 def parse_dump_json(text: str | bytes) -> DumpJson:
     """Decode a dump.json (or debug.json). MsprobeJsonError when the file as a whole is unusable;
     a bad entry is a problem and the others are read."""
-    try:
-        doc = json.loads(text)
-    except RecursionError:
-        raise MsprobeJsonError("dump.json nests too deep to read") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise MsprobeJsonError(f"not JSON: {exc}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("data"), dict):
-        raise MsprobeJsonError("not an msprobe dump.json: no top-level object with a 'data' object")
-    entries: list[tuple[EntryKey, list[Leaf]]] = []
-    problems: list[str] = []
-    for key, body in doc["data"].items():
-        parsed = parse_entry_key(key)
-        try:
-            entries.append((parsed, entry_leaves(parsed, body)))
-        except MsprobeJsonError as exc:
-            problems.append(str(exc))
-
-    def text_of(name: str) -> str | None:
-        value = doc.get(name)
-        return value if isinstance(value, str) else None
-
-    return DumpJson(text_of("task"), text_of("level"), text_of("framework"), entries, problems)
+    with gc_paused():
+        doc = _load(text, "dump.json")
+        if not isinstance(doc, dict) or not isinstance(doc.get("data"), dict):
+            raise MsprobeJsonError("not an msprobe dump.json: no top-level object with a 'data' object")
+        keys, leaves, problems = _entries(doc["data"])
+        return DumpJson(*_header(doc), keys, leaf_table(leaves), problems)
 
 
 _FRAME = re.compile(r"^File (.*), line (\d+), in (.*?), \n (.*)$", re.DOTALL)
@@ -230,7 +368,8 @@ def parse_frame(text: str) -> Frame | None:
 def parse_stack_json(text: str | bytes) -> dict[str, list[str]]:
     """{entry key: frames, innermost first} from either form of stack.json."""
     try:
-        doc = json.loads(text)
+        with gc_paused():
+            doc = load_json(text)
     except RecursionError:
         raise MsprobeJsonError("stack.json nests too deep to read") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -257,7 +396,7 @@ def parse_stack_json(text: str | bytes) -> dict[str, list[str]]:
 def parse_construct_json(text: str | bytes) -> list[tuple[str, str | None, int | None]]:
     """(node, parent, micro_step) for each node of construct.json."""
     try:
-        doc = json.loads(text)
+        doc = load_json(text)
     except RecursionError:
         raise MsprobeJsonError("construct.json nests too deep to read") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -345,7 +484,9 @@ def parse_pkl_lines(text: str | bytes) -> tuple[DumpJson, dict[str, list[str]]]:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise MsprobeJsonError(f"not UTF-8: {exc}") from None
-    leaves: dict[str, list[Leaf]] = {}
+    index: dict[str, int] = {}
+    keys: list[EntryKey] = []
+    leaves = LeafColumns()
     slots: dict[tuple[str, str], int] = {}
     stacks: dict[str, list[str]] = {}
     problems: list[str] = []
@@ -380,14 +521,16 @@ def parse_pkl_lines(text: str | bytes) -> tuple[DumpJson, dict[str, list[str]]]:
         io = m["io"]
         slot = slots.get((key, io), 0)
         slots[(key, io)] = slot + 1
-        summary = [_number(v) for v in item[5]] + [None] * 4
-        md5 = item[2] if isinstance(item[2], str) else None
-        arg_path = io + (m["index"] or ".0")
-        leaves.setdefault(key, []).append(
-            Leaf(key, io, slot, arg_path, item[3] if isinstance(item[3], str) else None, _shape(item[4]),
-                 summary[0], summary[1], summary[2], summary[3], None, md5, None)
-        )  # fmt: skip
+        summary = [*item[5][:4], *([None] * 4)]
+        entry = index.get(key)
+        if entry is None:
+            entry = index[key] = len(keys)
+            keys.append(parse_entry_key(key))
+        tensor = {
+            "dtype": item[3], "shape": item[4], "Max": summary[0], "Min": summary[1], "Mean": summary[2],
+            "Norm": summary[3], "md5": item[2],
+        }  # fmt: skip
+        _add(leaves, entry, io, io + (m["index"] or ".0"), slot, tensor)
     if lines == 0 and problems:
         raise MsprobeJsonError(f"no line of the file is a ptdbg line ({problems[0]})")
-    entries = [(parse_entry_key(k), v) for k, v in leaves.items()]
-    return DumpJson(None, None, "pytorch", entries, problems), stacks
+    return DumpJson(None, None, "pytorch", keys, leaf_table(leaves), problems), stacks

@@ -37,6 +37,7 @@ from ingest.formats.msprobe_json import (
     DumpJson,
     Leaf,
     MsprobeJsonError,
+    gc_paused,
     io_of_arg,
     parse_construct_json,
     parse_dump_json,
@@ -64,6 +65,7 @@ _MODE_DIRS = ("graph", "pynative")  # MindSpore >= 2.7 with mindspore.jit at L0/
 _DUMP_JSON = ("dump.json", "debug.json", *PKL_NAMES)
 _DATA_DIRS = ("dump_tensor_data", "tensor_data")
 _TENSOR_FILE = (".pt", ".npy")
+_UNPARSED = object()
 
 
 def _is_dir(path: str | os.DirEntry) -> bool:
@@ -94,6 +96,7 @@ class MsprobeReader(Reader):
     def __init__(self, ingester, detection: Detection) -> None:
         super().__init__(ingester, detection)
         self._stacks_seen: set[tuple[int, str]] = set()  # (rank, entry key): one stack per op
+        self._frames: dict[str, tuple | None] = {}  # frame text -> (file, line, code, is user code)
 
     # -- detection -------------------------------------------------------------------------------
 
@@ -202,8 +205,15 @@ class MsprobeReader(Reader):
                 else:
                     ing.file_error(ing.rel(e.path), "unknown", "walk", "not a .pt or .npy tensor file")
         listed: dict[str, Leaf] = {}
-        if dump is not None:
-            listed = {leaf.data_name: leaf for _, leaves in dump.entries for leaf in leaves if leaf.data_name}
+        if dump is not None and files:
+            names = dump.table.column("data_name").to_pylist()
+            hits = [i for i, n in enumerate(names) if n in files]
+            picked = dump.table.take(pa.array(hits, pa.int64()))
+            cols = picked.select(["entry", "io", "slot", "arg_path", "dtype"]).to_pylist()
+            for i, r in zip(hits, cols, strict=True):
+                key = dump.keys[r["entry"]].key
+                listed[names[i]] = Leaf(key, r["io"], r["slot"], r["arg_path"], r["dtype"], None, None, None,
+                                        None, None, None, None, names[i])  # fmt: skip
         row_ids = self._tensor_files(files, listed, rank, net, step, dump)
         if dump is not None and json_entry is not None:
             self._stat_rows(json_entry, dump, rank, net, step, row_ids)
@@ -324,37 +334,32 @@ class MsprobeReader(Reader):
         rel = ing.rel(entry.path)
         size = size_or_none(entry) or 0
         prev = ing.manifest.get(rel)
-        done = prev[2] if prev is not None and prev[3] == "ok" else 0  # leaves taken before
-        cols: dict[str, list] = {n: [] for n in _STAT_COLUMNS}
-        line = 0
-        for index, (parsed, leaves) in enumerate(dump.entries):
-            for leaf in leaves:
-                line += 1
-                if line <= done:
-                    continue
-                cols["line_no"].append(line)
-                cols["row_id"].append(row_ids.get(leaf.data_name) if leaf.data_name else None)
-                cols["op_type"].append(parsed.op_type)
-                cols["file_op_name"].append(parsed.key)
-                cols["io"].append(leaf.io)
-                cols["slot"].append(leaf.slot)
-                cols["data_type"].append(leaf.dtype)
-                cols["shape"].append(leaf.shape)
-                cols["max"].append(leaf.max)
-                cols["min"].append(leaf.min)
-                cols["avg"].append(leaf.mean)
-                cols["l2norm"].append(leaf.norm)
-                cols["md5"].append(leaf.md5)
-                cols["exec_index"].append(index)
-                cols["arg_path"].append(leaf.arg_path)
-                cols["requires_grad"].append(leaf.requires_grad)
-        n = len(cols["line_no"])
-        ing.record(rel, "dump_json", size, size, line, "ok")
-        if not n:
+        done = prev[2] if prev is not None and prev[3] == "ok" else 0  # tensors taken before
+        leaves = dump.table
+        total = leaves.num_rows
+        ing.record(rel, "dump_json", size, size, total, "ok")
+        n = total - done
+        if n <= 0:
             return
+        leaves = leaves.slice(done)
+        entry = leaves.column("entry")
         schema = TABLES["stat_rows"]
-        arrays = {name: pa.array(values, schema.field(name).type) for name, values in cols.items()}
-        arrays["stat_id"] = pa.array(stat_row_ids(ing.run, rel, np.asarray(cols["line_no"])), pa.int64())
+        names = pa.array([k.key for k in dump.keys], pa.string())
+        arrays: dict[str, pa.Array] = {
+            "line_no": pa.array(np.arange(done + 1, total + 1), pa.int64()),
+            "op_type": pa.array([k.op_type for k in dump.keys], pa.string()).take(entry),
+            "file_op_name": names.take(entry),
+            "exec_index": entry,
+            "data_type": leaves.column("dtype"),
+            "avg": leaves.column("mean"),
+            "l2norm": leaves.column("norm"),
+        }
+        for column in ("io", "slot", "shape", "max", "min", "md5", "arg_path", "requires_grad"):
+            arrays[column] = leaves.column(column)
+        data_names = leaves.column("data_name")
+        if row_ids and data_names.null_count < n:
+            arrays["row_id"] = pa.array([row_ids.get(x) for x in data_names.to_pylist()], pa.int64())
+        arrays["stat_id"] = pa.array(stat_row_ids(ing.run, rel, np.arange(done + 1, total + 1)), pa.int64())
         for name, value in (
             ("run", ing.run), ("rank", rank), ("net", net), ("iteration", step), ("csv_path", rel),
             ("stat_source", "dump.json"), ("stat_semantics", "msprobe"),
@@ -382,23 +387,55 @@ class MsprobeReader(Reader):
         ing.record(rel, "stack_json", len(data), len(data), 0, "ok")
 
     def _add_stacks(self, rel: str, stacks: dict[str, list[str]], rank: int) -> None:
-        """`source_lines` of each op's stack (innermost frame first), once per op and rank."""
+        """`source_lines` of each op's stack (innermost frame first), once per op and rank, as one
+        Arrow table: a level-L1 step has a stack per API call, and most frames repeat (each distinct
+        frame text is parsed once)."""
+        with gc_paused():
+            self._add_stacks_now(rel, stacks, rank)
+
+    def _add_stacks_now(self, rel: str, stacks: dict[str, list[str]], rank: int) -> None:
         ing = self.ing
+        cache = self._frames
+        keys, depths, files, lines, codes, user = [], [], [], [], [], []
         bad = 0
         for key, frames in stacks.items():
             if (rank, key) in self._stacks_seen:
                 continue
             self._stacks_seen.add((rank, key))
-            parsed = [parse_frame(f) for f in frames]
-            bad += sum(p is None for p in parsed)
-            frames_ok = [p for p in parsed if p is not None]
-            depth_max = len(frames_ok) - 1
-            for i, frame in enumerate(frames_ok):  # innermost first in the file; depth 0 is outermost
-                ing.add(
-                    "source_lines",
-                    (ing.run, rank, None, key, key, depth_max - i, frame.file, frame.line, None, None, None,
-                     frame.code, not is_framework_path(frame.file)),
-                )  # fmt: skip
+            parsed = []
+            for text in frames:
+                frame = cache.get(text, _UNPARSED)
+                if frame is _UNPARSED:
+                    f = parse_frame(text)
+                    frame = cache[text] = (
+                        None if f is None else (f.file, f.line, f.code, not is_framework_path(f.file))
+                    )
+                if frame is None:
+                    bad += 1
+                else:
+                    parsed.append(frame)
+            n = len(parsed)
+            keys.extend([key] * n)
+            depths.extend(range(n - 1, -1, -1))  # innermost first in the file; depth 0 is outermost
+            for file, line, code, is_user in parsed:
+                files.append(file)
+                lines.append(line)
+                codes.append(code)
+                user.append(is_user)
+        if keys:
+            schema = TABLES["source_lines"]
+            n = len(keys)
+            key_array = pa.array(keys, pa.string())
+            table = conform(
+                pa.table({
+                    "run": pa.array([ing.run] * n, pa.string()), "rank": pa.array([rank] * n, pa.int32()),
+                    "node_key": key_array, "full_name": key_array, "depth": pa.array(depths, pa.int32()),
+                    "file": pa.array(files, pa.string()), "line": pa.array(lines, pa.int64()),
+                    "code": pa.array(codes, pa.string()), "is_user_code": pa.array(user, pa.bool_()),
+                }),
+                schema,
+            )  # fmt: skip
+            ing.pending.add_table("source_lines", table)
         if bad:
             ing.error(rel, "stack_json", f"{bad} stack frame(s) not of the form 'File …, line N, in …'")
 
@@ -418,12 +455,6 @@ class MsprobeReader(Reader):
         for node, parent, micro in nodes:
             ing.add("modules", (ing.run, rank, step, rel, node, parent, depths.get(node, 0), micro))
         ing.record(rel, "construct_json", len(data), len(data), 0, "ok")
-
-
-_STAT_COLUMNS = (
-    "line_no", "row_id", "op_type", "file_op_name", "io", "slot", "data_type", "shape", "max", "min", "avg",
-    "l2norm", "md5", "exec_index", "arg_path", "requires_grad",
-)  # fmt: skip
 
 
 def _column_major(head) -> str | None:
