@@ -1,6 +1,6 @@
 """What fetching a `.pt` tensor costs with dumpcat's torch-free reader vs torch itself.
 
-    /work/producers-venv/bin/python bench/bench_pt.py [--rounds 300]
+    <producer venv>/bin/python bench/bench_pt.py [--rounds 300]
 
 Runs under a venv that has torch (dumpcat never depends on it), with the repo on sys.path; if that
 venv lacks ml_dtypes, the repo's own .venv site-packages is appended to sys.path for it. Without
@@ -31,7 +31,7 @@ try:
     import torch
 except ImportError:
     print("bench_pt: torch is not installed in this Python; run it with the producer venv:")
-    print("    /work/producers-venv/bin/python bench/bench_pt.py")
+    print("    <producer venv>/bin/python bench/bench_pt.py")
     sys.exit(0)
 
 try:

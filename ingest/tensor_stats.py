@@ -95,8 +95,9 @@ _NAN = float("nan")
 # Stored dtypes that are not numpy dtype names: packed, `ml_dtypes` or raw bytes, decoded by
 # ingest.formats.dtypes (imported only when such a tensor comes, so a helper starts with numpy alone).
 SPECIAL_STORED = frozenset(
-    {"int4", "uint1", "complex32", "raw", "bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e8m0fnu"}
-)
+    {"int4", "uint1", "complex32", "raw", "bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e8m0fnu",
+     "float8_e4m3fnuz", "float8_e5m2fnuz"}
+)  # fmt: skip
 
 
 class TruncatedTensorError(ValueError):

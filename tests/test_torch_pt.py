@@ -482,3 +482,19 @@ def test_random_mutations_raise_only_pt_or_os_errors(tmp_path):
         for read in (read_pt_header, load_pt, lambda p: load_pt(p, mapped=False)):
             with contextlib.suppress(PtError, OSError):
                 read(path)
+
+
+def test_every_stored_dtype_a_pt_can_have_is_one_dumpcat_decodes():
+    """Whatever `read_pt_header` can report as stored dtype, `dtypes.decode` accepts, and the ml_dtypes
+    ones (bfloat16, every float8 incl. the fnuz types) take the decoded path of the statistics: a .pt
+    tensor is never cataloged but unreadable."""
+    from ingest.formats import dtypes
+    from ingest.formats.torch_pt import _DTYPES
+    from ingest.tensor_stats import SPECIAL_STORED
+
+    for dt in _DTYPES.values():
+        assert dt.stored in dtypes.STORED_DTYPES, dt
+        if dt.stored.startswith(("bfloat", "float8")):
+            assert dt.stored in SPECIAL_STORED, dt
+        data = bytes(dtypes.nbytes_of(dt.stored, 2) or 0)
+        assert dtypes.decode(data, dt.stored, (2,)).size == 2, dt

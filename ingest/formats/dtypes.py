@@ -172,10 +172,14 @@ _ML = {
     "DT_FLOAT8_E4M3FN": "float8_e4m3fn",
     "DT_FLOAT8_E8M0": "float8_e8m0fnu",
 }
-_ML_DTYPES = {name: np.dtype(getattr(ml_dtypes, name)) for name in _ML.values()}
+# ml_dtypes types torch can save (.pt) that no CANN DT_* names
+_TORCH_ONLY_ML = ("float8_e4m3fnuz", "float8_e5m2fnuz")
+_ML_DTYPES = {name: np.dtype(getattr(ml_dtypes, name)) for name in (*_ML.values(), *_TORCH_ONLY_ML)}
 _SPECIAL = {"DT_INT4": "int4", "DT_UINT1": "uint1", "DT_COMPLEX32": "complex32"}
 
-STORED_DTYPES: frozenset[str] = frozenset([*_PLAIN.values(), *_ML.values(), *_SPECIAL.values(), "raw"])
+STORED_DTYPES: frozenset[str] = frozenset(
+    [*_PLAIN.values(), *_ML.values(), *_TORCH_ONLY_ML, *_SPECIAL.values(), "raw"]
+)
 
 
 def stored_dtype_of(dt_name: str) -> str:

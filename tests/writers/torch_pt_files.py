@@ -2,8 +2,8 @@
 
 This script imports torch; the project itself never does. Run it by hand from the repo root:
 
-    /work/producers-venv/bin/python tests/writers/torch_pt_files.py            # (re)write the files
-    /work/producers-venv/bin/python tests/writers/torch_pt_files.py --fuzz     # cross-check with torch
+    <producer venv>/bin/python tests/writers/torch_pt_files.py            # (re)write the files
+    <producer venv>/bin/python tests/writers/torch_pt_files.py --fuzz     # cross-check with torch
 
 Each case `<name>.pt` is written by `torch.save` exactly as msprobe writes its dump_tensor_data
 files (the default zip format; `legacy_*` with `_use_new_zipfile_serialization=False`). Next to
