@@ -289,3 +289,43 @@ def test_saved_transposes_and_views_come_back_right(tmp_path):
     assert got.shape == want.shape and np.array_equal(got, want)
     stats = _rows(cat, "SELECT count, max FROM stats WHERE row_id = $r", r=row["row_id"])
     assert stats == [{"count": want.size, "max": float(want.max())}]
+
+
+def _pylist(table) -> list[dict]:
+    """Rows with NaN spelled 'nan' (NaN equals nothing)."""
+    return [
+        {k: "nan" if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
+        for row in table.to_pylist()
+    ]
+
+
+def test_a_big_dump_json_split_across_processes_gives_the_same_catalog(tmp_path, monkeypatch):
+    """A big dump.json is cut at entry boundaries and half of it parsed in a helper process: every
+    row is what parsing it whole gives. (The size threshold is lowered so the real trees take that
+    path.)"""
+    from ingest.formats.msprobe_json import join_parts, parse_dump_part, split_dump_json
+    from ingest.readers import msprobe
+    from tests.compare import catalog_content
+
+    for path in sorted(DATA.glob("pt_*/step1/rank*/dump.json")):
+        data = path.read_bytes()
+        whole = parse_dump_json(data)
+        for parts in (2, 3, 7):
+            header, ranges = split_dump_json(data, parts)
+            got = join_parts(header, [parse_dump_part(data[a:b]) for a, b in ranges])
+            assert _pylist(got.table) == _pylist(whole.table) and got.keys == whole.keys, (path, parts)
+            assert (got.task, got.level, got.framework) == (whole.task, whole.level, whole.framework)
+    assert split_dump_json(json.dumps({"data": {"a": {}}}).encode(), 2) is None  # not msprobe's layout
+    queries = (
+        "SELECT * EXCLUDE (stat_id) FROM stats ORDER BY run, rank, iteration, exec_index, arg_path",
+        "SELECT * FROM source_lines ORDER BY ALL",
+        "SELECT * FROM modules ORDER BY ALL",
+    )
+    monkeypatch.setattr(msprobe, "_SPLIT_BYTES", 0)
+    results = []
+    for workers in (1, 2):
+        cat = Catalog.open(tmp_path / f"cat{workers}", create=True)
+        for tree in ("pt_mix_tensor", "pt_l1_statistics_2ranks"):
+            cat.ingest(DATA / tree, run=tree, workers=workers)
+        results.append(catalog_content(cat, queries))
+    assert results[0] == results[1] and len(results[0][0]) > 500

@@ -347,6 +347,83 @@ def parse_dump_json(text: str | bytes) -> DumpJson:
         return DumpJson(*_header(doc), keys, leaf_table(leaves), problems)
 
 
+# -- one big dump.json on two cores -----------------------------------------------------------------
+#
+# msprobe writes dump.json with `indent=1` and `data` last, so every entry of `data` starts on a line
+# of its own indented by exactly two spaces. `split_dump_json` finds byte ranges of whole entries
+# there; a helper process reads and parses its range from the file itself (`parse_dump_range`: only
+# three numbers cross the pipe), while the ingesting process parses another, and `join_parts` puts
+# the results in file order. A text of any other shape is not split (None): it is parsed whole, and
+# so is a range that does not parse as the entries of an object (the split guessed wrong).
+
+_DATA_OPEN = b'\n "data": {\n'
+_DATA_CLOSE = b"\n }\n}"
+_ENTRY_START = b',\n  "'
+
+DumpPart = tuple[list[tuple], pa.Table, list[str]]  # entry keys (EntryKey fields), tensors, problems
+
+
+def split_dump_json(data: bytes, parts: int) -> tuple[bytes, list[tuple[int, int]]] | None:
+    """(the text before `data` as a JSON object, `parts` byte ranges of whole entries), or None."""
+    opened = data.find(_DATA_OPEN)
+    closed = data.rfind(_DATA_CLOSE)
+    if opened < 0 or closed < opened or data[closed + len(_DATA_CLOSE) :].strip():
+        return None
+    body_start, body_end = opened + len(_DATA_OPEN), closed
+    if data.find(_DATA_OPEN, body_start, body_end) >= 0:
+        return None
+    cuts = [body_start]
+    for k in range(1, parts):
+        at = data.find(
+            _ENTRY_START, max(body_start + (body_end - body_start) * k // parts, cuts[-1]), body_end
+        )
+        if at < 0:
+            break
+        cuts.append(at)
+    ranges = [
+        (a if i == 0 else a + 2, b) for i, (a, b) in enumerate(zip(cuts, [*cuts[1:], body_end], strict=True))
+    ]
+    return data[:opened] + b'\n "data": {}}', ranges
+
+
+def parse_dump_part(piece: bytes) -> DumpPart | None:
+    """The entries of a range of `data` (`"key": {...}, ...`); None if it is not that."""
+    with gc_paused():
+        try:
+            doc = load_json(b"{" + piece + b"}")
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(doc, dict):
+            return None
+        keys, leaves, problems = _entries(doc)
+        return [tuple(getattr(k, f) for f in EntryKey.__slots__) for k in keys], leaf_table(leaves), problems
+
+
+def parse_dump_range(span: tuple[str, int, int]) -> DumpPart | None:
+    """`parse_dump_part` of bytes [start, end) of the file at `path` (a helper reads them itself)."""
+    path, start, end = span
+    with open(path, "rb") as f:
+        f.seek(start)
+        return parse_dump_part(f.read(end - start))
+
+
+def join_parts(header: bytes, parts: list[DumpPart]) -> DumpJson:
+    """The DumpJson of a split file from its parts' results, in file order."""
+    doc = load_json(header)
+    keys: list[EntryKey] = []
+    tables: list[pa.Table] = []
+    problems: list[str] = []
+    for part_keys, table, part_problems in parts:
+        if keys:
+            entry = pa.array(np.asarray(table.column("entry")) + len(keys), pa.int64())
+            table = table.set_column(0, "entry", entry)
+        keys.extend(EntryKey(*k) for k in part_keys)
+        tables.append(table)
+        problems.extend(part_problems)
+    head = _header(doc) if isinstance(doc, dict) else (None, None, None)
+    return DumpJson(*head, keys, pa.concat_tables(tables) if tables else LEAF_SCHEMA.empty_table(), problems)
+
+
 _FRAME = re.compile(r"^File (.*), line (\d+), in (.*?), \n (.*)$", re.DOTALL)
 
 
@@ -385,9 +462,10 @@ def parse_stack_json(text: str | bytes) -> dict[str, list[str]]:
             if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, list) for v in value)):
                 raise MsprobeJsonError(f"stack group {key!r} is not [[names...], [frames...]]")
             names, frames = value
+            shared = [f for f in frames if isinstance(f, str)]  # one list for the group (readers group by it)
             for name in names:
                 if isinstance(name, str):
-                    out[name] = [f for f in frames if isinstance(f, str)]
+                    out[name] = shared
         elif isinstance(value, list):
             out[key] = [f for f in value if isinstance(f, str)]
     return out

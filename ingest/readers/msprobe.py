@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import os
 import re
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -39,17 +41,21 @@ from ingest.formats.msprobe_json import (
     MsprobeJsonError,
     gc_paused,
     io_of_arg,
+    join_parts,
     parse_construct_json,
     parse_dump_json,
+    parse_dump_part,
     parse_entry_key,
     parse_frame,
     parse_pkl_lines,
     parse_stack_json,
     split_data_name,
+    split_dump_json,
     tree_depths,
 )
 from ingest.formats.torch_pt import PtError, read_pt_header
 from ingest.graph_model import is_framework_path
+from ingest.helper_pool import resolve_workers, run_ordered
 from ingest.ids import stat_row_ids
 from ingest.npy_header import NpyHeaderError, read_npy_header
 from ingest.pipeline import size_or_none
@@ -66,6 +72,11 @@ _DUMP_JSON = ("dump.json", "debug.json", *PKL_NAMES)
 _DATA_DIRS = ("dump_tensor_data", "tensor_data")
 _TENSOR_FILE = (".pt", ".npy")
 _UNPARSED = object()
+_SPLIT_BYTES = 8 << 20  # a dump.json this big is parsed on two cores
+# The helper parses one half of it; this process reads the folder's stack.json and construct.json
+# meanwhile, then parses the other half (the helper's half costs more: it also reads its bytes and
+# sends the result back, which balances the two, measured).
+_PIECES, _HELPER_PIECES = 2, 1
 
 
 def _is_dir(path: str | os.DirEntry) -> bool:
@@ -192,8 +203,18 @@ class MsprobeReader(Reader):
         dump: DumpJson | None = None
         self._current_rank = rank
         json_entry = next((by_name[n] for n in _DUMP_JSON if n in by_name), None)
+
+        def side_files() -> None:
+            """stack.json and construct.json: read while a helper parses a big dump.json."""
+            if "stack.json" in by_name:
+                self._stack_json(by_name["stack.json"], rank)
+            if "construct.json" in by_name:
+                self._construct_json(by_name["construct.json"], rank, step)
+
         if json_entry is not None:
-            dump = self._dump_json(json_entry)
+            dump = self._dump_json(json_entry, side_files)
+        else:
+            side_files()
         net = mode or (dump.framework if dump is not None and dump.framework else "msprobe")
         data_dir = next((by_name[d] for d in _DATA_DIRS if d in by_name and _is_dir(by_name[d])), None)
         files: dict[str, os.DirEntry] = {}
@@ -217,10 +238,6 @@ class MsprobeReader(Reader):
         row_ids = self._tensor_files(files, listed, rank, net, step, dump)
         if dump is not None and json_entry is not None:
             self._stat_rows(json_entry, dump, rank, net, step, row_ids)
-        if "stack.json" in by_name:
-            self._stack_json(by_name["stack.json"], rank)
-        if "construct.json" in by_name:
-            self._construct_json(by_name["construct.json"], rank, step)
         ing.maybe_flush()
 
     def _read_json_file(self, entry: os.DirEntry, kind: str):
@@ -239,18 +256,22 @@ class MsprobeReader(Reader):
             ing.file_error(rel, kind, kind, f"unreadable: {exc.strerror}", size)
             return None
 
-    def _dump_json(self, entry: os.DirEntry) -> DumpJson | None:
+    def _dump_json(self, entry: os.DirEntry, meanwhile: Callable[[], None]) -> DumpJson | None:
+        """The rank folder's dump.json (or .pkl); `meanwhile` (the other files) runs while a helper
+        parses part of a big one, else before it."""
         ing = self.ing
         rel = ing.rel(entry.path)
         data = self._read_json_file(entry, "dump_json")
         if data is None:
+            meanwhile()
             return None
         try:
             if entry.name.endswith(".pkl"):
+                meanwhile()
                 dump, stacks = parse_pkl_lines(data)
                 self._add_stacks(rel, stacks, self._current_rank)
             else:
-                dump = parse_dump_json(data)
+                dump = self._parse_dump_json(entry.path, data, meanwhile)
         except MsprobeJsonError as exc:
             if not ing.still_written(entry, rel):
                 ing.file_error(rel, "dump_json", "dump_json", str(exc), len(data))
@@ -258,6 +279,35 @@ class MsprobeReader(Reader):
         for problem in dump.problems:
             ing.error(rel, "dump_json", problem, len(data))
         return dump
+
+    def _parse_dump_json(self, path: str, data: bytes, meanwhile: Callable[[], None]) -> DumpJson:
+        """A big dump.json is parsed on two cores: a helper process parses the first part of its
+        entries while this one runs `meanwhile` and parses the rest (see `split_dump_json`); a
+        small one, or one not laid out as msprobe writes it, here."""
+        split = None
+        if len(data) >= _SPLIT_BYTES and resolve_workers(self.ing.workers) > 1:
+            split = split_dump_json(data, _PIECES)
+        if split is None or len(split[1]) < 2:
+            meanwhile()
+            return parse_dump_json(data)
+        header, ranges = split
+        k = max(1, min(len(ranges) - 1, round(len(ranges) * _HELPER_PIECES / _PIECES)))
+        ranges = [(ranges[0][0], ranges[k - 1][1]), (ranges[k][0], ranges[-1][1])]  # helper's, this one's
+        (a, b), (c, d) = ranges
+        first: list = []
+
+        def in_helper() -> None:  # waits on the helper's pipe: this thread holds no CPU meanwhile
+            task = "ingest.formats.msprobe_json:parse_dump_range"
+            first.extend(run_ordered(task, iter([(path, a, b)]), 1, caller_helps=False, slots=1))
+
+        thread = threading.Thread(target=in_helper, name="dumpcat-dump-json", daemon=True)
+        thread.start()
+        meanwhile()
+        second = parse_dump_part(data[c:d])
+        thread.join()
+        if not first or first[0] is None or second is None:
+            return parse_dump_json(data)
+        return join_parts(header, [first[0], second])
 
     def _tensor_files(
         self, files: dict[str, os.DirEntry], listed: dict[str, Leaf], rank: int, net: str,
@@ -364,7 +414,7 @@ class MsprobeReader(Reader):
             ("run", ing.run), ("rank", rank), ("net", net), ("iteration", step), ("csv_path", rel),
             ("stat_source", "dump.json"), ("stat_semantics", "msprobe"),
         ):  # fmt: skip
-            arrays[name] = pa.array([value] * n, schema.field(name).type)
+            arrays[name] = _repeat(value, n, schema.field(name).type)
         arrays["file_op_base"] = arrays["file_op_name"]
         arrays["op_full_name"] = arrays["file_op_name"]
         table = conform(pa.table(arrays), schema)
@@ -395,49 +445,56 @@ class MsprobeReader(Reader):
 
     def _add_stacks_now(self, rel: str, stacks: dict[str, list[str]], rank: int) -> None:
         ing = self.ing
-        cache = self._frames
-        keys, depths, files, lines, codes, user = [], [], [], [], [], []
-        bad = 0
+        groups: dict[int, tuple[list[str], list[str]]] = {}  # one per distinct stack (grouped form)
         for key, frames in stacks.items():
             if (rank, key) in self._stacks_seen:
                 continue
             self._stacks_seen.add((rank, key))
-            parsed = []
-            for text in frames:
-                frame = cache.get(text, _UNPARSED)
-                if frame is _UNPARSED:
-                    f = parse_frame(text)
-                    frame = cache[text] = (
-                        None if f is None else (f.file, f.line, f.code, not is_framework_path(f.file))
-                    )
-                if frame is None:
-                    bad += 1
-                else:
-                    parsed.append(frame)
-            n = len(parsed)
-            keys.extend([key] * n)
-            depths.extend(range(n - 1, -1, -1))  # innermost first in the file; depth 0 is outermost
-            for file, line, code, is_user in parsed:
-                files.append(file)
-                lines.append(line)
-                codes.append(code)
-                user.append(is_user)
-        if keys:
-            schema = TABLES["source_lines"]
-            n = len(keys)
-            key_array = pa.array(keys, pa.string())
-            table = conform(
+            group = groups.get(id(frames))
+            if group is None:
+                groups[id(frames)] = (frames, [key])
+            else:
+                group[1].append(key)
+        bad = 0
+        tables: list[pa.Table] = []
+        for frames, keys in groups.values():
+            parsed = [self._frame(text) for text in frames]
+            bad += len(keys) * sum(p is None for p in parsed)
+            parsed = [p for p in parsed if p is not None]
+            n, k = len(parsed), len(keys)
+            if not n:
+                continue
+            # every key of the group gets the group's frames: index arrays, not a row per frame
+            each = np.tile(np.arange(n), k)
+            file, line, code, user = (list(c) for c in zip(*parsed, strict=True))
+            key_array = pa.array(keys, pa.string()).take(np.repeat(np.arange(k), n))
+            tables.append(
                 pa.table({
-                    "run": pa.array([ing.run] * n, pa.string()), "rank": pa.array([rank] * n, pa.int32()),
-                    "node_key": key_array, "full_name": key_array, "depth": pa.array(depths, pa.int32()),
-                    "file": pa.array(files, pa.string()), "line": pa.array(lines, pa.int64()),
-                    "code": pa.array(codes, pa.string()), "is_user_code": pa.array(user, pa.bool_()),
-                }),
-                schema,
+                    "node_key": key_array, "full_name": key_array,
+                    "depth": pa.array(np.tile(np.arange(n - 1, -1, -1), k), pa.int32()),  # depth 0: outermost
+                    "file": pa.array(file, pa.string()).take(each),
+                    "line": pa.array(line, pa.int64()).take(each),
+                    "code": pa.array(code, pa.string()).take(each),
+                    "is_user_code": pa.array(user, pa.bool_()).take(each),
+                })
             )  # fmt: skip
-            ing.pending.add_table("source_lines", table)
+        if tables:
+            table = pa.concat_tables(tables)
+            n = table.num_rows
+            table = table.append_column("run", _repeat(ing.run, n, pa.string()))
+            table = table.append_column("rank", _repeat(rank, n, pa.int32()))
+            ing.pending.add_table("source_lines", conform(table, TABLES["source_lines"]))
         if bad:
             ing.error(rel, "stack_json", f"{bad} stack frame(s) not of the form 'File …, line N, in …'")
+
+    def _frame(self, text: str) -> tuple | None:
+        """(file, line, code, is user code) of a stack line, parsed once per distinct text."""
+        frame = self._frames.get(text, _UNPARSED)
+        if frame is _UNPARSED:
+            f = parse_frame(text)
+            frame = None if f is None else (f.file, f.line, f.code, not is_framework_path(f.file))
+            self._frames[text] = frame
+        return frame
 
     def _construct_json(self, entry: os.DirEntry, rank: int, step: int | None) -> None:
         ing = self.ing
@@ -452,9 +509,26 @@ class MsprobeReader(Reader):
                 ing.file_error(rel, "construct_json", "construct_json", str(exc), len(data))
             return
         depths = tree_depths(nodes)
-        for node, parent, micro in nodes:
-            ing.add("modules", (ing.run, rank, step, rel, node, parent, depths.get(node, 0), micro))
+        if nodes:
+            n = len(nodes)
+            node, parent, micro = (list(c) for c in zip(*nodes, strict=True))
+            table = pa.table(
+                {
+                    "run": _repeat(ing.run, n, pa.string()), "rank": _repeat(rank, n, pa.int32()),
+                    "iteration": _repeat(step, n, pa.int64()),
+                    "rel_path": _repeat(rel, n, pa.string()),
+                    "node": pa.array(node, pa.string()), "parent": pa.array(parent, pa.string()),
+                    "depth": pa.array([depths.get(x, 0) for x in node], pa.int32()),
+                    "micro_step": pa.array(micro, pa.int64()),
+                }
+            )  # fmt: skip
+            ing.pending.add_table("modules", conform(table, TABLES["modules"]))
         ing.record(rel, "construct_json", len(data), len(data), 0, "ok")
+
+
+def _repeat(value, n: int, type_: pa.DataType) -> pa.Array:
+    """`n` copies of one value, without a Python list of them."""
+    return pa.repeat(pa.scalar(value, type_), n)
 
 
 def _column_major(head) -> str | None:
