@@ -166,9 +166,9 @@ def test_old_and_new_stack_json_give_the_same_source_lines(cat):
 
 def test_construct_json_is_the_module_tree(cat):
     rows = _rows(
-        cat, "SELECT op_name, parent, depth FROM modules WHERE run = 'pt_mix_tensor' AND iteration = 0"
+        cat, "SELECT node, parent, depth FROM modules WHERE run = 'pt_mix_tensor' AND iteration = 0"
     )
-    tree = {r["op_name"]: (r["parent"], r["depth"]) for r in rows}
+    tree = {r["node"]: (r["parent"], r["depth"]) for r in rows}
     assert tree["Module.enc.Sequential.forward.0"] == (None, 0)
     assert tree["Module.enc.0.Linear.forward.0"] == ("Module.enc.Sequential.forward.0", 1)
     assert tree["Functional.linear.0.forward"] == ("Module.enc.0.Linear.forward.0", 2)
