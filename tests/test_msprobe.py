@@ -165,9 +165,7 @@ def test_old_and_new_stack_json_give_the_same_source_lines(cat):
 
 
 def test_construct_json_is_the_module_tree(cat):
-    rows = _rows(
-        cat, "SELECT node, parent, depth FROM modules WHERE run = 'pt_mix_tensor' AND iteration = 0"
-    )
+    rows = _rows(cat, "SELECT node, parent, depth FROM modules WHERE run = 'pt_mix_tensor' AND iteration = 0")
     tree = {r["node"]: (r["parent"], r["depth"]) for r in rows}
     assert tree["Module.enc.Sequential.forward.0"] == (None, 0)
     assert tree["Module.enc.0.Linear.forward.0"] == ("Module.enc.Sequential.forward.0", 1)
