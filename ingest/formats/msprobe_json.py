@@ -444,13 +444,8 @@ def parse_frame(text: str) -> Frame | None:
 
 def parse_stack_json(text: str | bytes) -> dict[str, list[str]]:
     """{entry key: frames, innermost first} from either form of stack.json."""
-    try:
-        with gc_paused():
-            doc = load_json(text)
-    except RecursionError:
-        raise MsprobeJsonError("stack.json nests too deep to read") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise MsprobeJsonError(f"not JSON: {exc}") from None
+    with gc_paused():
+        doc = _load(text, "stack.json")
     if not isinstance(doc, dict):
         raise MsprobeJsonError("stack.json is not an object")
     out: dict[str, list[str]] = {}
@@ -473,12 +468,7 @@ def parse_stack_json(text: str | bytes) -> dict[str, list[str]]:
 
 def parse_construct_json(text: str | bytes) -> list[tuple[str, str | None, int | None]]:
     """(node, parent, micro_step) for each node of construct.json."""
-    try:
-        doc = load_json(text)
-    except RecursionError:
-        raise MsprobeJsonError("construct.json nests too deep to read") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise MsprobeJsonError(f"not JSON: {exc}") from None
+    doc = _load(text, "construct.json")
     if not isinstance(doc, dict):
         raise MsprobeJsonError("construct.json is not an object")
     megatron = "megatron_micro_step_number" in doc

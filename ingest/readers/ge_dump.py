@@ -197,28 +197,18 @@ class GeDumpReader(AscendRawReader):
         raw_beside = os.path.exists(os.path.join(os.path.dirname(entry.path), raw_name))
         n = len(rows)
         if n:
-            cols: dict[str, list] = {
-                "line_no": [r.line_no for r in rows],
-                "io": [r.io for r in rows],
-                "slot": [r.index for r in rows],
-                "data_size": [r.data_size for r in rows],
-                "data_type": [r.data_type for r in rows],
-                "format": [r.format for r in rows],
-                "shape": [None if r.shape is None else list(r.shape) for r in rows],
-                "max": [r.max for r in rows],
-                "min": [r.min for r in rows],
-                "avg": [r.avg for r in rows],
-                "count": [r.count for r in rows],
-                "nan_count": [r.nan_count for r in rows],
-                "neg_inf_count": [r.neg_inf_count for r in rows],
-                "pos_inf_count": [r.pos_inf_count for r in rows],
-                "l2norm": [r.l2norm for r in rows],
-                "md5": [r.md5 for r in rows],
-                "row_id": [
-                    slot_row_id(ing, f"{rel_dir}/{raw_name}", r.io, r.index) if raw_beside else None
-                    for r in rows
-                ],
-            }
+            # stat_rows column <- CannStatRow field
+            fields = {
+                "line_no": "line_no", "io": "io", "slot": "index", "data_size": "data_size",
+                "data_type": "data_type", "format": "format", "max": "max", "min": "min", "avg": "avg",
+                "count": "count", "nan_count": "nan_count", "neg_inf_count": "neg_inf_count",
+                "pos_inf_count": "pos_inf_count", "l2norm": "l2norm", "md5": "md5",
+            }  # fmt: skip
+            cols: dict[str, list] = {column: [getattr(r, f) for r in rows] for column, f in fields.items()}
+            cols["shape"] = [None if r.shape is None else list(r.shape) for r in rows]
+            cols["row_id"] = [
+                slot_row_id(ing, f"{rel_dir}/{raw_name}", r.io, r.index) if raw_beside else None for r in rows
+            ]
             schema = TABLES["stat_rows"]
             arrays = {k: pa.array(v, schema.field(k).type) for k, v in cols.items()}
             arrays["stat_id"] = pa.array(stat_row_ids(ing.run, rel, np.asarray(cols["line_no"])), pa.int64())

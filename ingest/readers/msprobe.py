@@ -421,20 +421,27 @@ class MsprobeReader(Reader):
         ing.pending.rows["stat_rows"].append(table)
         ing.summary.stat_rows += n
 
-    def _stack_json(self, entry: os.DirEntry, rank: int) -> None:
+    def _parsed(self, entry: os.DirEntry, kind: str, parse: Callable[[bytes], object]):
+        """(rel path, size, what `parse` made of the file), or None when there is nothing to read
+        now (unchanged, still written) or it does not parse (an error row)."""
         ing = self.ing
         rel = ing.rel(entry.path)
-        data = self._read_json_file(entry, "stack_json")
+        data = self._read_json_file(entry, kind)
         if data is None:
-            return
+            return None
         try:
-            stacks = parse_stack_json(data)
+            return rel, len(data), parse(data)
         except MsprobeJsonError as exc:
             if not ing.still_written(entry, rel):
-                ing.file_error(rel, "stack_json", "stack_json", str(exc), len(data))
-            return
-        self._add_stacks(rel, stacks, rank)
-        ing.record(rel, "stack_json", len(data), len(data), 0, "ok")
+                ing.file_error(rel, kind, kind, str(exc), len(data))
+            return None
+
+    def _stack_json(self, entry: os.DirEntry, rank: int) -> None:
+        got = self._parsed(entry, "stack_json", parse_stack_json)
+        if got is not None:
+            rel, size, stacks = got
+            self._add_stacks(rel, stacks, rank)
+            self.ing.record(rel, "stack_json", size, size, 0, "ok")
 
     def _add_stacks(self, rel: str, stacks: dict[str, list[str]], rank: int) -> None:
         """`source_lines` of each op's stack (innermost frame first), once per op and rank, as one
@@ -498,16 +505,10 @@ class MsprobeReader(Reader):
 
     def _construct_json(self, entry: os.DirEntry, rank: int, step: int | None) -> None:
         ing = self.ing
-        rel = ing.rel(entry.path)
-        data = self._read_json_file(entry, "construct_json")
-        if data is None:
+        got = self._parsed(entry, "construct_json", parse_construct_json)
+        if got is None:
             return
-        try:
-            nodes = parse_construct_json(data)
-        except MsprobeJsonError as exc:
-            if not ing.still_written(entry, rel):
-                ing.file_error(rel, "construct_json", "construct_json", str(exc), len(data))
-            return
+        rel, size, nodes = got
         depths = tree_depths(nodes)
         if nodes:
             n = len(nodes)
@@ -523,7 +524,7 @@ class MsprobeReader(Reader):
                 }
             )  # fmt: skip
             ing.pending.add_table("modules", conform(table, TABLES["modules"]))
-        ing.record(rel, "construct_json", len(data), len(data), 0, "ok")
+        ing.record(rel, "construct_json", size, size, 0, "ok")
 
 
 def _repeat(value, n: int, type_: pa.DataType) -> pa.Array:
