@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import duckdb
 
+from catalog.views import define_views
+
 SQLSTATE_PRIVILEGE = "42501"  # insufficient_privilege: reads of files, writes, settings, extensions
 SQLSTATE_UNSUPPORTED = "0A000"  # feature_not_supported
 SQLSTATE_SYNTAX = "42601"
@@ -55,6 +57,31 @@ ALLOWED_TABLE_FUNCTIONS = {
     "pragma_table_info", "pragma_show", "pragma_version", "pragma_platform", "test_all_types",
     "summary", "show", "describe", "show_tables", "show_databases",
 }  # fmt: skip
+
+
+def _dumpcat_table_macros() -> frozenset[str]:
+    """Names of the table macros dumpcat's own sql/*.sql define (watch_*, first_divergence, ...).
+
+    Found by DuckDB itself: the view files run once on a scratch connection over empty tables and
+    `duckdb_functions()` lists the table macros they created. Names DuckDB already has as table
+    functions are left out, so a macro can never make a built-in (a file reader) callable."""
+    config = {
+        "enable_external_access": "false",
+        "autoinstall_known_extensions": "false",
+        "autoload_known_extensions": "false",
+    }
+    listing = "SELECT function_name FROM duckdb_functions() WHERE function_type "
+    builtin_sql = listing + "IN ('table', 'table_macro')"
+    with duckdb.connect(":memory:", config=config) as fresh:
+        builtin = {str(r[0]).lower() for r in fresh.execute(builtin_sql).fetchall()}
+    with duckdb.connect(":memory:", config=config) as scratch:
+        define_views(scratch, {})
+        rows = scratch.execute(listing + "= 'table_macro' AND NOT internal").fetchall()
+    return frozenset(str(r[0]).lower() for r in rows) - builtin
+
+
+# Table macros defined by dumpcat's sql/*.sql: callable in FROM like the functions above.
+DUMPCAT_TABLE_MACROS = _dumpcat_table_macros()
 
 # Scalar functions that touch the outside world or the engine's configuration.
 FORBIDDEN_FUNCTIONS = {
@@ -186,7 +213,8 @@ def _walk(tree: object) -> None:
             fn = node.get("function") or {}
             name = str(fn.get("function_name", "")).lower()
             schema = str(fn.get("schema", "")).lower()
-            if name not in ALLOWED_TABLE_FUNCTIONS and schema not in EMULATION_SCHEMAS:
+            allowed = name in ALLOWED_TABLE_FUNCTIONS or name in DUMPCAT_TABLE_MACROS
+            if not allowed and schema not in EMULATION_SCHEMAS:
                 raise Refused(f"table function {name}() is not allowed: query the catalog's views")
         elif kind == "BASE_TABLE":
             name = str(node.get("table_name", ""))
