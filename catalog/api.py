@@ -12,7 +12,7 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import duckdb
 import numpy as np
@@ -21,6 +21,9 @@ import pyarrow as pa
 from catalog.guard import Refused as QueryRefused
 from catalog.guard import classify_query
 from catalog.tensor_index import TensorIndex, TensorLocation
+
+if TYPE_CHECKING:
+    from catalog.compare import CompareSummary
 from catalog.views import define_views, query_text
 from ingest.pipeline import IngestSummary, ingest_dump
 from ingest.store import CatalogError, CatalogStore
@@ -167,6 +170,29 @@ class Catalog:
             raise TensorNotFoundError(f"tensor {row_id} was cataloged but its file is gone: {path}") from exc
 
     # -- ingest ----------------------------------------------------------------------------
+
+    def compare(
+        self,
+        run: str,
+        baseline: str,
+        *,
+        iterations: list[int] | None = None,
+        ranks: list[int] | None = None,
+        mapping: str | os.PathLike | None = None,
+        workers: int | None = None,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> CompareSummary:
+        """Compare the tensors of `run` with those of `baseline` (both in this catalog) and add the
+        results to `comparisons`; pairs compared before are not compared again. `mapping` is a CSV
+        (`op_name,baseline_op_name`) for operators whose names differ between the runs."""
+        from catalog.compare import compare_runs
+
+        self.refresh()
+        with self._lock:
+            return compare_runs(
+                self, run, baseline, iterations=iterations, ranks=ranks, mapping=mapping, workers=workers,
+                on_progress=on_progress,
+            )  # fmt: skip
 
     def ingest(
         self,

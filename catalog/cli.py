@@ -361,6 +361,61 @@ def anomalies(catalog_path: str, run: str | None, by_graph: bool, fmt: str) -> N
             )
 
 
+def _int_list(text: str | None) -> list[int] | None:
+    """`0,2,5-7` -> [0, 2, 5, 6, 7]."""
+    if not text:
+        return None
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        try:
+            out.extend(range(int(lo), int(hi) + 1) if hi else [int(lo)])
+        except ValueError:
+            raise click.BadParameter(f"{part!r} is not a number or a range like 2-5") from None
+    return out
+
+
+@main.command()
+@click.argument("catalog_path", metavar="CAT")
+@click.argument("run")
+@click.argument("baseline")
+@click.option("--iterations", default=None, help="Only these iterations, e.g. 0,3,10-12.")
+@click.option("--ranks", default=None, help="Only these ranks, e.g. 0-7.")
+@click.option(
+    "--mapping",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="CSV with columns op_name,baseline_op_name for operators whose names differ between the runs.",
+)
+@click.option(
+    "--workers", type=int, default=None, help="Processes computing metrics (default: one per core)."
+)
+@FORMAT_OPTION
+def compare(
+    catalog_path: str, run: str, baseline: str, iterations: str | None, ranks: str | None,
+    mapping: Path | None, workers: int | None, fmt: str,
+) -> None:  # fmt: skip
+    """Compare the tensors of RUN with those of BASELINE (two runs of one catalog): cosine, errors,
+    KL divergence and more per pair, stored in `comparisons`; then print each step's first divergence."""
+    from catalog.compare import CompareError
+
+    cat = _open(catalog_path)
+    try:
+        summary = cat.compare(
+            run, baseline, iterations=_int_list(iterations), ranks=_int_list(ranks), mapping=mapping,
+            workers=workers,
+        )  # fmt: skip
+    except CompareError as exc:
+        _fail(str(exc))
+    click.echo(summary.line(), err=True)
+    result = cat.sql(
+        "SELECT rank, iteration, op_name, io, slot, reason, cosine, max_abs_err, source_line, source_code "
+        "FROM first_divergence() WHERE run = $run AND baseline_run = $baseline ORDER BY rank, iteration",
+        {"run": run, "baseline": baseline},
+    )
+    write_table(result, sys.stdout, fmt)
+
+
 @main.command()
 @click.argument("catalog_path", metavar="CAT")
 def views(catalog_path: str) -> None:

@@ -93,4 +93,5 @@ USER_VIEWS = {
     "anomalous_tensors": "every statistic row whose tensor holds NaN or Inf",
     "modules": "msprobe construct.json: the module tree of each step and rank (node, parent, depth)",
     "fx_links": "TorchAir: each GE op output's FX tensor (_fx_tensor_name), with both tensors' row ids",
+    "comparisons": "dumpcat compare: metrics per matched tensor pair of two runs, and one-run-only tensors",
 }

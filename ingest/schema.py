@@ -331,6 +331,44 @@ FX_LINKS = pa.schema(
     ]
 )
 
+# Run-vs-run tensor comparisons (`dumpcat compare`): one row per matched pair of tensors, or per
+# tensor present in one run only; metrics in ingest/compare_metrics.py.
+COMPARISONS = pa.schema(
+    [
+        ("run", pa.string()),
+        ("baseline_run", pa.string()),
+        ("rank", pa.int32()),
+        ("graph_id", pa.int32()),  # the run's (the baseline's when only in the baseline)
+        ("iteration", pa.int64()),
+        ("exec_index", pa.int64()),
+        ("timestamp_us", pa.int64()),
+        ("occurrence", pa.int32()),  # n-th execution of the same op/io/slot within the iteration
+        ("op_type", pa.string()),
+        ("op_name", pa.string()),
+        ("io", pa.string()),
+        ("slot", pa.int32()),
+        ("row_id", pa.int64()),
+        ("baseline_row_id", pa.int64()),
+        ("dtype", pa.string()),
+        ("baseline_dtype", pa.string()),
+        ("shape", SHAPE),
+        ("baseline_shape", SHAPE),
+        ("numel", pa.int64()),
+        ("cosine", pa.float64()),
+        ("max_abs_err", pa.float64()),
+        ("max_rel_err", pa.float64()),
+        ("mean_abs_err", pa.float64()),
+        ("rmse", pa.float64()),
+        ("rel_euclidean", pa.float64()),
+        ("kl_div", pa.float64()),
+        ("acc_rel_err", pa.float64()),
+        ("err_ratio_1e3", pa.float64()),
+        ("err_ratio_5e3", pa.float64()),
+        ("status", pa.string()),
+        ("compared_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {
     "tensors": TENSORS,
     "stat_rows": STAT_ROWS,
@@ -348,6 +386,7 @@ TABLES: dict[str, pa.Schema] = {
     "overflows": OVERFLOWS,
     "modules": MODULES,
     "fx_links": FX_LINKS,
+    "comparisons": COMPARISONS,
 }
 
 

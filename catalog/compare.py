@@ -1,0 +1,173 @@
+"""`dumpcat compare RUN BASELINE`: compare the tensors of two runs of one catalog.
+
+The pairs come from SQL (sql/queries/compare_pairs.sql: matched on rank, iteration, operator,
+io, slot and occurrence, through an optional name mapping; pairs already compared are left out).
+Their metrics are computed from the tensor data by `ingest.compare_metrics.compare_jobs` in helper
+processes, one streaming pass per pair, and committed to the `comparisons` table in batches, so a
+killed compare keeps what it committed and a re-run continues from there.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from ingest.helper_pool import resolve_workers, run_ordered
+from ingest.pipeline import now
+from ingest.schema import COMPARISONS
+from ingest.store import CatalogStore
+
+_BATCH_PAIRS = 256  # pairs per helper task: enough to pay for the hand-off, small for a smooth progress
+_COMMIT_PAIRS = 20_000  # pairs per committed batch: what a killed compare can lose
+_METRICS = (
+    "cosine", "max_abs_err", "max_rel_err", "mean_abs_err", "rmse", "rel_euclidean", "kl_div", "acc_rel_err",
+    "err_ratio_1e3", "err_ratio_5e3",
+)  # fmt: skip
+_CONTEXT = (
+    "rank", "graph_id", "iteration", "exec_index", "timestamp_us", "occurrence", "op_type", "op_name", "io",
+    "slot", "row_id", "baseline_row_id", "dtype", "baseline_dtype", "shape", "baseline_shape",
+)  # fmt: skip
+
+
+class CompareError(ValueError):
+    """The comparison cannot start (unknown run, a bad mapping file); the message says why."""
+
+
+@dataclass
+class CompareSummary:
+    run: str
+    baseline: str
+    pairs: int = 0  # rows added to `comparisons` by this call
+    statuses: Counter = field(default_factory=Counter)
+    bytes_compared: int = 0
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        parts = ", ".join(f"{n:,} {s}" for s, n in sorted(self.statuses.items(), key=lambda kv: -kv[1]))
+        return (
+            f"compared {self.run!r} with {self.baseline!r}: {self.pairs:,} new pairs"
+            + (f" ({parts})" if parts else "")
+            + f" in {self.seconds:.2f} s"
+        )
+
+
+def compare_runs(
+    catalog,
+    run: str,
+    baseline: str,
+    *,
+    iterations: list[int] | None = None,
+    ranks: list[int] | None = None,
+    mapping: str | os.PathLike | None = None,
+    workers: int | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> CompareSummary:
+    """Compare `run` with `baseline` in `catalog` (a `catalog.Catalog`) and commit the results."""
+    import time
+
+    from ingest.compare_metrics import PairJob, compare_jobs
+
+    started = time.perf_counter()
+    runs = {r[0] for r in catalog._con.execute("SELECT run FROM runs").fetchall()}
+    for name in (run, baseline):
+        if name not in runs:
+            known = ", ".join(sorted(runs)) or "none"
+            raise CompareError(f"run {name!r} is not in the catalog (runs: {known})")
+    if run == baseline:
+        raise CompareError("a run compared with itself: give two different runs")
+    _register_mapping(catalog._con, mapping)
+    from catalog.views import query_text
+
+    pairs = catalog._con.sql(
+        query_text("compare_pairs"),
+        params={"run": run, "baseline": baseline, "iterations": iterations, "ranks": ranks},
+    ).to_arrow_table()
+    summary = CompareSummary(run, baseline)
+    store = CatalogStore(catalog.path)
+    n = pairs.num_rows
+    if n:
+        columns = {name: pairs.column(name).to_pylist() for name in pairs.column_names}
+
+        def side(i: int, prefix: str) -> tuple | None:
+            path = columns[prefix + "path"][i]
+            if path is None:
+                return None
+            return (
+                path, columns[prefix + "data_offset"][i], columns[prefix + "stored_dtype"][i],
+                tuple(columns["shape" if not prefix else "baseline_shape"][i] or ()),
+                columns[prefix + "format"][i], columns[prefix + "host_shape"][i],
+            )  # fmt: skip
+
+        def batches() -> Iterator[list]:
+            for start in range(0, n, _BATCH_PAIRS):
+                yield [
+                    PairJob(i, side(i, ""), side(i, "baseline_"))
+                    for i in range(start, min(n, start + _BATCH_PAIRS))
+                ]
+
+        workers_n = resolve_workers(workers)
+        results = (
+            run_ordered("ingest.compare_metrics:compare_jobs", batches(), workers_n - 1)
+            if workers_n > 1
+            else (compare_jobs(b) for b in batches())
+        )
+        done: list[tuple[int, object]] = []
+        with store.writer_lock():
+            for result in results:
+                done.extend(result)
+                if on_progress is not None:
+                    on_progress(len(result))
+                if len(done) >= _COMMIT_PAIRS:
+                    _commit(store, run, baseline, columns, done, summary)
+                    done = []
+            _commit(store, run, baseline, columns, done, summary)
+    catalog.refresh()
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def _commit(store: CatalogStore, run: str, baseline: str, columns: dict, done: list, summary) -> None:
+    if not done:
+        return
+    rows = {name: [] for name in COMPARISONS.names}
+    at = now()
+    for index, metrics in done:
+        rows["run"].append(run)
+        rows["baseline_run"].append(baseline)
+        for name in _CONTEXT:
+            rows[name].append(columns[name][index])
+        rows["numel"].append(metrics.numel)
+        for name in _METRICS:
+            rows[name].append(getattr(metrics, name))
+        rows["status"].append(metrics.status)
+        rows["compared_at"].append(at)
+        summary.statuses[metrics.status] += 1
+    table = pa.Table.from_arrays([pa.array(rows[f.name], f.type) for f in COMPARISONS], schema=COMPARISONS)
+    store.commit_batch(run, {"comparisons": table})
+    summary.pairs += table.num_rows
+
+
+def _register_mapping(con, mapping: str | os.PathLike | None) -> None:
+    """`compare_mapping(op_name, baseline_op_name)`: the user's CSV, or an empty table."""
+    con.execute("DROP TABLE IF EXISTS compare_mapping")
+    if mapping is None:
+        con.execute("CREATE TEMP TABLE compare_mapping (op_name VARCHAR, baseline_op_name VARCHAR)")
+        return
+    path = Path(mapping)
+    if not path.is_file():
+        raise CompareError(f"mapping file {path} does not exist")
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        if not reader.fieldnames or not {"op_name", "baseline_op_name"} <= set(reader.fieldnames):
+            raise CompareError(f"{path}: a mapping CSV has the columns op_name and baseline_op_name")
+        pairs = [(r["op_name"], r["baseline_op_name"]) for r in reader]
+    con.execute("CREATE TEMP TABLE compare_mapping (op_name VARCHAR, baseline_op_name VARCHAR)")
+    if pairs:
+        con.executemany("INSERT INTO compare_mapping VALUES (?, ?)", pairs)
