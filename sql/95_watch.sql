@@ -132,9 +132,11 @@ SELECT run, rank, graph_id, iteration, exec_index, op_type, op_name, io, slot, r
        concat_ws('; ',
                  CASE WHEN hit_nan THEN 'holds NaN' || coalesce(' (nan_count ' || nan_count || ')', '') END,
                  CASE WHEN hit_inf THEN 'holds Inf' || coalesce(' (-inf ' || neg_inf_count || ', +inf ' || pos_inf_count || ')', '') END,
-                 CASE WHEN hit_l2 THEN printf('l2norm %g > l2norm_gt %g', l2norm, l2norm_gt) END) AS detail
+                 CASE WHEN hit_l2 THEN printf('l2norm %g > l2norm_gt %g', l2norm, l2norm_gt::DOUBLE) END) AS detail
 FROM h
-WHERE hit_nan OR hit_inf OR hit_l2;
+WHERE hit_nan OR hit_inf OR hit_l2
+-- a bad parameter raises its error even when the optimizer has proved the result above empty
+UNION ALL BY NAME SELECT CAST(NULL AS VARCHAR) AS run FROM p WHERE NOT p.ok;
 
 -- watch_values(target_type := 'tensor', abs_mean_gt, max_gt, min_gt, mean_gt, l2norm_gt, abs_mean_lt,
 --              max_lt, min_lt, mean_lt, l2norm_lt := NULL, condition_name := NULL): tensors whose
@@ -191,23 +193,25 @@ SELECT run, rank, graph_id, iteration, exec_index, op_type, op_name, io, slot, r
        h_max_gt OR h_min_gt OR h_mean_gt OR h_l2_gt OR h_max_lt OR h_min_lt OR h_mean_lt OR h_l2_lt
            OR c_abs_gt OR c_abs_lt AS certain,
        concat_ws('; ',
-                 CASE WHEN c_abs_gt THEN printf('abs_mean >= %g > abs_mean_gt %g', abs_mean_lo, abs_mean_gt)
+                 CASE WHEN c_abs_gt THEN printf('abs_mean >= %g > abs_mean_gt %g', abs_mean_lo, abs_mean_gt::DOUBLE)
                       WHEN m_abs_gt THEN printf('abs_mean in [%g, %g], abs_mean_gt %g: undecided from statistics',
-                                                abs_mean_lo, abs_mean_hi, abs_mean_gt) END,
-                 CASE WHEN h_max_gt THEN printf('max %g > max_gt %g', max, max_gt) END,
-                 CASE WHEN h_min_gt THEN printf('min %g > min_gt %g', min, min_gt) END,
-                 CASE WHEN h_mean_gt THEN printf('mean %g > mean_gt %g', avg, mean_gt) END,
-                 CASE WHEN h_l2_gt THEN printf('l2norm %g > l2norm_gt %g', l2norm, l2norm_gt) END,
-                 CASE WHEN c_abs_lt THEN printf('abs_mean <= %g < abs_mean_lt %g', abs_mean_hi, abs_mean_lt)
+                                                abs_mean_lo, abs_mean_hi, abs_mean_gt::DOUBLE) END,
+                 CASE WHEN h_max_gt THEN printf('max %g > max_gt %g', max, max_gt::DOUBLE) END,
+                 CASE WHEN h_min_gt THEN printf('min %g > min_gt %g', min, min_gt::DOUBLE) END,
+                 CASE WHEN h_mean_gt THEN printf('mean %g > mean_gt %g', avg, mean_gt::DOUBLE) END,
+                 CASE WHEN h_l2_gt THEN printf('l2norm %g > l2norm_gt %g', l2norm, l2norm_gt::DOUBLE) END,
+                 CASE WHEN c_abs_lt THEN printf('abs_mean <= %g < abs_mean_lt %g', abs_mean_hi, abs_mean_lt::DOUBLE)
                       WHEN m_abs_lt THEN printf('abs_mean in [%g, %g], abs_mean_lt %g: undecided from statistics',
-                                                abs_mean_lo, abs_mean_hi, abs_mean_lt) END,
-                 CASE WHEN h_max_lt THEN printf('max %g < max_lt %g', max, max_lt) END,
-                 CASE WHEN h_min_lt THEN printf('min %g < min_lt %g', min, min_lt) END,
-                 CASE WHEN h_mean_lt THEN printf('mean %g < mean_lt %g', avg, mean_lt) END,
-                 CASE WHEN h_l2_lt THEN printf('l2norm %g < l2norm_lt %g', l2norm, l2norm_lt) END) AS detail
+                                                abs_mean_lo, abs_mean_hi, abs_mean_lt::DOUBLE) END,
+                 CASE WHEN h_max_lt THEN printf('max %g < max_lt %g', max, max_lt::DOUBLE) END,
+                 CASE WHEN h_min_lt THEN printf('min %g < min_lt %g', min, min_lt::DOUBLE) END,
+                 CASE WHEN h_mean_lt THEN printf('mean %g < mean_lt %g', avg, mean_lt::DOUBLE) END,
+                 CASE WHEN h_l2_lt THEN printf('l2norm %g < l2norm_lt %g', l2norm, l2norm_lt::DOUBLE) END) AS detail
 FROM h
 WHERE h_max_gt OR h_min_gt OR h_mean_gt OR h_l2_gt OR h_max_lt OR h_min_lt OR h_mean_lt OR h_l2_lt
-   OR m_abs_gt OR m_abs_lt;
+   OR m_abs_gt OR m_abs_lt
+-- a bad parameter raises its error even when the optimizer has proved the result above empty
+UNION ALL BY NAME SELECT CAST(NULL AS VARCHAR) AS run FROM p WHERE NOT p.ok;
 
 -- watch_zero(target_type := 'tensor', zero_percentage_ge := 100, max_gt := NULL, min_lt := NULL,
 --            first_iteration_only := false, condition_name := NULL): tensors whose percentage of
@@ -262,13 +266,15 @@ SELECT run, rank, graph_id, iteration, exec_index, op_type, op_name, io, slot, r
        coalesce(condition_name, 'zero') AS condition,
        c_zero OR h_max_gt OR h_min_lt AS certain,
        concat_ws('; ',
-                 CASE WHEN c_zero THEN printf('zero percentage %g >= zero_percentage_ge %g', zp_lo, zero_percentage_ge)
+                 CASE WHEN c_zero THEN printf('zero percentage %g >= zero_percentage_ge %g', zp_lo, zero_percentage_ge::DOUBLE)
                       WHEN m_zero THEN printf('zero percentage in [%g, %g], zero_percentage_ge %g: undecided from statistics (no zero_count)',
-                                              zp_lo, zp_hi, zero_percentage_ge) END,
-                 CASE WHEN h_max_gt THEN printf('max %g > max_gt %g', max, max_gt) END,
-                 CASE WHEN h_min_lt THEN printf('min %g < min_lt %g', min, min_lt) END) AS detail
+                                              zp_lo, zp_hi, zero_percentage_ge::DOUBLE) END,
+                 CASE WHEN h_max_gt THEN printf('max %g > max_gt %g', max, max_gt::DOUBLE) END,
+                 CASE WHEN h_min_lt THEN printf('min %g < min_lt %g', min, min_lt::DOUBLE) END) AS detail
 FROM h
-WHERE m_zero OR h_max_gt OR h_min_lt;
+WHERE m_zero OR h_max_gt OR h_min_lt
+-- a bad parameter raises its error even when the optimizer has proved the result above empty
+UNION ALL BY NAME SELECT CAST(NULL AS VARCHAR) AS run FROM p WHERE NOT p.ok;
 
 -- watch_range(target_type := 'tensor', range_start_inclusive, range_end_inclusive, range_percentage_lt,
 --             range_percentage_gt, max_min_lt, max_min_gt := NULL, condition_name := NULL): the
@@ -333,16 +339,18 @@ SELECT run, rank, graph_id, iteration, exec_index, op_type, op_name, io, slot, r
        coalesce(condition_name, 'range') AS condition,
        c_plt OR c_pgt OR h_mm_lt OR h_mm_gt AS certain,
        concat_ws('; ',
-                 CASE WHEN c_plt THEN printf('range percentage %g < range_percentage_lt %g', pct_hi, range_percentage_lt)
+                 CASE WHEN c_plt THEN printf('range percentage %g < range_percentage_lt %g', pct_hi, range_percentage_lt::DOUBLE)
                       WHEN m_plt THEN printf('range percentage in [%g, %g], range_percentage_lt %g: undecided from statistics',
-                                             pct_lo, pct_hi, range_percentage_lt) END,
-                 CASE WHEN c_pgt THEN printf('range percentage %g > range_percentage_gt %g', pct_lo, range_percentage_gt)
+                                             pct_lo, pct_hi, range_percentage_lt::DOUBLE) END,
+                 CASE WHEN c_pgt THEN printf('range percentage %g > range_percentage_gt %g', pct_lo, range_percentage_gt::DOUBLE)
                       WHEN m_pgt THEN printf('range percentage in [%g, %g], range_percentage_gt %g: undecided from statistics',
-                                             pct_lo, pct_hi, range_percentage_gt) END,
-                 CASE WHEN h_mm_lt THEN printf('max - min %g < max_min_lt %g', max - min, max_min_lt) END,
-                 CASE WHEN h_mm_gt THEN printf('max - min %g > max_min_gt %g', max - min, max_min_gt) END) AS detail
+                                             pct_lo, pct_hi, range_percentage_gt::DOUBLE) END,
+                 CASE WHEN h_mm_lt THEN printf('max - min %g < max_min_lt %g', max - min, max_min_lt::DOUBLE) END,
+                 CASE WHEN h_mm_gt THEN printf('max - min %g > max_min_gt %g', max - min, max_min_gt::DOUBLE) END) AS detail
 FROM h
-WHERE m_plt OR m_pgt OR h_mm_lt OR h_mm_gt;
+WHERE m_plt OR m_pgt OR h_mm_lt OR h_mm_gt
+-- a bad parameter raises its error even when the optimizer has proved the result above empty
+UNION ALL BY NAME SELECT CAST(NULL AS VARCHAR) AS run FROM p WHERE NOT p.ok;
 
 -- watch_unchanged(target_type := 'tensor', rtol := 1e-5, atol := 1e-8, equal_nan := false,
 --                 condition_name := NULL): tensors that may not have changed since the previous
@@ -393,10 +401,12 @@ SELECT run, rank, graph_id, iteration, exec_index, op_type, op_name, io, slot, r
        same_bytes AS certain,
        CASE WHEN same_bytes THEN printf('bytes identical to iteration %d (md5)', prev_iteration)
             ELSE printf('statistics within rtol %g, atol %g of iteration %d (max %g -> %g, min %g -> %g, mean %g -> %g, l2norm %g -> %g): element-wise allclose undecided from statistics',
-                        rtol, atol, prev_iteration, prev_max, max, prev_min, min, prev_avg, avg, prev_l2norm, l2norm)
+                        rtol::DOUBLE, atol::DOUBLE, prev_iteration, prev_max, max, prev_min, min, prev_avg, avg, prev_l2norm, l2norm)
        END AS detail
 FROM h
-WHERE may_hold;
+WHERE may_hold
+-- a bad parameter raises its error even when the optimizer has proved the result above empty
+UNION ALL BY NAME SELECT CAST(NULL AS VARCHAR) AS run FROM p WHERE NOT p.ok;
 
 -- watch_change_ratio(target_type := 'tensor', abs_mean_update_ratio_gt := NULL,
 --                    abs_mean_update_ratio_lt := NULL, epsilon := 1e-9, condition_name := NULL):
@@ -463,15 +473,17 @@ SELECT run, rank, graph_id, iteration, exec_index, op_type, op_name, io, slot, r
        c_gt OR c_lt AS certain,
        concat_ws('; ',
                  CASE WHEN c_gt THEN printf('update ratio >= %g > abs_mean_update_ratio_gt %g (against iteration %d)',
-                                            r_lo, abs_mean_update_ratio_gt, prev_iteration)
+                                            r_lo, abs_mean_update_ratio_gt::DOUBLE, prev_iteration)
                       WHEN m_gt THEN printf('update ratio in [%g, %g], abs_mean_update_ratio_gt %g (against iteration %d): undecided from statistics',
-                                            r_lo, r_hi, abs_mean_update_ratio_gt, prev_iteration) END,
+                                            r_lo, r_hi, abs_mean_update_ratio_gt::DOUBLE, prev_iteration) END,
                  CASE WHEN c_lt THEN printf('update ratio <= %g < abs_mean_update_ratio_lt %g (against iteration %d)',
-                                            r_hi, abs_mean_update_ratio_lt, prev_iteration)
+                                            r_hi, abs_mean_update_ratio_lt::DOUBLE, prev_iteration)
                       WHEN m_lt THEN printf('update ratio in [%g, %g], abs_mean_update_ratio_lt %g (against iteration %d): undecided from statistics',
-                                            r_lo, r_hi, abs_mean_update_ratio_lt, prev_iteration) END) AS detail
+                                            r_lo, r_hi, abs_mean_update_ratio_lt::DOUBLE, prev_iteration) END) AS detail
 FROM h
-WHERE m_gt OR m_lt;
+WHERE m_gt OR m_lt
+-- a bad parameter raises its error even when the optimizer has proved the result above empty
+UNION ALL BY NAME SELECT CAST(NULL AS VARCHAR) AS run FROM p WHERE NOT p.ok;
 
 -- ---- MindInsight's conditions (condition_list.py), one macro each ------------------------------
 
