@@ -28,17 +28,9 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from bench_core import Report, machine  # noqa: E402
+from bench_msprobe import renamed_key  # noqa: E402
 
 DATA = HERE.parent / "tests" / "data" / "msprobe"
-
-
-def _renamed(key: str, copy: int) -> str:
-    parts = key.split(".")
-    for i in (len(parts) - 1, len(parts) - 2):
-        if parts[i].isdigit():
-            parts[i] = str(int(parts[i]) + copy * 1000)
-            return ".".join(parts)
-    return f"{key}.{copy}"
 
 
 def build(src: Path, dst: Path, repeat: int) -> Path:
@@ -46,7 +38,7 @@ def build(src: Path, dst: Path, repeat: int) -> Path:
     rank = dst / "step0" / "rank0"
     rank.mkdir(parents=True)
     doc = json.loads((src / "step0" / "rank0" / "dump.json").read_text())
-    data = {_renamed(k, c): v for c in range(repeat) for k, v in doc["data"].items()}
+    data = {renamed_key(k, c): v for c in range(repeat) for k, v in doc["data"].items()}
     (rank / "dump.json").write_text(json.dumps(dict(doc, data=data), indent=1))
     return rank / "dump.json"
 

@@ -32,7 +32,7 @@ from bench_core import Report, machine  # noqa: E402
 SOURCE = HERE.parent / "tests" / "data" / "msprobe" / "pt_md5" / "step1" / "rank0"
 
 
-def _renamed(key: str, copy: int) -> str:
+def renamed_key(key: str, copy: int) -> str:
     """The key of the `copy`-th repetition: its call count moved by copy * 1000."""
     parts = key.split(".")
     for i in (len(parts) - 1, len(parts) - 2):
@@ -55,12 +55,12 @@ def build(root: Path, entries: int) -> tuple[Path, int, int]:
         for key, body in template:
             if len(data) >= entries:
                 break
-            new = _renamed(key, copy)
+            new = renamed_key(key, copy)
             data[new] = body
             if key in flat_stack:
                 stacks[new] = flat_stack[key]
             parent = construct.get(key)
-            tree[new] = _renamed(parent, copy) if parent and parent != "optimizer" else parent
+            tree[new] = renamed_key(parent, copy) if parent and parent != "optimizer" else parent
         copy += 1
     rank = root / "dump" / "step0" / "rank0"
     rank.mkdir(parents=True)
