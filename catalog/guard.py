@@ -23,6 +23,7 @@ never reach DuckDB, so recognising them is not a security decision.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -59,8 +60,12 @@ ALLOWED_TABLE_FUNCTIONS = {
 }  # fmt: skip
 
 
-def _dumpcat_table_macros() -> frozenset[str]:
+@functools.cache
+def dumpcat_table_macros() -> frozenset[str]:
     """Names of the table macros dumpcat's own sql/*.sql define (watch_*, first_divergence, ...).
+
+    Computed on first use (it costs about half a second), not at import: every `dumpcat` command
+    imports this module, and most never check a table function.
 
     Found by DuckDB itself: the view files run once on a scratch connection over empty tables and
     `duckdb_functions()` lists the table macros they created. Names DuckDB already has as table
@@ -79,9 +84,6 @@ def _dumpcat_table_macros() -> frozenset[str]:
         rows = scratch.execute(listing + "= 'table_macro' AND NOT internal").fetchall()
     return frozenset(str(r[0]).lower() for r in rows) - builtin
 
-
-# Table macros defined by dumpcat's sql/*.sql: callable in FROM like the functions above.
-DUMPCAT_TABLE_MACROS = _dumpcat_table_macros()
 
 # Scalar functions that touch the outside world or the engine's configuration.
 FORBIDDEN_FUNCTIONS = {
@@ -213,7 +215,8 @@ def _walk(tree: object) -> None:
             fn = node.get("function") or {}
             name = str(fn.get("function_name", "")).lower()
             schema = str(fn.get("schema", "")).lower()
-            allowed = name in ALLOWED_TABLE_FUNCTIONS or name in DUMPCAT_TABLE_MACROS
+            # table macros of dumpcat's sql/*.sql are callable in FROM like the functions above
+            allowed = name in ALLOWED_TABLE_FUNCTIONS or name in dumpcat_table_macros()
             if not allowed and schema not in EMULATION_SCHEMAS:
                 raise Refused(f"table function {name}() is not allowed: query the catalog's views")
         elif kind == "BASE_TABLE":

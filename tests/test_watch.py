@@ -527,7 +527,7 @@ def test_guard_allows_dumpcat_table_macros_and_nothing_else():
             for m in re.findall(r"MACRO\s+(\w+)\s*\([^)]*\)\s*AS\s+TABLE", f.read_text(), re.S | re.I)
         }
     assert {"watch_nan_inf", "watch_tensor_too_large"} <= defined
-    assert defined == set(guard.DUMPCAT_TABLE_MACROS)  # found automatically, any sql file
+    assert defined == set(guard.dumpcat_table_macros())  # found automatically, any sql file
     for name in sorted(defined):
         guard.classify_query(f"SELECT * FROM {name}()")
         guard.classify_query(f'SELECT * FROM main."{name.upper()}"() t JOIN stats USING (row_id)')
@@ -550,7 +550,7 @@ def test_guard_allows_dumpcat_table_macros_and_nothing_else():
             guard.classify_query(f"SELECT * FROM {fn}")
     # a built-in table function never becomes callable through a dumpcat name
     builtin = {r[0] for r in duckdb.connect().sql("SELECT function_name FROM duckdb_functions()").fetchall()}
-    assert not (guard.DUMPCAT_TABLE_MACROS & builtin)
+    assert not (guard.dumpcat_table_macros() & builtin)
 
 
 # -- the CLI and the server --------------------------------------------------------------------
