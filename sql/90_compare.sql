@@ -19,13 +19,17 @@ FROM raw_comparisons;
 --   inputs      also consider inputs                   (default false)
 --   unmatched   also consider tensors of one run only  (default false)
 -- A pair whose status is not 'ok' or 'unsupported' (shapes differ, NaN on one side, unreadable) is
--- flagged whatever the tolerances; `reason` says why.
+-- flagged whatever the tolerances, and so is 'nan_in_both' when the NaN stand at different places;
+-- `reason` says why.
 CREATE OR REPLACE MACRO first_divergence(cosine_min := 0.99, max_abs := 0.001, max_rel := NULL,
                                          inputs := false, unmatched := false) AS TABLE
 WITH flagged AS (
     SELECT c.*,
            CASE WHEN c.status IN ('only_in_run', 'only_in_baseline') THEN c.status
-                WHEN c.status NOT IN ('ok', 'unsupported') THEN c.status
+                -- NaN/Inf at the same places in both runs count as equal (msprobe): the metrics
+                -- of the rest decide; at different places (no metrics) the pair diverges
+                WHEN c.status NOT IN ('ok', 'unsupported', 'nan_in_both') THEN c.status
+                WHEN c.status = 'nan_in_both' AND c.max_abs_err IS NULL THEN c.status
                 WHEN c.cosine < cosine_min THEN 'cosine < ' || cosine_min
                 WHEN c.max_abs_err > max_abs THEN 'max_abs_err > ' || max_abs
                 WHEN c.max_rel_err > max_rel THEN 'max_rel_err > ' || max_rel

@@ -229,3 +229,28 @@ def test_cli_compare_prints_the_first_divergence(tmp_path, cat):
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert bad.returncode == 1 and "not in the catalog" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_runs_that_agree_do_not_diverge_even_where_both_hold_nan(tmp_path):
+    """Two runs with the same NaN at the same places agree (msprobe: those elements count as equal):
+    no first divergence; NaN in one run only is one."""
+    nan_log = DATA / "ms210" / "nan_log" / "dump"
+    cat = Catalog.open(tmp_path / "cat", create=True)
+    cat.ingest(nan_log, run="a")
+    copy = tmp_path / "b"
+    shutil.copytree(nan_log, copy)
+    cat.ingest(copy, run="b")
+    s = cat.compare("b", "a", workers=1)
+    assert s.statuses["nan_in_both"] > 0 and set(s.statuses) <= {"ok", "unsupported", "nan_in_both"}
+    assert _rows(cat, "SELECT * FROM first_divergence(max_abs := 0)") == []
+    # now the NaN in one run only: the copy's first NaN output gets a finite value
+    first_nan = "SELECT row_id FROM first_anomaly WHERE run = 'b' ORDER BY iteration LIMIT 1"
+    row = _rows(cat, f"SELECT rel_path FROM tensors WHERE run = 'b' AND row_id = ({first_nan})")[0]
+    arr = np.load(copy / row["rel_path"])
+    np.save(copy / row["rel_path"], np.nan_to_num(arr, nan=1.0))
+    cat2 = Catalog.open(tmp_path / "cat2", create=True)
+    cat2.ingest(nan_log, run="a")
+    cat2.ingest(copy, run="b")
+    cat2.compare("b", "a", workers=1)
+    first = _rows(cat2, "SELECT iteration, reason FROM first_divergence() ORDER BY iteration")
+    assert first and first[0]["reason"] == "nan_in_baseline"
