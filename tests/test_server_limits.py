@@ -142,9 +142,12 @@ def test_heavy_describe_is_bounded_and_others_are_answered(serve):
     results: list = []
     with Watch(serve) as watch:
         _describe(serve, results, times=3)
-    # Describe runs under the statement timeout (5 s) like every other phase.
-    assert [state for state, _ in results] == ["57014"] * 3, results
+    # Describe runs under the statement timeout (5 s) like every other phase: it is cancelled
+    # (57014), or, on a machine fast enough to sort 20M strings within the timeout, it finishes
+    # inside it; nothing runs past the timeout.
+    assert {state for state, _ in results} <= {"57014", "ok"}, results
     assert all(took < 5 + 3 + 2 for _, took in results), results
+    assert all(took < 5 + 1 for state, took in results if state == "ok"), results
     assert not watch.errors, watch.errors[:3]
     assert max(watch.latencies) < 1.0, max(watch.latencies)
 
