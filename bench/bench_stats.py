@@ -58,6 +58,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ingest import helper_pool
+from ingest import tensor_stats as ts
 from ingest.tensor_stats import StatJob, compute_stats, compute_stats_many, open_tensor
 
 
@@ -161,6 +162,188 @@ def run_case(name: str, jobs: list[StatJob], repeat: int, workers: int | None) -
     return mbs_of
 
 
+# --------------------------------------------------------------------------------------------------
+# Statistics against the page-cache read rate of the same files (issue 14: "at the speed of reading").
+
+VS_READ_DTYPES = ("float16", "bfloat16", "float32", "float64", "int32")
+
+
+def write_dtype_tree(
+    root: Path, dtype: str, n_files: int, min_kib: int, max_kib: int, seed: int
+) -> list[StatJob]:
+    """``n_files`` npy files of ``dtype`` (min..max KiB of data); bfloat16 is saved as its uint16 bit
+    patterns and catalogued as ``"bfloat16"``, like a raw dump's DT_BF16 tensor. Some float files
+    have NaN or ±inf, some are ReLU-like (zeros), like real activations."""
+    rng = np.random.default_rng(seed)
+    jobs: list[StatJob] = []
+    item = 2 if dtype in ("float16", "bfloat16") else np.dtype(dtype).itemsize
+    for i in range(n_files):
+        d = root / str(i // 1000)
+        if i % 1000 == 0:
+            d.mkdir(parents=True, exist_ok=True)
+        n = int(rng.integers(min_kib, max_kib + 1)) * 1024 // item
+        if dtype == "int32":
+            a = rng.integers(-1000, 1000, n, dtype=np.int32)
+        else:
+            x = rng.standard_normal(n, dtype=np.float32) * 3
+            kind = i % 10
+            if kind == 2:
+                np.maximum(x, 0, out=x)
+            elif kind == 3:
+                x[rng.integers(0, n, 3)] = np.nan
+            elif kind == 4:
+                x[rng.integers(0, n, 2)] = np.inf
+                x[rng.integers(0, n, 2)] = -np.inf
+            bits = (x.view(np.uint32) >> 16).astype(np.uint16)  # bfloat16: the high half, truncated
+            a = bits if dtype == "bfloat16" else x.astype(dtype)
+        p = d / f"t{i}.{dtype}.npy"
+        np.save(p, a)
+        offset = p.stat().st_size - a.nbytes
+        stored = "bfloat16" if dtype == "bfloat16" else a.dtype.str
+        jobs.append(StatJob(i, str(p), offset, stored, a.shape))
+    return jobs
+
+
+def _nbytes_of(jobs: list[StatJob]) -> int:
+    return sum(
+        math.prod(j.shape) * (2 if j.stored_dtype == "bfloat16" else np.dtype(j.stored_dtype).itemsize)
+        for j in jobs
+    )
+
+
+def read_files(jobs: list[StatJob], chunk: int | None) -> None:
+    """Plain reads of every file's tensor data into a reused buffer: open, pread (whole, or in
+    ``chunk``-byte pieces), close. No parsing, no computing: the rate to match."""
+    size = max(_nbytes_of([j]) for j in jobs) if chunk is None else chunk
+    buf = bytearray(size)
+    mv = memoryview(buf)
+    for job in jobs:
+        left = _nbytes_of([job])
+        pos = job.data_offset
+        fd = os.open(job.path, os.O_RDONLY)
+        try:
+            while left:
+                k = os.preadv(fd, [mv[: min(left, size)]], pos)
+                if k <= 0:
+                    raise OSError(f"short read: {job.path}")
+                pos += k
+                left -= k
+        finally:
+            os.close(fd)
+
+
+def _best(fns: dict, repeat: int) -> dict[str, float]:
+    best = dict.fromkeys(fns, math.inf)
+    for _ in range(repeat):
+        for label, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            best[label] = min(best[label], time.perf_counter() - t)
+    return best
+
+
+def _set_fallback(on: bool) -> None:
+    """Switch this process and its (restarted) helpers between the C kernel and the numpy fallback."""
+    helper_pool._shutdown_helpers()
+    if on:
+        os.environ["DUMPCAT_PURE_NUMPY_STATS"] = "1"
+    else:
+        os.environ.pop("DUMPCAT_PURE_NUMPY_STATS", None)
+    ts.use_c_kernel(not on)
+
+
+def measure_stats_vs_read(
+    work_dir: str | os.PathLike,
+    *,
+    dtypes: tuple[str, ...] = VS_READ_DTYPES,
+    small_files: int = 4000,
+    small_kib: tuple[int, int] = (1, 64),
+    big_files: int = 12,
+    big_kib: int = 16384,
+    repeat: int = 5,
+    workers: int | None = None,
+    fallback: bool = True,
+    verbose: bool = True,
+) -> list[dict]:
+    """compute_stats_many (as ingest calls it: default workers, helpers already started) against the
+    page-cache read rate of the same files, measured in this process in the same run.
+
+    For each dtype, a tree of small files (``small_files`` of ``small_kib`` KiB) and one of big files
+    (``big_files`` of ``big_kib`` KiB) is written under ``work_dir``, read once to warm the page cache,
+    then timed ``repeat`` times, reads and statistics interleaved, best run kept. The read rate is the
+    faster of reading each file's data whole and in 1 MiB pieces. With ``fallback``, the numpy fallback
+    (``DUMPCAT_PURE_NUMPY_STATS=1``, helpers restarted) is timed on the same files afterwards. Returns
+    rows ``{case, files, MB, read_MBps, stats_MBps, ratio, fallback_MBps, fallback_ratio}`` (MB =
+    10^6 bytes of tensor data; ``fallback_*`` None without ``fallback``). The target is ratio >= 0.5.
+    """
+    root = Path(work_dir)
+    cases: list[tuple[str, list[StatJob]]] = []
+    for k, dtype in enumerate(dtypes):
+        if small_files:
+            lo, hi = small_kib
+            jobs = write_dtype_tree(root / f"small-{dtype}", dtype, small_files, lo, hi, seed=10 + k)
+            cases.append((f"{dtype} small ({lo}-{hi} KiB)", jobs))
+        if big_files:
+            jobs = write_dtype_tree(root / f"big-{dtype}", dtype, big_files, big_kib, big_kib, seed=20 + k)
+            cases.append((f"{dtype} big ({big_kib // 1024} MiB)", jobs))
+    rows = []
+    was_fallback = ts._kernel is None
+    try:
+        _set_fallback(False)
+        if ts._kernel is None:
+            raise RuntimeError(f"the C kernel is not available: {ts.stats_backend()}")
+        for name, jobs in cases:
+            total = _nbytes_of(jobs)
+            read_files(jobs, 1 << 20)  # warm the page cache
+            many(jobs, workers=workers)  # warm-up: helpers started, imports done
+            best = _best(
+                {
+                    "read whole": lambda jobs=jobs: read_files(jobs, None),
+                    "read 1 MiB": lambda jobs=jobs: read_files(jobs, 1 << 20),
+                    "stats": lambda jobs=jobs: many(jobs, workers=workers),
+                },
+                repeat,
+            )
+            read = total / 1e6 / min(best["read whole"], best["read 1 MiB"])
+            stats = total / 1e6 / best["stats"]
+            rows.append(
+                {
+                    "case": name,
+                    "files": len(jobs),
+                    "MB": total / 1e6,
+                    "read_MBps": read,
+                    "stats_MBps": stats,
+                    "ratio": stats / read,
+                    "fallback_MBps": None,
+                    "fallback_ratio": None,
+                }
+            )
+        if fallback:
+            _set_fallback(True)
+            for row, (_name, jobs) in zip(rows, cases, strict=True):
+                total = _nbytes_of(jobs)
+                many(jobs, workers=workers)
+                best = _best({"stats": lambda jobs=jobs: many(jobs, workers=workers)}, max(1, repeat // 2))
+                row["fallback_MBps"] = total / 1e6 / best["stats"]
+                row["fallback_ratio"] = row["fallback_MBps"] / row["read_MBps"]
+    finally:
+        _set_fallback(was_fallback)
+    if verbose:
+        print_vs_read(rows)
+    return rows
+
+
+def print_vs_read(rows: list[dict]) -> None:
+    print(f"\n{'case':26s} {'files':>6s} {'MB':>7s} {'read MB/s':>10s} {'stats MB/s':>11s} {'ratio':>6s}"
+          f" {'fallback MB/s':>14s} {'ratio':>6s}")  # fmt: skip
+    for r in rows:
+        fb = "" if r["fallback_MBps"] is None else f"{r['fallback_MBps']:14.0f} {r['fallback_ratio']:6.2f}"
+        print(
+            f"{r['case']:26s} {r['files']:6d} {r['MB']:7.1f} {r['read_MBps']:10.0f} {r['stats_MBps']:11.0f}"
+            f" {r['ratio']:6.2f} {fb}"
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -182,6 +365,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out-dir", help="where to write the trees (default: a temp dir, removed at the end)")
     ap.add_argument("--workers", type=int, default=None, help="compute_stats_many workers (cpu_count)")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument(
+        "--mode",
+        choices=["all", "naive", "vs-read"],
+        default="all",
+        help="naive: the cases above against a naive loop; vs-read: statistics against the page-cache "
+        "read rate of the same files, per dtype (measure_stats_vs_read); all: both",
+    )
+    ap.add_argument(
+        "--vs-read-files",
+        type=int,
+        nargs=2,
+        default=[4000, 12],
+        metavar=("SMALL", "BIG"),
+        help="vs-read: files per dtype in the small (1-64 KiB) and big (16 MiB) cases",
+    )
+    ap.add_argument("--no-fallback", action="store_true", help="vs-read: skip timing the numpy fallback")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", RuntimeWarning)  # the naive mean of [inf, -inf] warns
 
@@ -195,8 +394,19 @@ def main(argv: list[str] | None = None) -> None:
     blas = os.environ.get("OPENBLAS_NUM_THREADS", "unset")
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"cpu_count={os.cpu_count()} numpy={np.__version__} OPENBLAS_NUM_THREADS={blas} loadavg={load}")
-    print(f"out_dir={out}")
+    print(f"out_dir={out} statistics: {ts.stats_backend()}")
     try:
+        if args.mode in ("all", "vs-read"):
+            measure_stats_vs_read(
+                out / "vs-read",
+                small_files=args.vs_read_files[0],
+                big_files=args.vs_read_files[1],
+                repeat=args.repeat,
+                workers=args.workers,
+                fallback=not args.no_fallback,
+            )
+            if args.mode == "vs-read":
+                return
         n_small, n_big = args.files
         kib_small, kib_big = args.size_kib
         if n_small:

@@ -20,18 +20,34 @@ CPU dumps cannot write a ``statistic.csv``, so dumpcat computes the same columns
 - ``md5`` (only with ``md5=True``): hex MD5 of the raw tensor bytes exactly as stored in the file after
   the npy header (storage order and byte order untouched).
 
-bfloat16, int4 and uint1 never reach this module: MindSpore saves them as float32/int8/uint8 npy.
+bfloat16 (stored as ``"bfloat16"`` in the catalog, or an ``ml_dtypes.bfloat16`` array) is computed
+from its 16-bit patterns (the high half of a float32); int4, uint1 and the float8 types are decoded
+first (``ingest.formats.dtypes``). MindSpore itself saves bfloat16/int4/uint1 as float32/int8/uint8 npy.
 MindSpore ≤ 2.2 wrote ``null`` for max/min/avg when every element was NaN or ±inf; like ≥ 2.3 we give
 NaN/±inf instead (a SQL NULL stays reserved for "not computed").
 
-Speed (figures in ``bench/bench_stats.py``): data is processed in cache-sized blocks (``BLOCK_ELEMS``)
-with few numpy passes per block: max and min come first and decide whether the NaN, inf and sign passes
-are needed at all; sums are BLAS dot products on a reused float64 copy. ``compute_stats_many`` reads
-files with ``pread`` into a reused buffer (no header re-parse; no mmap, so a file truncated under us
-cannot SIGBUS the process) and uses every core: the calling process computes batches of jobs, and
-``workers - 1`` helper processes (``helper_pool``) take batches as soon as they have started. Threads
-do not scale here: numpy calls on cache-sized blocks and small files are too short to amortise the GIL
-hand-off.
+How the sums are formed (so that every build gives the same bits): every element x, converted to
+float64, goes to one of ``LANES`` = 8 running sums by its index in storage order (the order of the bytes
+in the file; for a non-contiguous array, C order): element ``i`` of the tensor adds ``x`` to lane
+``i % 8`` and ``x * x`` (a float64 product) to square lane ``i % 8``, each lane strictly in index order,
+across blocks (a block that starts at an index not divisible by 8 continues the lanes where they were).
+At the end ``sum = ((lane0 + lane1) + lane2) ... + lane7``, likewise the sum of squares; ``avg = sum /
+count`` and ``l2norm = sqrt(sum of squares)``. max, min and the counts are exact whatever the order; a
+zero max or min is reported as +0.0. The C kernel (``ingest/_fused_stats.c``, built with
+``-ffp-contract=off`` and without fast-math) and the pure-numpy fallback both follow this definition and
+give bit-identical results (``tests/test_fused_stats.py``); the fallback is used when the extension is
+not built or ``DUMPCAT_PURE_NUMPY_STATS=1`` is set at import (``STATS_BACKEND`` says which).
+
+Speed (figures in ``bench/bench_stats.py``): data is processed in cache-sized blocks (``BLOCK_ELEMS``);
+the C kernel computes every statistic of a block in one pass (AVX2 on x86-64 CPUs that have it), so
+statistics run at about the speed of reading the files from the page cache. The fallback needs a few
+numpy passes per block: max and min first, which decide whether the NaN, inf and sign passes are needed
+at all, then one float64 copy of the block, reduced row by row as an (n/8, 8) array for the lane sums.
+``compute_stats_many`` reads files with ``pread`` into a reused buffer (no header re-parse; no mmap, so a
+file truncated under us cannot SIGBUS the process) and uses every core: the calling process computes
+batches of jobs, and ``workers - 1`` helper processes (``helper_pool``) take batches as soon as they have
+started. Threads do not scale here: the per-file Python work of small files is too short to amortise
+the GIL hand-off.
 """
 
 from __future__ import annotations
@@ -41,6 +57,7 @@ import itertools
 import math
 import mmap
 import os
+import struct
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -59,6 +76,8 @@ __all__ = [
     "compute_stats",
     "compute_stats_many",
     "open_tensor",
+    "stats_backend",
+    "use_c_kernel",
 ]
 
 # The names of schema.STAT_VALUE_FIELDS, spelled out so that this module needs only numpy (a helper
@@ -80,20 +99,22 @@ STAT_KEYS = (
 
 # Elements per processing block: 64 Ki float32 is 256 KiB, its float64 copy 512 KiB; both stay in L2.
 BLOCK_ELEMS = 1 << 16
-# Row length for the dot products. OpenBLAS multithreads ddot above 10000 elements, which collides with
-# our own worker parallelism (measured: two callers of a threaded ddot halve the throughput), so the
-# sums run as a batch of short, single-threaded ddot calls (np.vecdot over rows).
-_DOT_ROW = 8192
+# Running sums per tensor: element i (storage order) goes to lane i % LANES (module docstring).
+LANES = 8
 # compute_stats_many: a batch handed to a worker holds at most this many jobs / bytes of tensor data.
 _BATCH_JOBS = 256
 _BATCH_BYTES = 32 << 20
 # Below this much work, starting helpers (~150 ms of CPU each: Python + numpy) costs more than they save.
 _INLINE_JOBS = 512
 _INLINE_BYTES = 64 << 20
+# compute_stats_many with the C kernel: bytes per read (a multiple of every item size).
+_DIRECT_READ = 512 << 10
 
 _NAN = float("nan")
+_INF = math.inf
 # Stored dtypes that are not numpy dtype names: packed, `ml_dtypes` or raw bytes, decoded by
 # ingest.formats.dtypes (imported only when such a tensor comes, so a helper starts with numpy alone).
+# bfloat16 is read directly as 16-bit patterns unless a device layout must be converted first.
 SPECIAL_STORED = frozenset(
     {"int4", "uint1", "complex32", "raw", "bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e8m0fnu",
      "float8_e4m3fnuz", "float8_e5m2fnuz"}
@@ -105,6 +126,65 @@ class TruncatedTensorError(ValueError):
 
 
 # --------------------------------------------------------------------------------------------------
+# Element kinds and the kernel that computes a block: the C extension or the numpy fallback.
+
+# The C module exports the same tuple (KINDS); a block's kind is an index into it.
+_KINDS = (
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+)
+_F16, _BF16, _F32, _F64 = 0, 1, 2, 3  # float kinds are the first four
+_KIND_OF = {(np.dtype(name).kind, np.dtype(name).itemsize): k for k, name in enumerate(_KINDS) if k != _BF16}
+_BF16_BITS = np.dtype("<u2")  # how bfloat16 data is read: its 16-bit patterns, little-endian on disk
+
+
+def _load_kernel():
+    """The C module (None if it is not built or out of date) and a note saying which backend is used."""
+    try:
+        from ingest import _fused_stats
+    except ImportError:
+        return None, "numpy fallback (the C kernel ingest._fused_stats is not built)"
+    if tuple(_fused_stats.KINDS) != _KINDS or _fused_stats.LANES != LANES:
+        return None, "numpy fallback (ingest._fused_stats is out of date: reinstall dumpcat to rebuild it)"
+    return _fused_stats, f"C kernel ({_fused_stats.ISA})"
+
+
+_c_kernel, _backend_note = _load_kernel()
+if os.environ.get("DUMPCAT_PURE_NUMPY_STATS", "").strip() not in ("", "0"):
+    _kernel = None
+    _backend_note = "numpy fallback (DUMPCAT_PURE_NUMPY_STATS is set)"
+else:
+    _kernel = _c_kernel  # None: the numpy fallback computes every block
+
+
+def stats_backend() -> str:
+    """What computes statistics in this process: ``"C kernel (avx2)"``, ``"numpy fallback (...)"``."""
+    if _kernel is not None:
+        return f"C kernel ({_kernel.ISA})"
+    if _c_kernel is not None and "DUMPCAT_PURE_NUMPY_STATS" not in _backend_note:
+        return "numpy fallback (use_c_kernel(False))"
+    return _backend_note
+
+
+def use_c_kernel(enabled: bool) -> bool:
+    """Use the C kernel (if it is built) or force the numpy fallback, in this process only (helper
+    processes follow ``DUMPCAT_PURE_NUMPY_STATS``). Returns whether the C kernel is now in use."""
+    global _kernel
+    _kernel = _c_kernel if enabled else None
+    return _kernel is not None
+
+
+# --------------------------------------------------------------------------------------------------
 # Scratch buffers, one set per thread (and so per worker process).
 
 
@@ -112,9 +192,10 @@ class _Scratch(threading.local):
     """Reusable block buffers: fresh 512 KiB allocations would page-fault on every block."""
 
     def __init__(self) -> None:
-        self.f64 = np.empty(BLOCK_ELEMS, np.float64)
+        # float64 copy of a block for the fallback's sums, with room for the running lanes before it
+        self.f64 = np.empty(BLOCK_ELEMS + 2 * LANES, np.float64)
+        self.u32 = np.empty(BLOCK_ELEMS, np.uint32)  # bfloat16 widened to float32 bits (fallback)
         self.mask = np.empty(BLOCK_ELEMS, np.bool_)
-        self.ones = np.ones(_DOT_ROW, np.float64)
         self.read = bytearray(BLOCK_ELEMS * 16)
 
 
@@ -122,35 +203,125 @@ _scratch = _Scratch()
 
 _maxr = np.maximum.reduce
 _minr = np.minimum.reduce
+_addr = np.add.reduce
 _cnz = np.count_nonzero
 
 
-def _dot_sums(x: np.ndarray) -> tuple[float, float]:
-    """(sum x, sum x²) of a float64 block, BLAS-fast but never BLAS-multithreaded (see _DOT_ROW)."""
+def _np_lane_sums(x: np.ndarray, base: np.ndarray, head: int, phase: int, lanes: np.ndarray) -> None:
+    """Fold the float64 block ``x`` into the 16 running ``lanes`` (sums 0..7, squares 8..15), exactly as
+    the C kernel does. ``x`` is ``base[16 - head : 16 - head + m]``: its first ``head`` elements finish the
+    lanes ``phase..7`` of the previous group of 8, the whole groups that follow start at ``base[16]``, and
+    ``base[8:16]`` is free for the running lanes: ``np.add.reduce`` over axis 0 of the (groups + 1, 8)
+    array then adds row after row to each lane, the same order as the kernel (a reduction over a
+    non-innermost axis runs row by row; tests/test_fused_stats.py checks this numpy does)."""
     m = x.shape[0]
-    ones = _scratch.ones
-    if m <= _DOT_ROW:
-        return float(np.dot(x, ones[:m])), float(np.dot(x, x))
-    q = m - m % _DOT_ROW
-    rows = x[:q].reshape(-1, _DOT_ROW)
-    s = float(np.vecdot(rows, ones).sum())
-    sq = float(np.vecdot(rows, rows).sum())
-    if q < m:
-        tail = x[q:]
-        s += float(np.dot(tail, ones[: m - q]))
-        sq += float(np.dot(tail, tail))
-    return s, sq
+    s = lanes[:LANES]
+    q = lanes[LANES:]
+    if head:
+        h = x[:head]
+        s[phase : phase + head] += h
+        q[phase : phase + head] += h * h
+    rows = (m - head) >> 3
+    end = 2 * LANES + rows * LANES
+    if rows:
+        grid = base[LANES:end].reshape(rows + 1, LANES)
+        base[LANES : 2 * LANES] = s
+        _addr(grid, axis=0, out=s)
+        body = base[2 * LANES : end]
+        np.multiply(body, body, out=body)
+        base[LANES : 2 * LANES] = q
+        _addr(grid, axis=0, out=q)
+    r = m - head - rows * LANES
+    if r:
+        t = base[end : end + r]
+        s[:r] += t
+        q[:r] += t * t
+
+
+def _np_signs(c: np.ndarray, m: int, mx, mn, *, float_zero: bool) -> tuple[int, int]:
+    """(neg, zero) of a NaN-free block; max and min spare the passes they can."""
+    if mn > 0:
+        return 0, 0
+    if mx < 0:
+        return m, 0
+    mask = _scratch.mask[:m]
+    # count_nonzero is SIMD for integers but a slow per-element loop for floats.
+    zero = int(_cnz(np.equal(c, 0, out=mask))) if float_zero else m - int(_cnz(c))
+    if mn == 0:
+        return 0, zero
+    if mx == 0:
+        return m - zero, zero
+    return int(_cnz(np.less(c, 0, out=mask))), zero
+
+
+def _np_block(c: np.ndarray, kind: int, phase: int, lanes: bytearray, sums: bool) -> tuple:
+    """The numpy fallback of ``_fused_stats.block`` plus the ±inf counts:
+    ``(neg, zero, nan, ninf, pinf, max, min)``; max/min are meaningless if nan > 0. ``sums=False``
+    skips the lane sums (a NaN came earlier: they will not be used)."""
+    m = c.shape[0]
+    base = _scratch.f64
+    head = min((LANES - phase) & (LANES - 1), m)
+    x = base[2 * LANES - head : 2 * LANES - head + m]  # where the float64 copy goes (_np_lane_sums)
+    have_x = False
+    if kind == _F16:  # float16 comparisons are slow in numpy: convert first, exactly
+        np.copyto(x, c, casting="unsafe")
+        v = x
+        have_x = True
+    elif kind == _BF16:
+        u = _scratch.u32[:m]
+        np.copyto(u, c, casting="unsafe")
+        np.left_shift(u, 16, out=u)
+        v = u.view(np.float32)
+    else:
+        v = c
+    ninf = pinf = nan = 0
+    if kind <= _F64:
+        mx = float(_maxr(v))
+        mn = float(_minr(v))
+        mask = _scratch.mask[:m]
+        if mx != mx:  # np.maximum propagates NaN: this block has at least one
+            nan = int(_cnz(np.isnan(v, out=mask)))
+            neg = int(_cnz(np.less(v, 0, out=mask)))
+            zero = int(_cnz(np.equal(v, 0, out=mask)))
+            if int(_cnz(np.isinf(v, out=mask))):
+                ninf = int(_cnz(np.equal(v, -_INF, out=mask)))
+                pinf = int(_cnz(np.equal(v, _INF, out=mask)))
+            return neg, zero, nan, ninf, pinf, mx, mn
+        # No NaN here, so max/min finite means every element is finite.
+        if mx == _INF:
+            pinf = int(_cnz(np.equal(v, _INF, out=mask)))
+        if mn == -_INF:
+            ninf = int(_cnz(np.equal(v, -_INF, out=mask)))
+        neg, zero = _np_signs(v, m, mx, mn, float_zero=True)
+    else:
+        imx = _maxr(v)
+        imn = _minr(v)
+        neg, zero = _np_signs(v, m, imx, imn, float_zero=False)
+        mx = float(imx)
+        mn = float(imn)
+    if sums:
+        if not have_x:
+            np.copyto(x, v, casting="unsafe")
+        lane_view = np.frombuffer(lanes, np.float64)
+        if mx > 1e150 or mn < -1e150:  # inf - inf, or squares past float64: IEEE results, no warnings
+            with np.errstate(over="ignore", invalid="ignore"):
+                _np_lane_sums(x, base, head, phase, lane_view)
+        else:
+            _np_lane_sums(x, base, head, phase, lane_view)
+    return neg, zero, nan, ninf, pinf, mx, mn
 
 
 class _Accumulator:
     """Running statistics over the 1-D contiguous blocks of one tensor, in storage order."""
 
     __slots__ = (
-        "_cast",
         "_hash",
         "_kind",
-        "_native",
+        "_lanes",
+        "_size",
+        "direct",
         "has_nan",
+        "kind",
         "mn",
         "mx",
         "n",
@@ -158,27 +329,33 @@ class _Accumulator:
         "neg",
         "ninf",
         "pinf",
-        "pos",
-        "s",
-        "sq",
         "zero",
     )
 
-    def __init__(self, dtype: np.dtype, md5: bool) -> None:
+    def __init__(self, dtype: np.dtype, md5: bool, *, bf16: bool = False) -> None:
+        """``bf16``: ``dtype`` is uint16 holding bfloat16 bit patterns."""
         kind = dtype.kind
-        if kind not in "fiubc":
+        if bf16 or _is_bfloat16(dtype):
+            self.kind = _BF16
+        elif kind in "fiu":
+            # a float of another width (long double) is converted to float64 block by block
+            self.kind = _KIND_OF.get((kind, dtype.itemsize), _F64 if kind == "f" else None)
+        elif kind in "bc":
+            self.kind = None
+        else:
+            raise TypeError(f"statistics are not defined for dtype {dtype.str!r}")
+        if self.kind is None and kind not in "bc":
             raise TypeError(f"statistics are not defined for dtype {dtype.str!r}")
         self._kind = kind
-        self._native = dtype.isnative
-        # float16 and long double: convert each block to float64 once and work on that.
-        self._cast = kind == "f" and dtype.itemsize not in (4, 8)
+        self._size = dtype.itemsize
+        # blocks of these bytes go to the kernel as they are (no numpy array, no conversion)
+        self.direct = self.kind is not None and dtype.isnative and (kind != "f" or dtype.itemsize <= 8)
         self._hash = hashlib.md5() if md5 else None
-        self.n = self.neg = self.pos = self.zero = self.nan = self.ninf = self.pinf = 0
+        self._lanes = bytearray(16 * 8)
+        self.n = self.neg = self.zero = self.nan = self.ninf = self.pinf = 0
         self.has_nan = False
         self.mx = -math.inf
         self.mn = math.inf
-        self.s = 0.0
-        self.sq = 0.0
 
     def update(self, c: np.ndarray) -> None:
         """Fold in one 1-D C-contiguous block (at most BLOCK_ELEMS elements)."""
@@ -187,104 +364,57 @@ class _Accumulator:
             return
         if self._hash is not None:
             self._hash.update(c)
-        self.n += m
         kind = self._kind
         if kind == "c":
+            self.n += m
             return
-        if not self._native:
+        if not c.dtype.isnative:
             c = c.astype(c.dtype.newbyteorder("="))
-        if kind == "f":
-            if self._cast:
-                buf = _scratch.f64[:m]
-                np.copyto(buf, c, casting="unsafe")
-                self._update_float(buf, buf)
-            else:
-                self._update_float(c, None)
-        elif kind == "b":
-            k = int(_cnz(c))
-            self.pos += k
-            self.zero += m - k
-            self.s += k
-            self.sq += k
+        if kind == "b":
+            self.n += m
+            self.neg += int(_cnz(c))  # bool: the True count, kept in `neg` (see result)
+            return
+        if self.kind == _BF16:
+            c = c.view(np.uint16)
+        elif c.dtype.itemsize != self._size or (kind == "f" and self._size > 8):
+            c = c.astype(np.float64)
+        self._fold(c, m)
+
+    def update_bytes(self, buf: memoryview, m: int) -> None:
+        """Fold in ``m`` elements given as raw bytes; only when ``direct``."""
+        if self._hash is not None:
+            self._hash.update(buf)
+        if _kernel is None:
+            self._fold(np.frombuffer(buf, _NATIVE[self.kind], m), m)
         else:
-            self._update_int(c)
+            self._fold(buf, m)
 
-    def _update_float(self, c: np.ndarray, f64: np.ndarray | None) -> None:
-        m = c.shape[0]
-        mask = _scratch.mask[:m]
-        mx = float(_maxr(c))
-        mn = float(_minr(c))
-        if mx != mx:  # np.maximum propagates NaN: this block has at least one
-            self.has_nan = True
-            nan = int(_cnz(np.isnan(c, out=mask)))
-            neg = int(_cnz(np.less(c, 0, out=mask)))
-            pos = int(_cnz(np.greater(c, 0, out=mask)))
-            self.nan += nan
-            self.neg += neg
-            self.pos += pos
-            self.zero += m - nan - neg - pos
-            inf = int(_cnz(np.isinf(c, out=mask)))
-            if inf:
-                ninf = int(_cnz(np.equal(c, -math.inf, out=mask)))
-                self.ninf += ninf
-                self.pinf += inf - ninf
-            return
-        # No NaN here, so max/min finite means every element is finite.
-        if mx == math.inf:
-            self.pinf += int(_cnz(np.equal(c, math.inf, out=mask)))
-        if mn == -math.inf:
-            self.ninf += int(_cnz(np.equal(c, -math.inf, out=mask)))
-        self._signs(c, m, mx, mn, float_zero=True)
-        if self.has_nan:
-            return  # max/min/avg/l2norm are NaN whatever else comes
-        self.mx = max(self.mx, mx)
-        self.mn = min(self.mn, mn)
-        if f64 is None:
-            if c.dtype.itemsize == 8:
-                f64 = c
-            else:
-                f64 = _scratch.f64[:m]
-                np.copyto(f64, c)
-        if max(mx, -mn) > 1e140:  # inf - inf, or squares past float64: IEEE results, no warnings
-            with np.errstate(over="ignore", invalid="ignore"):
-                s, sq = _dot_sums(f64)
+    def _fold(self, c, m: int) -> None:
+        kind = self.kind
+        phase = self.n & (LANES - 1)
+        self.n += m
+        k = _kernel
+        if k is not None:
+            neg, zero, nan, mx, mn = k.block(c, kind, phase, self._lanes)
+            if kind <= _F64:
+                if mx == _INF:
+                    self.pinf += k.count(c, kind, _INF)
+                if mn == -_INF:
+                    self.ninf += k.count(c, kind, -_INF)
         else:
-            s, sq = _dot_sums(f64)
-        self.s += s
-        self.sq += sq
-
-    def _update_int(self, c: np.ndarray) -> None:
-        m = c.shape[0]
-        mx = int(_maxr(c))
-        mn = int(_minr(c))
-        self._signs(c, m, mx, mn, float_zero=False)
-        self.mx = max(self.mx, mx)
-        self.mn = min(self.mn, mn)
-        f64 = _scratch.f64[:m]
-        np.copyto(f64, c, casting="unsafe")
-        s, sq = _dot_sums(f64)
-        self.s += s
-        self.sq += sq
-
-    def _signs(self, c: np.ndarray, m: int, mx: float, mn: float, *, float_zero: bool) -> None:
-        """neg/pos/zero counts of a NaN-free block; max and min spare the passes they can."""
-        if mn > 0:
-            self.pos += m
-            return
-        if mx < 0:
-            self.neg += m
-            return
-        # count_nonzero is SIMD for integers but a slow per-element loop for floats.
-        zero = int(_cnz(np.equal(c, 0, out=_scratch.mask[:m]))) if float_zero else m - int(_cnz(c))
+            neg, zero, nan, ninf, pinf, mx, mn = _np_block(c, kind, phase, self._lanes, not self.has_nan)
+            self.ninf += ninf
+            self.pinf += pinf
+        self.neg += neg
         self.zero += zero
-        if mn == 0:
-            self.pos += m - zero
-        elif mx == 0:
-            self.neg += m - zero
-        else:
-            neg = int(_cnz(np.less(c, 0, out=_scratch.mask[:m])))
-            self.neg += neg
-            self.pos += m - zero - neg
+        if nan:
+            self.nan += nan
+            self.has_nan = True
+        elif not self.has_nan:
+            if mx > self.mx:
+                self.mx = mx
+            if mn < self.mn:
+                self.mn = mn
 
     def result(self) -> dict[str, float | int | str | None]:
         """The STAT_VALUE_FIELDS record."""
@@ -293,11 +423,19 @@ class _Accumulator:
         out["count"] = n
         if self._hash is not None:
             out["md5"] = self._hash.hexdigest()
-        if self._kind == "c":
+        kind = self._kind
+        if kind == "c":
+            return out
+        if kind == "b":
+            true = self.neg
+            out.update(neg_count=0, pos_count=true, nan_count=0, neg_inf_count=0, pos_inf_count=0)
+            out.update(zero_count=n - true, l2norm=math.sqrt(true))
+            if n:
+                out.update(max=1.0 if true else 0.0, min=0.0 if true < n else 1.0, avg=true / n)
             return out
         out.update(
             neg_count=self.neg,
-            pos_count=self.pos,
+            pos_count=n - self.neg - self.zero - self.nan,
             nan_count=self.nan,
             neg_inf_count=self.ninf,
             pos_inf_count=self.pinf,
@@ -309,13 +447,22 @@ class _Accumulator:
         if self.has_nan:
             out.update(max=_NAN, min=_NAN, avg=_NAN, l2norm=_NAN)
             return out
-        if self._kind == "b":
-            out.update(max=1.0 if self.pos else 0.0, min=0.0 if self.zero else 1.0)
-        else:
-            out.update(max=float(self.mx), min=float(self.mn))
-        out["avg"] = self.s / n
-        out["l2norm"] = math.sqrt(self.sq)
+        ln = _unpack_lanes(self._lanes)
+        # left to right: ((lane0 + lane1) + lane2) ... + lane7, as the module docstring defines
+        s = ln[0] + ln[1] + ln[2] + ln[3] + ln[4] + ln[5] + ln[6] + ln[7]
+        q = ln[8] + ln[9] + ln[10] + ln[11] + ln[12] + ln[13] + ln[14] + ln[15]
+        # + 0.0 turns a -0.0 max/min into +0.0 (which zero numpy or SIMD max returns is unspecified)
+        out.update(max=self.mx + 0.0, min=self.mn + 0.0, avg=s / n, l2norm=math.sqrt(q))
         return out
+
+
+_unpack_lanes = struct.Struct("=16d").unpack
+_NATIVE = {k: np.dtype(name if k != _BF16 else "uint16") for k, name in enumerate(_KINDS)}
+
+
+def _is_bfloat16(dtype: np.dtype) -> bool:
+    """An ``ml_dtypes.bfloat16`` array (without importing ml_dtypes)."""
+    return dtype.itemsize == 2 and dtype.kind == "V" and dtype.name == "bfloat16"
 
 
 def compute_stats(arr: np.ndarray, *, md5: bool = False) -> dict[str, float | int | str | None]:
@@ -348,9 +495,11 @@ def compute_stats(arr: np.ndarray, *, md5: bool = False) -> dict[str, float | in
 
 
 def _nbytes(dtype: np.dtype, shape: Sequence[int]) -> tuple[int, int]:
-    count = math.prod(int(d) for d in shape)
-    if count < 0 or any(int(d) < 0 for d in shape):
-        raise ValueError(f"negative dimension in shape {tuple(shape)}")
+    if type(shape) is not tuple or not all(type(d) is int for d in shape):
+        shape = tuple(int(d) for d in shape)
+    if shape and min(shape) < 0:
+        raise ValueError(f"negative dimension in shape {shape}")
+    count = math.prod(shape)
     return count, count * dtype.itemsize
 
 
@@ -412,9 +561,10 @@ def _stats_from_file(
     path: str, data_offset: int, stored_dtype: str, shape: Sequence[int], md5: bool
 ) -> dict[str, float | int | str | None]:
     """Stats of the tensor data in a file, read block by block into a reused buffer."""
-    dtype = _check_dtype(stored_dtype)
+    bf16 = stored_dtype == "bfloat16"
+    dtype = _BF16_BITS if bf16 else _check_dtype(stored_dtype)
     _, nbytes = _nbytes(dtype, shape)
-    acc = _Accumulator(dtype, md5)
+    acc = _Accumulator(dtype, md5, bf16=bf16)
     itemsize = dtype.itemsize
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -423,7 +573,9 @@ def _stats_from_file(
             if size < data_offset:
                 raise TruncatedTensorError(f"file has {size} bytes, header promises {data_offset}")
             return acc.result()
-        step = BLOCK_ELEMS * itemsize
+        direct = acc.direct and _kernel is not None
+        # the C kernel takes any length: bigger reads, fewer Python steps (still L2-sized)
+        step = _DIRECT_READ if direct else BLOCK_ELEMS * itemsize
         buf = _scratch.read
         if len(buf) < step:
             buf = bytearray(step)
@@ -432,13 +584,19 @@ def _stats_from_file(
         left = nbytes
         while left:
             want = min(left, step)
-            got = _read_into(fd, mv[:want], pos)
+            view = mv[:want]
+            got = os.preadv(fd, [view], pos)
             if got < want:
-                size = os.fstat(fd).st_size
-                raise TruncatedTensorError(
-                    f"file has {size} bytes, data needs {nbytes} bytes from offset {data_offset}"
-                )
-            acc.update(np.frombuffer(buf, dtype=dtype, count=want // itemsize))
+                got += _read_into(fd, view[got:], pos + got)
+                if got < want:
+                    size = os.fstat(fd).st_size
+                    raise TruncatedTensorError(
+                        f"file has {size} bytes, data needs {nbytes} bytes from offset {data_offset}"
+                    )
+            if direct:
+                acc.update_bytes(view, want // itemsize)
+            else:
+                acc.update(np.frombuffer(buf, dtype=dtype, count=want // itemsize))
             pos += want
             left -= want
     finally:
@@ -491,7 +649,7 @@ def _run_batch(batch: list[_JobTuple], md5: bool) -> list[_Result]:
     out: list[_Result] = []
     for row_id, path, offset, stored_dtype, shape, fmt, host_shape in batch:
         try:
-            if stored_dtype in SPECIAL_STORED or host_shape is not None:
+            if host_shape is not None or (stored_dtype in SPECIAL_STORED and stored_dtype != "bfloat16"):
                 out.append(
                     (row_id, _stats_of_decoded(path, offset, stored_dtype, shape, fmt, host_shape, md5), None)
                 )
@@ -507,7 +665,8 @@ def _job_tuple(job: StatJob) -> tuple[_JobTuple, int]:
     try:
         shape = tuple(int(d) for d in job.shape)
         host = None if job.host_shape is None else tuple(int(d) for d in job.host_shape)
-        itemsize = 1 if job.stored_dtype in SPECIAL_STORED else np.dtype(job.stored_dtype).itemsize
+        st = job.stored_dtype
+        itemsize = (2 if st == "bfloat16" else 1) if st in SPECIAL_STORED else np.dtype(st).itemsize
         # absolute: an idle helper kept from an earlier call may have another working directory
         path = os.path.abspath(job.path)
         return (job.row_id, path, job.data_offset, job.stored_dtype, shape, job.format, host), math.prod(
