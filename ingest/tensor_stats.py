@@ -192,8 +192,14 @@ class _Scratch(threading.local):
     """Reusable block buffers: fresh 512 KiB allocations would page-fault on every block."""
 
     def __init__(self) -> None:
-        # float64 copy of a block for the fallback's sums, with room for the running lanes before it
-        self.f64 = np.empty(BLOCK_ELEMS + 2 * LANES, np.float64)
+        # the fallback's sums (_np_lane_sums): running lanes, then rows of 8 elements + i * squares
+        self.grid = np.empty((BLOCK_ELEMS // LANES + 1, LANES), np.complex128)
+        self.grid_flat = self.grid.reshape(-1).view(np.float64)  # contiguous: views, never copies
+        self.grid_re = self.grid_flat[2 * LANES :: 2]
+        self.grid_im = self.grid_flat[2 * LANES + 1 :: 2]
+        self.grid_out = np.empty(LANES, np.complex128)
+        self.grid_out_flat = self.grid_out.view(np.float64)
+        self.f32 = np.empty(BLOCK_ELEMS, np.float32)  # float16 widened (fallback)
         self.u32 = np.empty(BLOCK_ELEMS, np.uint32)  # bfloat16 widened to float32 bits (fallback)
         self.mask = np.empty(BLOCK_ELEMS, np.bool_)
         self.read = bytearray(BLOCK_ELEMS * 16)
@@ -207,35 +213,42 @@ _addr = np.add.reduce
 _cnz = np.count_nonzero
 
 
-def _np_lane_sums(x: np.ndarray, base: np.ndarray, head: int, phase: int, lanes: np.ndarray) -> None:
-    """Fold the float64 block ``x`` into the 16 running ``lanes`` (sums 0..7, squares 8..15), exactly as
-    the C kernel does. ``x`` is ``base[16 - head : 16 - head + m]``: its first ``head`` elements finish the
-    lanes ``phase..7`` of the previous group of 8, the whole groups that follow start at ``base[16]``, and
-    ``base[8:16]`` is free for the running lanes: ``np.add.reduce`` over axis 0 of the (groups + 1, 8)
-    array then adds row after row to each lane, the same order as the kernel (a reduction over a
-    non-innermost axis runs row by row; tests/test_fused_stats.py checks this numpy does)."""
-    m = x.shape[0]
-    s = lanes[:LANES]
-    q = lanes[LANES:]
+def _np_lane_sums(v: np.ndarray, phase: int, lanes: np.ndarray) -> None:
+    """Fold the block ``v`` (any real dtype, converted to float64 as a C cast does) into the 16 running
+    ``lanes`` (sums 0..7, sums of squares 8..15), exactly as the C kernel does.
+
+    The first ``head`` elements finish the lanes ``phase..7`` of the previous group of 8. The whole
+    groups that follow are rows 1.. of a (groups + 1, 8) complex128 array whose real parts are the
+    elements and imaginary parts their squares; row 0 holds the running lanes (sum + i * squares).
+    ``np.add.reduce`` over axis 0 adds row after row into each column (a reduction over a non-innermost
+    axis runs row by row; complex addition is two independent IEEE additions), which is the kernel's
+    order, sums and squares in one numpy call. tests/test_fused_stats.py checks that this numpy does so.
+    """
+    m = v.shape[0]
+    head = min((LANES - phase) & (LANES - 1), m)
     if head:
-        h = x[:head]
-        s[phase : phase + head] += h
-        q[phase : phase + head] += h * h
+        h = v[:head].astype(np.float64)
+        lanes[phase : phase + head] += h
+        lanes[LANES + phase : LANES + phase + head] += h * h
     rows = (m - head) >> 3
-    end = 2 * LANES + rows * LANES
     if rows:
-        grid = base[LANES:end].reshape(rows + 1, LANES)
-        base[LANES : 2 * LANES] = s
-        _addr(grid, axis=0, out=s)
-        body = base[2 * LANES : end]
-        np.multiply(body, body, out=body)
-        base[LANES : 2 * LANES] = q
-        _addr(grid, axis=0, out=q)
+        sc = _scratch
+        flat = sc.grid_flat
+        flat[0 : 2 * LANES : 2] = lanes[:LANES]
+        flat[1 : 2 * LANES : 2] = lanes[LANES:]
+        k = rows * LANES
+        re = sc.grid_re[:k]
+        np.copyto(re, v[head : head + k], casting="unsafe")
+        np.multiply(re, re, out=sc.grid_im[:k])
+        _addr(sc.grid[: rows + 1], axis=0, out=sc.grid_out)
+        out = sc.grid_out_flat
+        lanes[:LANES] = out[0::2]
+        lanes[LANES:] = out[1::2]
     r = m - head - rows * LANES
     if r:
-        t = base[end : end + r]
-        s[:r] += t
-        q[:r] += t * t
+        t = v[m - r :].astype(np.float64)
+        lanes[:r] += t
+        lanes[LANES : LANES + r] += t * t
 
 
 def _np_signs(c: np.ndarray, m: int, mx, mn, *, float_zero: bool) -> tuple[int, int]:
@@ -259,15 +272,10 @@ def _np_block(c: np.ndarray, kind: int, phase: int, lanes: bytearray, sums: bool
     ``(neg, zero, nan, ninf, pinf, max, min)``; max/min are meaningless if nan > 0. ``sums=False``
     skips the lane sums (a NaN came earlier: they will not be used)."""
     m = c.shape[0]
-    base = _scratch.f64
-    head = min((LANES - phase) & (LANES - 1), m)
-    x = base[2 * LANES - head : 2 * LANES - head + m]  # where the float64 copy goes (_np_lane_sums)
-    have_x = False
-    if kind == _F16:  # float16 comparisons are slow in numpy: convert first, exactly
-        np.copyto(x, c, casting="unsafe")
-        v = x
-        have_x = True
-    elif kind == _BF16:
+    if kind == _F16:  # float16 comparisons are slow in numpy: widen first (exact)
+        v = _scratch.f32[:m]
+        np.copyto(v, c)
+    elif kind == _BF16:  # the high half of a float32
         u = _scratch.u32[:m]
         np.copyto(u, c, casting="unsafe")
         np.left_shift(u, 16, out=u)
@@ -300,14 +308,12 @@ def _np_block(c: np.ndarray, kind: int, phase: int, lanes: bytearray, sums: bool
         mx = float(imx)
         mn = float(imn)
     if sums:
-        if not have_x:
-            np.copyto(x, v, casting="unsafe")
         lane_view = np.frombuffer(lanes, np.float64)
         if mx > 1e150 or mn < -1e150:  # inf - inf, or squares past float64: IEEE results, no warnings
             with np.errstate(over="ignore", invalid="ignore"):
-                _np_lane_sums(x, base, head, phase, lane_view)
+                _np_lane_sums(v, phase, lane_view)
         else:
-            _np_lane_sums(x, base, head, phase, lane_view)
+            _np_lane_sums(v, phase, lane_view)
     return neg, zero, nan, ninf, pinf, mx, mn
 
 

@@ -242,21 +242,31 @@ def test_sums_follow_the_documented_order(tmp_path: Path, dtype: str, n: int) ->
 
 
 def test_numpy_reduces_a_non_innermost_axis_row_by_row() -> None:
-    """The fallback relies on np.add.reduce(a, axis=0) of a C-contiguous (rows, 8) array adding row
-    after row into each column (no pairwise summation, no reordering). Checked on data where any
-    other order changes the bits, for this numpy."""
+    """The fallback relies on np.add.reduce(a, axis=0, out=...) of a C-contiguous (rows, 8) complex128
+    array (real: elements, imaginary: squares) adding row after row into each column, real and
+    imaginary parts as two independent IEEE additions (no pairwise summation, no reordering). Checked
+    on data where any other order changes the bits, for this numpy."""
     rng = np.random.default_rng(0)
-    for rows in (2, 3, 9, 129, 1000, 8193):
-        a = rng.standard_normal((rows, LANES)) * 10.0 ** rng.integers(-8, 17, (rows, LANES))
-        want = a[0].tolist()
-        for row in a[1:].tolist():
-            want = [w + v for w, v in zip(want, row, strict=True)]
-        out = np.empty(LANES)
+
+    def wild(rows: int) -> np.ndarray:
+        return rng.standard_normal((rows, LANES)) * 10.0 ** rng.integers(-8, 17, (rows, LANES))
+
+    for rows in (2, 3, 9, 129, 1000, BLOCK_ELEMS // LANES + 1):
+        a = wild(rows) + 1j * wild(rows)
+        want_re, want_im = a[0].real.tolist(), a[0].imag.tolist()
+        for row in a[1:]:
+            want_re = [w + v for w, v in zip(want_re, row.real.tolist(), strict=True)]
+            want_im = [w + v for w, v in zip(want_im, row.imag.tolist(), strict=True)]
+        out = np.empty(LANES, np.complex128)
         np.add.reduce(a, axis=0, out=out)
-        assert [bits(v) for v in out.tolist()] == [bits(v) for v in want]
+        assert [bits(v) for v in out.real.tolist()] == [bits(v) for v in want_re]
+        assert [bits(v) for v in out.imag.tolist()] == [bits(v) for v in want_im]
     # and the check has teeth: numpy's pairwise sum over a contiguous axis differs on such data
-    a = rng.standard_normal((8193, LANES)) * 10.0 ** rng.integers(-8, 17, (8193, LANES))
+    a = wild(8193)
     assert not np.array_equal(np.add.reduce(np.ascontiguousarray(a.T), axis=1), np.add.reduce(a, axis=0))
+    # the fallback's scratch views are views (a reshape that silently copied would lose the data)
+    sc = ts._scratch
+    assert np.shares_memory(sc.grid_re, sc.grid) and np.shares_memory(sc.grid_im, sc.grid)
 
 
 # -- MindSpore semantics on hand-computed examples, on both backends ---------------------------------
