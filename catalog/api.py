@@ -52,6 +52,7 @@ class Catalog:
         self._token: tuple[int, int] | None = None
         self._files: dict[str, list[str]] = {}
         self._index = TensorIndex()
+        self._flat_index: list[str] | None = None
         self._roots: dict[str, str] = {}
 
     # -- opening ---------------------------------------------------------------------------
@@ -78,8 +79,10 @@ class Catalog:
             token = self.store.snapshot_token()
             if token == self._token:
                 return
-            self._files = self.store.table_files()
-            define_views(self._con, self._files)
+            snap = self.store.snapshot()
+            self._files = self.store.table_files(snap)
+            self._flat_index = self.store.flat_index_files(snap)
+            define_views(self._con, self._files, self.store.flat_files(snap))
             self._roots = {}
             self._token = token
 
@@ -134,7 +137,7 @@ class Catalog:
         """Absolute file path and layout of a tensor, or TensorNotFoundError."""
         self.refresh()
         with self._lock:
-            self._index.sync(self._files["tensors"])
+            self._index.sync(self._files["tensors"], self._flat_index)
             loc = self._index.find(int(row_id))
             if loc is None:
                 raise TensorNotFoundError(f"no tensor with row id {row_id} in catalog {self.path}")

@@ -27,12 +27,14 @@ from collections import OrderedDict
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from catalog import pg_catalog
 from catalog.guard import MAX_EXPRESSION_DEPTH
-from catalog.views import view_sql_files
+from catalog.views import FLAT_VIEWS, view_sql_files
 from ingest.schema import TABLES
 from ingest.store import CatalogStore
 
@@ -54,12 +56,14 @@ def engine_config(memory_limit: str, threads: int) -> dict[str, str]:
     }
 
 
-def build_views_database(folder: str | os.PathLike) -> Path:
+def build_views_database(folder: str | os.PathLike, *, flat: bool = True) -> Path:
     """Write the view definitions (no data) into `folder/catalog_views.duckdb` and return its path.
 
     The `raw_<table>` relations the views read are registered as empty Arrow tables while the
     views are created (DuckDB binds a view when it is created); at query time each cursor
-    registers the live datasets under the same names.
+    registers the live datasets under the same names. With `flat` (a catalog with flat files,
+    ingest/flat.py), `tensors` and `stats` read the relations `flat_tensors` and `flat_stats`,
+    registered the same way; without, they resolve names at query time.
     """
     path = Path(folder) / f"{VIEWS_DB_NAME}.duckdb"
     con = duckdb.connect(str(path), config={"autoinstall_known_extensions": "false",
@@ -69,6 +73,10 @@ def build_views_database(folder: str | os.PathLike) -> Path:
             con.register(f"raw_{table}", schema.empty_table())
         for _name, text in view_sql_files():
             con.execute(text)
+        if flat:
+            for view in FLAT_VIEWS:
+                con.register(f"flat_{view}", con.sql(f"SELECT * FROM {view}_resolved").to_arrow_table())
+                con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM flat_{view}")
         pg_catalog.install(con)
         con.execute("CHECKPOINT")
     finally:
@@ -109,7 +117,9 @@ class ContainedEngine:
         token = self.store.snapshot_token()
         if token == self._token:
             return
-        files = self.store.table_files()
+        snap = self.store.snapshot()
+        files = self.store.table_files(snap)
+        self._flat = self.store.flat_files(snap)
         datasets = {}
         for table, schema in TABLES.items():
             live = files.get(table, [])
@@ -117,6 +127,13 @@ class ContainedEngine:
                 datasets[table] = ds.dataset(live, schema=schema, format="parquet", filesystem=self._fs)
             else:
                 datasets[table] = ds.dataset(schema.empty_table())
+        if self._flat is not None:
+            for view, live in self._flat.items():
+                # The schema of the files' own (all written by DuckDB from the same view).
+                schema = pa.unify_schemas([pq.read_schema(f) for f in live]) if live else None
+                datasets[f"flat_{view}"] = (
+                    ds.dataset(live, schema=schema, format="parquet", filesystem=self._fs) if live else None
+                )
         self._datasets = datasets
         self._token = token
 
@@ -129,8 +146,13 @@ class ContainedEngine:
         else:
             cur, token = entry
         if token != self._token:
-            for table, dataset in self._datasets.items():
-                cur.register(f"raw_{table}", dataset)
+            for table in TABLES:
+                cur.register(f"raw_{table}", self._datasets[table])
+            for view in FLAT_VIEWS:
+                dataset = self._datasets.get(f"flat_{view}")
+                if dataset is None:  # no flat files (yet): the view's rows resolved here, in memory
+                    dataset = cur.sql(f"SELECT * FROM {view}_resolved").to_arrow_table()
+                cur.register(f"flat_{view}", dataset)
             token = self._token
         self._cursors[session] = (cur, token)
         while len(self._cursors) > self._max_cursors:

@@ -151,7 +151,9 @@ class Server:
         self.store = CatalogStore(catalog_path)  # a CatalogError here: not a catalog
         self.catalog_path = self.store.root
         self._folder = private_folder()
-        views_db = build_views_database(self._folder)
+        # A catalog from before flat files gets them from its first writer: the watcher, or here.
+        flat = watch is not None or self.store.upgrade()
+        views_db = build_views_database(self._folder, flat=flat)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         threads = self.limits.threads or max(1, cores // self.limits.max_concurrent)
         self.worker_config = {

@@ -31,21 +31,24 @@ def _quote_literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def raw_view_sql(table: str, files: list[str], missing: tuple[str, ...] = ()) -> str:
-    """SQL for `raw_<table>`: the table's live parquet files, or an empty typed relation.
+def raw_view_sql(
+    table: str, files: list[str], missing: tuple[str, ...] = (), *, view: str | None = None
+) -> str:
+    """SQL for `raw_<table>` (or `view`): the table's live parquet files, or an empty typed relation.
 
     `missing` names schema columns none of the files has (written by an older dumpcat): they
     read as NULL, so the views over them keep working on old catalogs."""
+    name = view or f"raw_{table}"
     if files:
         listing = ", ".join(_quote_literal(f) for f in files)
         fields = {f.name: f for f in TABLES[table]}
         extra = "".join(f", CAST(NULL AS {_DUCK_TYPES[fields[c].type]}) AS {c}" for c in missing)
         return (
-            f"CREATE OR REPLACE VIEW raw_{table} AS "
+            f"CREATE OR REPLACE VIEW {name} AS "
             f"SELECT *{extra} FROM read_parquet([{listing}], union_by_name = true, hive_partitioning = false)"
         )
     cols = ", ".join(f"CAST(NULL AS {_DUCK_TYPES[f.type]}) AS {f.name}" for f in TABLES[table])
-    return f"CREATE OR REPLACE VIEW raw_{table} AS SELECT {cols} WHERE false"
+    return f"CREATE OR REPLACE VIEW {name} AS SELECT {cols} WHERE false"
 
 
 def view_sql_files() -> list[tuple[str, str]]:
@@ -66,16 +69,59 @@ def query_text(name: str) -> str:
 _DEFINED = "dumpcat_views_defined"
 
 
-def define_views(con: duckdb.DuckDBPyConnection, table_files: dict[str, list[str]]) -> None:
-    """(Re)create the raw views for the given live files, and the views of sql/*.sql once."""
-    for table, schema in TABLES.items():
-        files = table_files.get(table, [])
-        con.execute(raw_view_sql(table, files))
-        if files:
-            present = {row[0] for row in con.execute(f"DESCRIBE raw_{table}").fetchall()}
-            missing = tuple(name for name in schema.names if name not in present)
-            if missing:
-                con.execute(raw_view_sql(table, files, missing))
+def define_raw_view(
+    con: duckdb.DuckDBPyConnection, table: str, files: list[str], view: str | None = None
+) -> None:
+    """Create `raw_<table>` (or `view`) over `files`, reading columns older files lack as NULL."""
+    con.execute(raw_view_sql(table, files, view=view))
+    if files:
+        present = {row[0] for row in con.execute(f"DESCRIBE {view or 'raw_' + table}").fetchall()}
+        missing = tuple(name for name in TABLES[table].names if name not in present)
+        if missing:
+            con.execute(raw_view_sql(table, files, missing, view=view))
+
+
+def define_views(
+    con: duckdb.DuckDBPyConnection,
+    table_files: dict[str, list[str]],
+    flat_files: dict[str, list[str]] | None = None,
+) -> None:
+    """(Re)create the raw views for the given live files, and the views of sql/*.sql once.
+
+    `flat_files` lists the catalog's flat `tensors` and `stats` files (ingest/flat.py) when it has
+    them: those two views then read the flat files; otherwise they resolve names at query time."""
+    for table in TABLES:
+        define_raw_view(con, table, table_files.get(table, []))
+    define_sql_views(con)
+    for view in FLAT_VIEWS:
+        if flat_files is None:
+            con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM {view}_resolved")
+        else:
+            con.execute(flat_view_sql(view, flat_files.get(view, [])))
+
+
+# Views whose rows dumpcat stores resolved at commit time (ingest/flat.py), and so read flat.
+FLAT_VIEWS = ("tensors", "stats")
+
+
+def flat_view_sql(view: str, files: list[str]) -> str:
+    """`view` over its flat files (an empty catalog: the query-time view, which has no rows)."""
+    if not files:
+        return f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM {view}_resolved"
+    listing = ", ".join(_quote_literal(f) for f in files)
+    return (
+        f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM "
+        f"read_parquet([{listing}], union_by_name = true, hive_partitioning = false)"
+    )
+
+
+def define_sql_views(con: duckdb.DuckDBPyConnection, names: tuple[str, ...] | None = None) -> None:
+    """Run sql/*.sql (or only the files named) on `con`, once per connection."""
+    if names is not None:
+        for name, text in view_sql_files():
+            if name in names:
+                con.execute(text)
+        return
     defined = con.execute(
         "SELECT count(*) FROM duckdb_views() WHERE view_name = ? AND database_name = current_database()",
         [_DEFINED],

@@ -323,6 +323,7 @@ class Ingester:
                 self._load_state()
                 self.scan_all()
                 self.flush()
+                self.store.finish_run(self.run)
         finally:
             if gc_was_enabled:
                 gc.enable()

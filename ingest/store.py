@@ -31,6 +31,7 @@ from urllib.parse import quote
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ingest import flat
 from ingest.schema import TABLES
 
 FORMAT_VERSION = 1
@@ -61,6 +62,7 @@ class CatalogStore:
 
     def __init__(self, root: str | os.PathLike, *, create: bool = False) -> None:
         self.root = Path(root).absolute()
+        self._flat: flat.FlatWriter | None = None
         marker = self.root / MARKER
         if not marker.exists():
             if not create:
@@ -77,7 +79,7 @@ class CatalogStore:
             try:
                 self.root.mkdir(parents=True, exist_ok=True)
                 (self.root / "data").mkdir(exist_ok=True)
-                write_json_atomic(self.root / SNAPSHOT, {"version": 0, "batches": []})
+                write_json_atomic(self.root / SNAPSHOT, {"version": 0, "batches": [], "flat": empty_flat()})
                 write_json_atomic(marker, {"format": "dumpcat", "version": FORMAT_VERSION})
             except OSError as exc:
                 raise CatalogError(f"cannot create catalog at {self.root}: {exc.strerror}") from exc
@@ -106,6 +108,24 @@ class CatalogStore:
             raise CatalogError(f"cannot read {self.root / SNAPSHOT}: {exc.strerror}") from exc
         return (st.st_mtime_ns, st.st_ino)
 
+    def flat_files(self, snapshot: dict | None = None) -> dict[str, list[str]] | None:
+        """Absolute paths of the flat `tensors`/`stats` files (ingest/flat.py), or None for a
+        catalog written before they existed (its views resolve names at query time)."""
+        snap = snapshot if snapshot is not None else self.snapshot()
+        if "flat" not in snap:
+            return None
+        return {
+            name: [str(self.root / e["path"] / flat.DATA_FILE) for e in entries]
+            for name, entries in snap["flat"].items()
+        }
+
+    def flat_index_files(self, snapshot: dict | None = None) -> list[str] | None:
+        """The location sidecars of the flat tensors files (for `Catalog.tensor`), or None."""
+        snap = snapshot if snapshot is not None else self.snapshot()
+        if "flat" not in snap:
+            return None
+        return [str(self.root / e["path"] / flat.INDEX_FILE) for e in snap["flat"].get("tensors", [])]
+
     def table_files(self, snapshot: dict | None = None) -> dict[str, list[str]]:
         """Absolute parquet paths per table for a snapshot."""
         snap = snapshot if snapshot is not None else self.snapshot()
@@ -130,19 +150,68 @@ class CatalogStore:
                 raise CatalogError(f"another dumpcat process is writing to {self.root}") from exc
             self._remove_uncommitted()
             self.purge_retired()
+            snap = self.snapshot()
+            if "flat" not in snap:  # a catalog from before flat files: give it them once
+                self._retire(snap, self._flat_writer().build_all(snap))
+                self._commit_snapshot(snap)
             yield
         finally:
+            if self._flat is not None:
+                self._flat.close()
+                self._flat = None
             os.close(fd)
+
+    def upgrade(self) -> bool:
+        """Give a catalog from before flat files its flat files now, if no other process is writing
+        and the directory is writable; True when the catalog has them."""
+        if "flat" in self.snapshot():
+            return True
+        try:
+            with self.writer_lock(wait=False):
+                pass
+        except (CatalogError, OSError):
+            return False
+        return "flat" in self.snapshot()
+
+    def _flat_writer(self) -> flat.FlatWriter:
+        if self._flat is None:
+            self._flat = flat.FlatWriter(self)
+        return self._flat
+
+    @staticmethod
+    def _retire(snap: dict, paths: list[str]) -> None:
+        """Mark directories no longer in `snap` for deletion once readers have moved on."""
+        if paths:
+            now = time.time()
+            snap.setdefault("retired", []).extend({"path": p, "at": now} for p in paths)
+
+    def finish_run(self, run: str) -> None:
+        """A one-shot ingest of `run` ended: merge its flat files into one per table, so queries
+        read one file (the watcher never calls this; its files stay merged by size tiers).
+        Caller holds writer_lock."""
+        snap = self.snapshot()
+        if "flat" not in snap:
+            return
+        retired = self._flat_writer().consolidate(snap, run)
+        if retired:
+            self._retire(snap, retired)
+            self._commit_snapshot(snap)
 
     def _remove_uncommitted(self) -> None:
         """Delete batch directories the snapshot does not know: what a crashed writer wrote but
         never committed. Retired batches stay until `purge_retired` finds them old enough."""
         snap = self.snapshot()
         live = {b["path"] for b in snap["batches"]} | {r["path"] for r in snap.get("retired", [])}
+        live |= {e["path"] for entries in snap.get("flat", {}).values() for e in entries}
         data = self.root / "data"
         if not data.exists():
             return
         for run_dir in data.iterdir():
+            if run_dir.name == "flat":
+                for fdir in (d for table in run_dir.iterdir() for d in table.iterdir()):
+                    if f"data/flat/{fdir.parent.name}/{fdir.name}" not in live:
+                        shutil.rmtree(fdir, ignore_errors=True)
+                continue
             for bdir in run_dir.iterdir():
                 rel = f"data/{run_dir.name}/{bdir.name}"
                 if rel not in live:
@@ -156,6 +225,8 @@ class CatalogStore:
         entry = self._write_batch(run, tables)
         snap = self.snapshot()
         snap["batches"].append(entry)
+        if "flat" in snap:
+            self._retire(snap, self._flat_writer().after_batch(snap, entry))
         self._commit_snapshot(snap)
         return entry["id"]
 
@@ -234,8 +305,8 @@ class CatalogStore:
         batches = [b for j, b in enumerate(snap["batches"]) if j not in merged_away]
         batches[group[0]] = entry
         snap["batches"] = batches
-        now = time.time()
-        snap.setdefault("retired", []).extend({"path": b["path"], "at": now} for b in old)
+        flat.rename_sources(snap, {b["id"] for b in old}, entry["id"])
+        self._retire(snap, [b["path"] for b in old])
         self._commit_snapshot(snap)
         return len(group)
 
@@ -253,6 +324,11 @@ class CatalogStore:
         snap["retired"] = [r for r in retired if r["at"] >= cutoff]
         write_json_atomic(self.root / SNAPSHOT, snap)
         return len(gone)
+
+
+def empty_flat() -> dict:
+    """The "flat" part of a new catalog's snapshot: no flat files yet."""
+    return {name: [] for name in flat.FLAT_SOURCES}
 
 
 def write_json_atomic(path: Path, obj: dict, *, durable: bool = True) -> None:

@@ -1,5 +1,12 @@
 -- tensors: one row per tensor file, with its operator's full scope name when it resolves.
-CREATE OR REPLACE VIEW tensors AS
+--
+-- `tensors_resolved` resolves names at query time, from `src_tensors` (the rows to resolve: every
+-- `raw_tensors` row here). dumpcat runs this same view once at commit time over each new batch
+-- (pointing `src_tensors` at the batch's file) and stores the result sorted by row id: the flat
+-- table `tensors` reads when the catalog has one (ingest/flat.py); older catalogs read the view.
+CREATE OR REPLACE VIEW src_tensors AS SELECT * FROM raw_tensors;
+
+CREATE OR REPLACE VIEW tensors_resolved AS
 SELECT t.row_id, t.run, t.rank, t.net, t.graph_id, t.iteration, t.dir_kind,
        t.op_type,
        coalesce(k.full_name, kb.full_name, kr.full_name, t.op_full_name, t.file_op_name) AS op_name,
@@ -15,7 +22,7 @@ SELECT t.row_id, t.run, t.rank, t.net, t.graph_id, t.iteration, t.dir_kind,
        t.rel_path, t.file_name, t.original_name,
        t.data_offset, t.nbytes, t.file_size, t.name_era,
        t.producer, t.host_shape, t.source_row_id
-FROM raw_tensors t
+FROM src_tensors t
 LEFT JOIN op_keys k
        ON k.run = t.run AND k.rank = t.rank AND k.graph_id = t.graph_id AND k.key = t.file_op_name
 LEFT JOIN op_keys_base kb
@@ -29,3 +36,6 @@ LEFT JOIN op_source os
        ON os.run = t.run AND os.rank = t.rank AND os.graph_id IS NOT DISTINCT FROM t.graph_id
       AND os.full_name = coalesce(k.full_name, kb.full_name, kr.full_name, t.op_full_name)
 LEFT JOIN raw_runs r ON r.run = t.run;
+
+-- What users query; redefined over the flat table by catalog/views.py when the catalog has one.
+CREATE OR REPLACE VIEW tensors AS SELECT * FROM tensors_resolved;

@@ -14,10 +14,19 @@
 --   'dumpcat'    computed here, MindSpore's definitions.
 -- has_nan / has_inf answer "does this tensor hold NaN / Inf" under every one of them.
 --
+-- Like `tensors_resolved`, `stats_resolved` resolves at query time and dumpcat stores its result
+-- per batch at commit time (the flat table `stats` reads). The rows to resolve come from
+-- `src_stat_rows` and `src_tensor_stats`; the lookups across rows (does a tensor have a
+-- producer's row? dumpcat's counts of an msprobe tensor) read the raw tables, so they see the
+-- whole catalog whichever rows are being resolved.
+--
 -- The name-resolution joins below are the same as in 30_tensors.sql on purpose: joining `stats`
 -- to the `tensors` view instead would cost a join over every tensor on each query, where these
 -- joins only touch the (small) operator tables after the WHERE clause has filtered the rows.
-CREATE OR REPLACE VIEW stats AS
+CREATE OR REPLACE VIEW src_stat_rows AS SELECT * FROM raw_stat_rows;
+CREATE OR REPLACE VIEW src_tensor_stats AS SELECT * FROM raw_tensor_stats;
+
+CREATE OR REPLACE VIEW stats_resolved AS
 WITH unioned AS (
     SELECT s.row_id, s.stat_id, s.run, s.rank, s.net, s.graph_id, s.iteration, s.op_type, s.file_op_name,
            s.file_op_base, s.timestamp_us, s.io, s.slot, s.data_type AS dtype, s.shape, s.data_size AS nbytes,
@@ -32,7 +41,7 @@ WITH unioned AS (
            coalesce(s.stat_source, 'statistic.csv') AS stat_source,
            coalesce(s.stat_semantics, 'mindspore') AS stat_semantics, s.mismatch,
            s.op_full_name, s.exec_index, s.arg_path, s.requires_grad
-    FROM raw_stat_rows s
+    FROM src_stat_rows s
     LEFT JOIN raw_tensor_stats c ON s.stat_semantics = 'msprobe' AND c.row_id = s.row_id
     UNION ALL
     SELECT row_id, NULL AS stat_id, run, rank, net, graph_id, iteration, op_type, file_op_name, file_op_base,
@@ -41,7 +50,7 @@ WITH unioned AS (
            zero_count, l2norm, md5, 'computed' AS stat_source, 'dumpcat' AS stat_semantics,
            CAST(NULL AS VARCHAR) AS mismatch, op_full_name, CAST(NULL AS BIGINT) AS exec_index,
            CAST(NULL AS VARCHAR) AS arg_path, CAST(NULL AS BOOLEAN) AS requires_grad
-    FROM raw_tensor_stats c
+    FROM src_tensor_stats c
     WHERE NOT EXISTS (SELECT 1 FROM raw_stat_rows s WHERE s.row_id = c.row_id)
 )
 SELECT u.row_id, u.stat_id, u.run, u.rank, u.net, u.graph_id, u.iteration,
@@ -79,4 +88,7 @@ LEFT JOIN op_keys_rank kr
        ON g.graph_id IS NULL AND kr.run = u.run AND kr.rank = u.rank AND kr.key = u.file_op_name
 LEFT JOIN op_source os
        ON os.run = u.run AND os.rank = u.rank AND os.graph_id IS NOT DISTINCT FROM u.graph_id
-      AND os.full_name = coalesce(k.full_name, kb.full_name, kr.full_name, u.op_full_name)
+      AND os.full_name = coalesce(k.full_name, kb.full_name, kr.full_name, u.op_full_name);
+
+-- What users query; redefined over the flat table by catalog/views.py when the catalog has one.
+CREATE OR REPLACE VIEW stats AS SELECT * FROM stats_resolved;

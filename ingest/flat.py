@@ -1,0 +1,340 @@
+"""Resolve once, query flat: the `tensors` and `stats` views stored resolved, sorted by row id.
+
+Name resolution (sql/00_op_keys.sql: which operator a file name means, its execution index and
+source line) and the unions behind `stats` are joins over the operator tables. Run inside every
+query they cost 5-9x a scan of one flat table, and a dashboard runs hundreds of queries. So the
+writer runs them once: when a batch commits, `tensors_resolved` and `stats_resolved` (the
+query-time views, unchanged) are evaluated over that batch's rows alone and the result is written
+as a *flat file*, sorted by row id so that a point lookup reads one row group. Readers'
+`tensors`/`stats` views are then plain scans of the flat files.
+
+A flat file is a function of its *sources* (the batches whose rows it holds) and of the whole
+catalog's operator tables. Those can change after the fact, and the writer keeps the files exact:
+
+- a batch that brings execution orders, graph IR, source lines or the run's row (the tables in
+  `RESOLUTION_INPUTS`) for a (run, rank) re-resolves every flat file holding rows of that rank
+  (the watcher case: an execution order copied after its tensors);
+- a batch that brings a producer's statistic row for a tensor that had computed statistics, or
+  computed counts for an msprobe tensor, re-resolves the stats files holding that row id.
+
+Flat files of a run are merged as they accumulate (four of one size tier into one, so a run has a
+few files per tier) and into one when a one-shot ingest ends. Every change is part of the same
+snapshot rename as the batch that caused it, so readers never see a flat file that disagrees with
+the raw tables. Old files are retired like compacted batches. A tensors file has a sidecar
+`index.arrow` (Arrow IPC, memory-mapped by readers): its location columns, for `Catalog.tensor`.
+
+Layout: data/flat/<table>/<id>/{data.parquet,index.arrow}; snapshot.json's "flat" holds, per
+table, entries {"id", "path", "run", "rows", "sources": [batch ids], "keys": [[run, rank], ...]}.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from ingest.store import CatalogStore
+
+# Flat table -> (query-time view, its source tables: the raw tables whose rows it resolves).
+FLAT_SOURCES: dict[str, tuple[str, ...]] = {"tensors": ("tensors",), "stats": ("stat_rows", "tensor_stats")}
+# Raw tables the resolution reads besides the sources: a batch with rows in any of them may change
+# how earlier rows of the same (run, rank) resolve. tests/test_flat.py checks this against sql/.
+RESOLUTION_INPUTS = ("ops", "ir_nodes", "source_lines", "runs")
+# sql/ files that define the query-time views (the writer needs nothing else).
+RESOLUTION_SQL = ("00_op_keys.sql", "05_graph.sql", "30_tensors.sql", "40_stats.sql")
+# Sort order of each flat table (row id first: point lookups prune by row-group statistics).
+ORDER = {"tensors": "row_id", "stats": "row_id, stat_id, stat_source"}
+# Row-group size: a point lookup decodes one group, a scan prefers big ones; 32 Ki rows measured best
+# for both on 10^5-10^7 rows (bench/bench_speed.py).
+ROW_GROUP_ROWS = 32 * 1024
+# Merging: files of a run in the same size tier (tier k holds 4^k..4^(k+1) x TIER_BASE rows) are
+# merged four at a time, which bounds the files of a run at 3 per tier.
+MERGE_FANIN = 4
+TIER_BASE = 4096
+# The location columns `Catalog.tensor` needs, in the sidecar index of a tensors file.
+INDEX_SCHEMA = pa.schema(
+    [
+        ("row_id", pa.int64()),
+        ("run", pa.string()),
+        ("rel_path", pa.string()),
+        ("data_offset", pa.int64()),
+        ("stored_dtype", pa.string()),
+        ("shape", pa.list_(pa.int64())),
+        ("format", pa.string()),
+        ("host_shape", pa.list_(pa.int64())),
+        ("nbytes", pa.int64()),
+    ]
+)
+INDEX_FILE = "index.arrow"
+DATA_FILE = "data.parquet"
+_INDEX_BATCH_ROWS = 64 * 1024
+# The writer's DuckDB: bounded memory (sorts spill to the catalog's tmp/ directory).
+_MEMORY_LIMIT = os.environ.get("DUMPCAT_WRITER_MEMORY", "160MB")
+
+
+def _tier(rows: int) -> int:
+    tier = 0
+    while rows >= TIER_BASE * 4 ** (tier + 1):
+        tier += 1
+    return tier
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _listing(paths: list[str]) -> str:
+    return "[" + ", ".join(_quote(p) for p in paths) + "]"
+
+
+class FlatWriter:
+    """Keeps a catalog's flat files exact as batches commit (the writer's side; holds the lock)."""
+
+    def __init__(self, store: CatalogStore) -> None:
+        self.store = store
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._files: dict[str, list[str]] | None = None
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    # -- the connection ----------------------------------------------------------------------
+
+    def _connect(self, snap: dict) -> duckdb.DuckDBPyConnection:
+        """A private DuckDB whose raw views list every live batch of `snap`."""
+        from catalog.views import define_raw_view, define_sql_views
+        from ingest.schema import TABLES
+
+        if self._con is None:
+            import duckdb
+
+            tmp = self.store.root / "tmp"
+            self._con = duckdb.connect(
+                ":memory:",
+                config={
+                    "autoinstall_known_extensions": "false",
+                    "autoload_known_extensions": "false",
+                    "memory_limit": _MEMORY_LIMIT,
+                    "temp_directory": str(tmp),
+                    "preserve_insertion_order": "true",
+                },
+            )
+            for table in TABLES:
+                define_raw_view(self._con, table, [])
+            define_sql_views(self._con, RESOLUTION_SQL)
+        files = self.store.table_files(snap)
+        if files != self._files:
+            for table in TABLES:
+                if self._files is None or files[table] != self._files[table]:
+                    define_raw_view(self._con, table, files[table])
+            self._files = files
+        return self._con
+
+    # -- resolving -----------------------------------------------------------------------------
+
+    def _batch_files(self, snap: dict, batch_ids: set[str], table: str) -> list[str]:
+        return [
+            str(self.store.root / b["path"] / f"{table}.parquet")
+            for b in snap["batches"]
+            if b["id"] in batch_ids and table in b["tables"]
+        ]
+
+    def _write(
+        self, con: duckdb.DuckDBPyConnection, flat: str, query: str, run: str, sources: list[str]
+    ) -> dict | None:
+        """Write `query`'s rows as a new flat file of `flat` (not yet visible); its entry, or None."""
+        fid = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
+        rel = f"data/flat/{flat}/{fid}"
+        fdir = self.store.root / rel
+        fdir.mkdir(parents=True)
+        data = fdir / DATA_FILE
+        rows = con.execute(
+            f"COPY ({query} ORDER BY {ORDER[flat]}) TO {_quote(str(data))} "
+            f"(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {ROW_GROUP_ROWS})"
+        ).fetchone()[0]
+        if not rows:
+            import shutil
+
+            shutil.rmtree(fdir, ignore_errors=True)
+            return None
+        keys = con.execute(
+            f"SELECT DISTINCT run, rank FROM read_parquet({_quote(str(data))}) ORDER BY ALL"
+        ).fetchall()
+        if flat == "tensors":
+            self._write_index(con, data, fdir / INDEX_FILE)
+        from ingest.store import fsync_path
+
+        for name in os.listdir(fdir):
+            fsync_path(fdir / name)
+        fsync_path(fdir)
+        fsync_path(fdir.parent)
+        return {
+            "id": fid,
+            "path": rel,
+            "run": run,
+            "rows": int(rows),
+            "sources": sorted(set(sources)),
+            "keys": [[r, k] for r, k in keys],
+        }
+
+    @staticmethod
+    def _write_index(con: duckdb.DuckDBPyConnection, data: Path, path: Path) -> None:
+        """The location columns of a tensors file, in its order (by row id), as Arrow IPC batches."""
+        cols = ", ".join(INDEX_SCHEMA.names)
+        reader = con.sql(f"SELECT {cols} FROM read_parquet({_quote(str(data))})").to_arrow_reader(
+            _INDEX_BATCH_ROWS
+        )
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, INDEX_SCHEMA) as out:
+            for batch in reader:
+                out.write_batch(pa.RecordBatch.from_arrays(
+                    [batch.column(i).cast(INDEX_SCHEMA.field(i).type) for i in range(batch.num_columns)],
+                    schema=INDEX_SCHEMA,
+                ))  # fmt: skip
+
+    def _resolve(self, snap: dict, flat: str, run: str, sources: list[str]) -> dict | None:
+        """Resolve the rows of `sources` (batch ids) into a new flat file of `flat`."""
+        con = self._connect(snap)
+        wanted = set(sources)
+        for table in FLAT_SOURCES[flat]:
+            from catalog.views import define_raw_view
+
+            define_raw_view(con, table, self._batch_files(snap, wanted, table), view=f"src_{table}")
+        return self._write(con, flat, f"SELECT * FROM {flat}_resolved", run, sources)
+
+    def _merge(self, snap: dict, flat: str, entries: list[dict]) -> dict | None:
+        con = self._connect(snap)
+        paths = [str(self.store.root / e["path"] / DATA_FILE) for e in entries]
+        query = f"SELECT * FROM read_parquet({_listing(paths)}, union_by_name = true)"
+        sources = [s for e in entries for s in e["sources"]]
+        return self._write(con, flat, query, entries[0]["run"], sources)
+
+    # -- keeping the files exact ---------------------------------------------------------------
+
+    def after_batch(self, snap: dict, entry: dict) -> list[str]:
+        """`snap` just gained batch `entry`: resolve its rows, re-resolve what it changes, merge.
+        Edits snap["flat"]; returns the paths of flat files to retire."""
+        flat_state = snap.setdefault("flat", {name: [] for name in FLAT_SOURCES})
+        tables = entry["tables"]
+        retired: list[str] = []
+        stale = self._stale_entries(snap, entry)
+        for flat in FLAT_SOURCES:
+            entries = flat_state.setdefault(flat, [])
+            for old in [e for e in entries if e["id"] in stale.get(flat, set())]:
+                new = self._resolve(snap, flat, old["run"], old["sources"])
+                entries[entries.index(old)] = new
+                retired.append(old["path"])
+            flat_state[flat] = entries = [e for e in entries if e is not None]
+            if any(t in tables for t in FLAT_SOURCES[flat]):
+                new = self._resolve(snap, flat, entry["run"], [entry["id"]])
+                if new is not None:
+                    entries.append(new)
+            retired += self._merge_tiers(snap, flat, entry["run"])
+        return retired
+
+    def _stale_entries(self, snap: dict, entry: dict) -> dict[str, set[str]]:
+        """Ids of the flat files (per flat table) whose rows `entry`'s batch changes."""
+        stale: dict[str, set[str]] = {}
+        flat_state = snap.get("flat", {})
+        if not any(flat_state.get(f) for f in FLAT_SOURCES):
+            return stale
+        tables = entry["tables"]
+        bdir = self.store.root / entry["path"]
+        inputs = [t for t in RESOLUTION_INPUTS if t in tables]
+        if inputs:
+            con = self._connect(snap)
+            parts = [
+                f"SELECT DISTINCT run, {'rank' if t != 'runs' else 'NULL::INTEGER AS rank'} "
+                f"FROM read_parquet({_quote(str(bdir / f'{t}.parquet'))})"
+                for t in inputs
+            ]
+            changed = con.execute(" UNION ".join(parts)).fetchall()
+            whole_runs = {r for r, k in changed if k is None}
+            ranks = {(r, k) for r, k in changed}
+            for flat in FLAT_SOURCES:
+                for e in flat_state.get(flat, []):
+                    if any(r in whole_runs or (r, k) in ranks for r, k in e["keys"]):
+                        stale.setdefault(flat, set()).add(e["id"])
+        ids_from = [t for t in ("stat_rows", "tensor_stats") if t in tables]
+        stats_entries = [e for e in flat_state.get("stats", []) if e["id"] not in stale.get("stats", set())]
+        if ids_from and stats_entries:
+            con = self._connect(snap)
+            new_ids = " UNION ALL ".join(
+                f"SELECT row_id FROM read_parquet({_quote(str(bdir / f'{t}.parquet'))}) "
+                "WHERE row_id IS NOT NULL"
+                for t in ids_from
+            )
+            by_path = {str(self.store.root / e["path"] / DATA_FILE): e["id"] for e in stats_entries}
+            hit = con.execute(
+                f"SELECT DISTINCT filename FROM read_parquet({_listing(list(by_path))}, filename = true) "
+                f"WHERE row_id IN ({new_ids})"
+            ).fetchall()
+            stale.setdefault("stats", set()).update(by_path[f] for (f,) in hit)
+        return stale
+
+    def _merge_tiers(self, snap: dict, flat: str, run: str) -> list[str]:
+        """Merge four files of one size tier of `run` into one, as long as a tier has four."""
+        retired: list[str] = []
+        entries = snap["flat"][flat]
+        while True:
+            by_tier: dict[int, list[dict]] = {}
+            for e in entries:
+                if e["run"] == run:
+                    by_tier.setdefault(_tier(e["rows"]), []).append(e)
+            full = next((group for _, group in sorted(by_tier.items()) if len(group) >= MERGE_FANIN), None)
+            if full is None:
+                return retired
+            retired += self._replace(snap, flat, full[:MERGE_FANIN])
+            entries = snap["flat"][flat]
+
+    def _replace(self, snap: dict, flat: str, group: list[dict]) -> list[str]:
+        """Merge `group` (entries of one run) into one file, in the place of the first."""
+        merged = self._merge(snap, flat, group)
+        entries = snap["flat"][flat]
+        ids = {e["id"] for e in group}
+        first = next(i for i, e in enumerate(entries) if e["id"] in ids)
+        rest = [e for e in entries if e["id"] not in ids]
+        snap["flat"][flat] = rest[:first] + ([merged] if merged else []) + rest[first:]
+        return [e["path"] for e in group]
+
+    def consolidate(self, snap: dict, run: str) -> list[str]:
+        """Merge every flat file of `run` into one per table (the end of a one-shot ingest)."""
+        retired: list[str] = []
+        for flat in FLAT_SOURCES:
+            group = [e for e in snap.get("flat", {}).get(flat, []) if e["run"] == run]
+            if len(group) > 1:
+                retired += self._replace(snap, flat, group)
+        return retired
+
+    def build_all(self, snap: dict) -> list[str]:
+        """Give a catalog written before flat files existed its flat files (one per batch, merged)."""
+        snap["flat"] = {name: [] for name in FLAT_SOURCES}
+        runs: list[str] = []
+        for batch in snap["batches"]:
+            for flat, sources in FLAT_SOURCES.items():
+                if any(t in batch["tables"] for t in sources):
+                    new = self._resolve(snap, flat, batch["run"], [batch["id"]])
+                    if new is not None:
+                        snap["flat"][flat].append(new)
+            if batch["run"] not in runs:
+                runs.append(batch["run"])
+        retired: list[str] = []
+        for run in runs:
+            retired += self.consolidate(snap, run)
+        return retired
+
+
+def rename_sources(snap: dict, merged_ids: set[str], new_id: str) -> None:
+    """Batches `merged_ids` were compacted into `new_id`: flat entries now come from it."""
+    for entries in snap.get("flat", {}).values():
+        for e in entries:
+            if merged_ids & set(e["sources"]):
+                e["sources"] = sorted({new_id if s in merged_ids else s for s in e["sources"]})

@@ -1,0 +1,245 @@
+"""Flat files (ingest/flat.py): `tensors` and `stats` stored resolved give exactly what resolving at
+query time gives, on every committed dump, with batches split small, after late operator files,
+late statistic.csv rows, compaction, and on a catalog written before flat files existed."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from catalog.api import Catalog, TensorNotFoundError
+from ingest import flat
+from ingest.pipeline import ingest_dump
+from ingest.store import CatalogStore
+
+DATA = Path(__file__).parent / "data"
+sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
+
+
+def _dump_roots() -> list[Path]:
+    """Every committed dump tree a reader detects (one per producer layout)."""
+    roots = [p.parent for p in sorted((DATA / "ms210").glob("*/dump/rank_0"))]
+    roots += [p.parent for p in sorted((DATA / "ms210").glob("compare/*/dump/rank_0"))]
+    roots += [p.parent for p in sorted((DATA / "samples").glob("*/*/dump/rank_0"))]
+    roots += sorted((DATA / "ascend_raw").iterdir())
+    roots += sorted((DATA / "mindspore_bin").iterdir())
+    roots += [DATA / "ge" / name for name in ("ge_tensor", "ge_stats", "om", "torchair")]
+    roots += [p for p in sorted((DATA / "msprobe").iterdir()) if p.is_dir()]
+    return roots
+
+
+ROOTS = _dump_roots()
+
+
+def _run_name(root: Path) -> str:
+    return "-".join(root.relative_to(DATA).parts)
+
+
+def _assert_flat_exact(cat: Catalog) -> dict[str, int]:
+    """Both flat views equal their query-time views row for row (as multisets), and the
+    snapshot's bookkeeping holds: every source batch exists, every batch with rows is covered once."""
+    counts = {}
+    for view in flat.FLAT_SOURCES:
+        for a, b in ((view, f"{view}_resolved"), (f"{view}_resolved", view)):
+            extra = cat.sql(f"SELECT count(*) AS n FROM (SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b})")
+            assert extra.column(0)[0].as_py() == 0, f"{a} has rows {b} lacks"
+        counts[view] = cat.sql(f"SELECT count(*) FROM {view}").column(0)[0].as_py()
+    snap = cat.store.snapshot()
+    batch_ids = {b["id"] for b in snap["batches"]}
+    for view, sources in flat.FLAT_SOURCES.items():
+        covered: list[str] = []
+        for entry in snap["flat"][view]:
+            assert set(entry["sources"]) <= batch_ids
+            covered += entry["sources"]
+            table = pq.read_table(cat.store.root / entry["path"] / flat.DATA_FILE, columns=["row_id"])
+            assert table.num_rows == entry["rows"]
+            ids = table.column(0).to_numpy(zero_copy_only=False)
+            ids = ids[~np.isnan(ids)] if ids.dtype.kind == "f" else ids
+            assert np.all(np.diff(ids) >= 0), "a flat file is not sorted by row id"
+        assert len(covered) == len(set(covered)), "a batch's rows are in two flat files"
+        # (a batch may have no flat rows: its computed statistics all replaced by later csv rows)
+        with_rows = {b["id"] for b in snap["batches"] if any(t in b["tables"] for t in sources)}
+        assert set(covered) <= with_rows
+    return counts
+
+
+def test_resolution_sql_inputs_are_listed():
+    """The raw tables the resolution SQL reads are the flat tables' sources or RESOLUTION_INPUTS,
+    so that a batch changing any of them re-resolves the flat files it affects."""
+    from catalog.views import view_sql_files
+
+    read = set()
+    for name, text in view_sql_files():
+        if name in flat.RESOLUTION_SQL:
+            read |= set(re.findall(r"\braw_(\w+)", text))
+    sources = {t for ts in flat.FLAT_SOURCES.values() for t in ts}
+    # edges feed the `edges` view of 05_graph.sql, not tensors or stats
+    assert read - {"edges"} == sources | set(flat.RESOLUTION_INPUTS)
+
+
+@pytest.mark.parametrize("batch_rows", [200_000, 7])
+def test_every_committed_dump_flat_equals_query_time(tmp_path, batch_rows):
+    """All committed trees in one catalog, each a run; with batch_rows=7 every tree commits many
+    batches, so flat files are merged by tier and late operator rows re-resolve earlier files."""
+    path = tmp_path / "cat"
+    CatalogStore(path, create=True)
+    for root in ROOTS:
+        s = ingest_dump(path, root, run=_run_name(root), batch_rows=batch_rows, workers=1)
+        assert s.tensors + s.stat_rows > 0, root
+    with Catalog.open(path) as cat:
+        counts = _assert_flat_exact(cat)
+        assert counts["tensors"] > 1000 and counts["stats"] > 1000
+        snap = cat.store.snapshot()
+        # a one-shot ingest leaves one flat file per run and table
+        for view in flat.FLAT_SOURCES:
+            runs = [e["run"] for e in snap["flat"][view]]
+            assert len(runs) == len(set(runs))
+        # resolution really happens: most tensors of the MindSpore trees resolve exactly
+        exact = cat.sql(
+            "SELECT count(*) FILTER (name_match = 'exact') AS e, count(*) AS n FROM tensors "
+            "WHERE run LIKE 'ms210-%'"
+        ).to_pylist()[0]
+        assert exact["e"] > 0.5 * exact["n"]
+
+
+def test_late_execution_order_and_graphs_re_resolve(copy_dump, tmp_path):
+    """Tensors cataloged before their rank's execution order and graphs (copied late, the watcher
+    case) are re-resolved when those arrive: the catalog then equals one of the complete dump."""
+    dump = copy_dump("nan_log")
+    held = tmp_path / "held"
+    held.mkdir()
+    for name in ("execution_order", "graphs"):
+        shutil.move(dump / "rank_0" / name, held / name)
+    path = tmp_path / "cat"
+    ingest_dump(path, dump, run="late", workers=1)
+    with Catalog.open(path) as cat:
+        before = (
+            cat.sql("SELECT count(*) FILTER (name_match = 'exact') AS e FROM tensors").column(0)[0].as_py()
+        )
+        assert before == 0
+        _assert_flat_exact(cat)
+        old_paths = {e["path"] for e in cat.store.snapshot()["flat"]["tensors"]}
+    for name in ("execution_order", "graphs"):
+        shutil.move(held / name, dump / "rank_0" / name)
+    ingest_dump(path, dump, run="late", workers=1)
+    fresh = tmp_path / "fresh"
+    ingest_dump(fresh, dump, run="late", workers=1)
+    with Catalog.open(path) as cat, Catalog.open(fresh) as whole:
+        _assert_flat_exact(cat)
+        for view in flat.FLAT_SOURCES:
+            got = cat.sql(f"SELECT * FROM {view} ORDER BY ALL").to_pylist()
+            want = whole.sql(f"SELECT * FROM {view} ORDER BY ALL").to_pylist()
+            assert repr(got) == repr(want)  # (repr: NaN statistics compare equal)
+        row = cat.sql(
+            "SELECT count(*) FILTER (name_match = 'exact') AS e, "
+            "count(*) FILTER (source_line IS NOT NULL) AS s FROM tensors"
+        ).to_pylist()[0]
+        assert row["e"] > 0 and row["s"] > 0
+        snap = cat.store.snapshot()
+        assert not old_paths & {e["path"] for e in snap["flat"]["tensors"]}
+        assert old_paths <= {r["path"] for r in snap["retired"]}
+
+
+def test_late_statistic_csv_replaces_computed_rows(tmp_path):
+    """A tree ingested without its statistic.csv gets computed rows; once the csv files arrive,
+    their rows replace the computed ones in the flat stats (a tensor never shows both)."""
+    import synth
+
+    tree = tmp_path / "tree"
+    synth.generate(tree, 300, ranks=1, iterations=2, statistic_csv=True, workers=1)
+    held = tmp_path / "held"
+    csvs = sorted(tree.rglob("statistic.csv"))
+    for i, csv in enumerate(csvs):
+        (held / str(i)).mkdir(parents=True)
+        shutil.move(csv, held / str(i) / "statistic.csv")
+    path = tmp_path / "cat"
+    ingest_dump(path, tree, run="r", workers=1)
+    with Catalog.open(path) as cat:
+        src = cat.sql("SELECT stat_source, count(*) AS n FROM stats GROUP BY ALL").to_pylist()
+        assert src == [{"stat_source": "computed", "n": 300}]
+    for i, csv in enumerate(csvs):
+        shutil.move(held / str(i) / "statistic.csv", csv)
+    ingest_dump(path, tree, run="r", workers=1)
+    with Catalog.open(path) as cat:
+        _assert_flat_exact(cat)
+        src = cat.sql("SELECT stat_source, count(*) AS n FROM stats GROUP BY ALL").to_pylist()
+        assert src == [{"stat_source": "statistic.csv", "n": 300}]
+        dup = cat.sql("SELECT row_id FROM stats GROUP BY row_id HAVING count(*) > 1")
+        assert dup.num_rows == 0
+
+
+def test_catalog_without_flat_files_resolves_at_query_time_then_upgrades(tmp_path):
+    """A catalog written before flat files existed (no "flat" in its snapshot) answers the same
+    through the query-time views; its next writer gives it flat files."""
+    path = tmp_path / "cat"
+    ingest_dump(path, DATA / "ms210" / "nan_log" / "dump", run="old", workers=1)
+    with Catalog.open(path) as cat:
+        want = {v: cat.sql(f"SELECT * FROM {v} ORDER BY ALL").to_pylist() for v in flat.FLAT_SOURCES}
+        loc = cat.locate(cat.sql("SELECT row_id FROM tensors LIMIT 1").column(0)[0].as_py())
+    snap_file = path / "snapshot.json"
+    snap = json.loads(snap_file.read_text())
+    shutil.rmtree(path / "data" / "flat")
+    del snap["flat"]
+    snap_file.write_text(json.dumps(snap))
+    with Catalog.open(path) as cat:
+        assert cat.store.flat_files() is None
+        for view, rows in want.items():
+            assert repr(cat.sql(f"SELECT * FROM {view} ORDER BY ALL").to_pylist()) == repr(rows)
+        assert cat.locate(loc[1].row_id) == loc
+    assert CatalogStore(path).upgrade()
+    with Catalog.open(path) as cat:
+        assert cat.store.flat_files() is not None
+        _assert_flat_exact(cat)
+        for view, rows in want.items():
+            assert repr(cat.sql(f"SELECT * FROM {view} ORDER BY ALL").to_pylist()) == repr(rows)
+        assert cat.locate(loc[1].row_id) == loc
+
+
+def test_tensor_lookup_through_the_sidecar_matches_np_load(tmp_path):
+    """Every tensor of a real dump read through the memory-mapped sidecar index equals np.load of
+    its file; an unknown id is an error; a re-opened catalog finds ids without loading an index."""
+    path = tmp_path / "cat"
+    dump = DATA / "ms210" / "control_flow" / "dump"
+    ingest_dump(path, dump, run="cf", workers=1, batch_rows=40)
+    with Catalog.open(path) as cat:
+        rows = cat.sql("SELECT row_id, path FROM tensors").to_pylist()
+        assert len(rows) > 40
+        for r in rows:
+            got = cat.tensor(r["row_id"])
+            want = np.load(r["path"])
+            assert got.dtype == want.dtype and got.shape == want.shape
+            assert np.array_equal(got, want, equal_nan=want.dtype.kind in "fc")
+        with pytest.raises(TensorNotFoundError):
+            cat.tensor(12345)
+        index_files = cat.store.flat_index_files()
+        assert index_files and all(Path(f).exists() for f in index_files)
+
+
+def test_flat_files_prune_point_lookups_by_row_group(tmp_path):
+    """Row-group statistics of row_id in a flat file do not overlap, so a point lookup reads one."""
+    import synth
+
+    tree = tmp_path / "tree"
+    synth.generate(tree, 3000, ranks=1, iterations=3, statistic_csv=True, workers=1)
+    path = tmp_path / "cat"
+    ingest_dump(path, tree, run="r", workers=1, batch_rows=700)
+    store = CatalogStore(path)
+    for view, files in store.flat_files().items():
+        assert len(files) == 1, view
+        meta = pq.ParquetFile(files[0]).metadata
+        col = meta.schema.names.index("row_id")
+        bounds = [
+            (meta.row_group(i).column(col).statistics.min, meta.row_group(i).column(col).statistics.max)
+            for i in range(meta.num_row_groups)
+        ]
+        assert all(hi < lo2 for (_, hi), (lo2, _) in itertools.pairwise(bounds)) or len(bounds) == 1
+    with Catalog.open(path) as cat:
+        _assert_flat_exact(cat)
