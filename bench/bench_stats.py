@@ -1,4 +1,15 @@
-"""Benchmark: computed tensor statistics vs a naive numpy loop, on a tree of real npy files.
+"""Benchmark: computed tensor statistics vs a naive numpy loop, and vs reading the same files.
+
+Two measurements (``--mode naive``, ``--mode vs-read``, default both):
+
+vs-read (``measure_stats_vs_read``, importable by other bench scripts): per dtype (float16, bfloat16,
+float32, float64, int32), a tree of small files (1-64 KiB) and one of big files (16 MiB) is written,
+read once to warm the page cache, then timed in the same process and run: plain reads of every file's
+data (open, pread into a reused buffer, close: the faster of whole-file and 1 MiB reads) against
+``compute_stats_many`` as ingest calls it (default workers: the caller plus one helper process per
+other core, already started). The ratio stats/read is the figure of merit (target >= 0.5: statistics
+at the speed of reading); the numpy fallback (``DUMPCAT_PURE_NUMPY_STATS=1``) is timed on the same
+files. The machine must be otherwise idle: the helpers need the other cores.
 
 Writes a tree of npy files (float32 with NaN/inf sprinkled into some files, plus int32), warms the
 page cache by reading every file once, then times, in the same process and over the same files:
