@@ -58,10 +58,7 @@ class Catalog:
     def __init__(self, store: CatalogStore) -> None:
         self.store = store
         self.path = store.root
-        self._con = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
-        # Parquet files are never rewritten in place (a change is a new file), so their footers can
-        # be cached: a query over a few files then costs what one over a single file does.
-        self._con.execute("SET parquet_metadata_cache = true")
+        self._connection: duckdb.DuckDBPyConnection | None = None
         self._lock = threading.RLock()
         self._token: tuple[int, int] | None = None
         self._files: dict[str, list[str]] = {}
@@ -78,8 +75,22 @@ class Catalog:
         """Open an existing catalog (or create an empty one with create=True)."""
         return cls(CatalogStore(path, create=create))
 
+    @property
+    def _con(self) -> duckdb.DuckDBPyConnection:
+        """The in-memory DuckDB, made on first use (`tensor` needs none: opening stays cheap)."""
+        if self._connection is None:
+            with self._lock:
+                if self._connection is None:
+                    con = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
+                    # Parquet files are never rewritten in place (a change is a new file), so their
+                    # footers can be cached: a query over a few files costs what one over one does.
+                    con.execute("SET parquet_metadata_cache = true")
+                    self._connection = con
+        return self._connection
+
     def close(self) -> None:
-        self._con.close()
+        if self._connection is not None:
+            self._connection.close()
 
     def __enter__(self) -> Catalog:
         return self
@@ -98,6 +109,7 @@ class Catalog:
         self._files = self.store.table_files(snap)
         self._flat_index = self.store.flat_index_files(snap)
         self._flat_files = self.store.flat_files(snap)
+        self._full_schema = self.store.full_schema_tables(snap)
         self._roots = {}
         self._token = token
 
@@ -106,7 +118,7 @@ class Catalog:
         with self._lock:
             self._sync()
             if self._views_token != self._token:
-                define_views(self._con, self._files, self._flat_files)
+                define_views(self._con, self._files, self._flat_files, self._full_schema)
                 self._views_token = self._token
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
@@ -239,7 +251,6 @@ class Catalog:
             self.path, dump_dir, run, producer=producer, compute_stats=compute_stats, md5=md5,
             workers=workers, on_progress=on_progress,
         )  # fmt: skip
-        self.refresh()
         return summary
 
     def __repr__(self) -> str:

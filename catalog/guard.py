@@ -306,8 +306,12 @@ def classify(text: str) -> Statement:
     raise Refused(f"{stype} statements are not allowed: the catalog is read-only", SQLSTATE_PRIVILEGE)
 
 
+@functools.lru_cache(maxsize=1024)
 def classify_query(text: str) -> str:
-    """The text to run for a statement that must be a query (Catalog.sql, `dumpcat sql`)."""
+    """The text to run for a statement that must be a query (Catalog.sql, `dumpcat sql`).
+
+    Cached by text (a refusal is not cached, it raises): a dashboard or a notebook loop sends the
+    same texts again and again, and parsing one costs milliseconds."""
     if not text.strip().strip(";").strip():
         raise Refused("empty statement: give one SQL query", SQLSTATE_SYNTAX)
     st = classify(text)

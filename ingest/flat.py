@@ -47,13 +47,15 @@ FLAT_SOURCES: dict[str, tuple[str, ...]] = {"tensors": ("tensors",), "stats": ("
 # Raw tables the resolution reads besides the sources: a batch with rows in any of them may change
 # how earlier rows of the same (run, rank) resolve. tests/test_flat.py checks this against sql/.
 RESOLUTION_INPUTS = ("ops", "ir_nodes", "source_lines", "runs")
-# sql/ files that define the query-time views (the writer needs nothing else).
+# sql/ files that define the query-time views (the writer needs nothing else), and what they read.
 RESOLUTION_SQL = ("00_op_keys.sql", "05_graph.sql", "30_tensors.sql", "40_stats.sql")
+_RAW_READ = (*{t for ts in FLAT_SOURCES.values() for t in ts}, *RESOLUTION_INPUTS, "edges")
 # Sort order of each flat table (row id first: point lookups prune by row-group statistics).
 ORDER = {"tensors": "row_id", "stats": "row_id, stat_id, stat_source"}
-# Row-group size: a point lookup decodes one group, a scan prefers big ones; 32 Ki rows measured best
-# for both on 10^5-10^7 rows (bench/bench_speed.py).
-ROW_GROUP_ROWS = 32 * 1024
+# Row-group size: a point lookup decodes one group of every file (all columns), a scan prefers big
+# groups; 16 Ki rows keeps lookups cheap with a few files per catalog and costs scans nothing
+# measurable (bench/bench_speed.py). Compression: DuckDB's default (snappy), the fastest to decode.
+ROW_GROUP_ROWS = 16 * 1024
 # Merging: files of a run in the same size tier (tier k holds 4^k..4^(k+1) x TIER_BASE rows) are
 # merged four at a time, which bounds the files of a run at 3 per tier.
 MERGE_FANIN = 4
@@ -75,8 +77,10 @@ INDEX_SCHEMA = pa.schema(
 INDEX_FILE = "index.arrow"
 DATA_FILE = "data.parquet"
 _INDEX_BATCH_ROWS = 64 * 1024
+# Rows sorted at a time when writing a flat file (bounds the writer's memory).
+_SORT_ROWS = 16 * 1024
 # The writer's DuckDB: bounded memory (sorts spill to the catalog's tmp/ directory).
-_MEMORY_LIMIT = os.environ.get("DUMPCAT_WRITER_MEMORY", "160MB")
+_MEMORY_LIMIT = os.environ.get("DUMPCAT_WRITER_MEMORY", "128MB")
 
 
 def _tier(rows: int) -> int:
@@ -84,6 +88,13 @@ def _tier(rows: int) -> int:
     while rows >= TIER_BASE * 4 ** (tier + 1):
         tier += 1
     return tier
+
+
+def _ranges(lo: int, hi: int, rows: int) -> list[tuple[int, int]]:
+    """Half-open row-id ranges covering [lo, hi], each holding about _SORT_ROWS of `rows`."""
+    k = max(1, -(-rows // _SORT_ROWS))
+    step = (hi - lo) // k + 1
+    return [(lo + i * step, min(lo + (i + 1) * step, hi + 1)) for i in range(k)]
 
 
 def _quote(text: str) -> str:
@@ -112,30 +123,37 @@ class FlatWriter:
     def _connect(self, snap: dict) -> duckdb.DuckDBPyConnection:
         """A private DuckDB whose raw views list every live batch of `snap`."""
         from catalog.views import define_raw_view, define_sql_views
-        from ingest.schema import TABLES
 
         if self._con is None:
             import duckdb
 
             tmp = self.store.root / "tmp"
+            self._files = None
             self._con = duckdb.connect(
                 ":memory:",
                 config={
                     "autoinstall_known_extensions": "false",
                     "autoload_known_extensions": "false",
                     "memory_limit": _MEMORY_LIMIT,
+                    # give freed memory back after each statement: the writer idles between batches
+                    "allocator_flush_threshold": "8MB",
+                    "allocator_bulk_deallocation_flush_threshold": "8MB",
+                    "threads": "1",
+                    # the files it reads are read once: caching them only takes memory
+                    "enable_external_file_cache": "false",
                     "temp_directory": str(tmp),
-                    "preserve_insertion_order": "true",
+                    # every order that matters is an ORDER BY: streaming copies need not buffer
+                    "preserve_insertion_order": "false",
                 },
             )
-            for table in TABLES:
-                define_raw_view(self._con, table, [])
-            define_sql_views(self._con, RESOLUTION_SQL)
         files = self.store.table_files(snap)
         if files != self._files:
-            for table in TABLES:
+            full = self.store.full_schema_tables(snap)
+            for table in _RAW_READ:
                 if self._files is None or files[table] != self._files[table]:
-                    define_raw_view(self._con, table, files[table])
+                    define_raw_view(self._con, table, files[table], full_schema=table in full)
+            if self._files is None:
+                define_sql_views(self._con, RESOLUTION_SQL)
             self._files = files
         return self._con
 
@@ -149,30 +167,85 @@ class FlatWriter:
         ]
 
     def _write(
-        self, con: duckdb.DuckDBPyConnection, flat: str, query: str, run: str, sources: list[str]
+        self,
+        con: duckdb.DuckDBPyConnection,
+        flat: str,
+        query: str,
+        run: str,
+        sources: list[str],
+        *,
+        sorted_input: bool = False,
     ) -> dict | None:
-        """Write `query`'s rows as a new flat file of `flat` (not yet visible); its entry, or None."""
+        """Write `query`'s rows, sorted by row id, as a new flat file of `flat` (not yet visible);
+        its entry, or None when there are no rows.
+
+        Memory stays bounded whatever the row count: the rows are sorted one row-id range at a
+        time (row ids are uniform hashes, so ranges of equal width hold about equal rows) and
+        appended to the file. A query that is not a scan of already sorted files (`sorted_input`:
+        a merge) is first written unsorted to a scratch file, so its joins run once."""
+        import pyarrow.parquet as pq
+
+        from ingest.store import fsync_path
+
         fid = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
         rel = f"data/flat/{flat}/{fid}"
         fdir = self.store.root / rel
         fdir.mkdir(parents=True)
         data = fdir / DATA_FILE
-        rows = con.execute(
-            f"COPY ({query} ORDER BY {ORDER[flat]}) TO {_quote(str(data))} "
-            f"(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {ROW_GROUP_ROWS})"
-        ).fetchone()[0]
-        if not rows:
+        source = query
+        scratch = fdir / "unsorted.parquet"
+        if not sorted_input:
+            con.execute(
+                f"COPY ({query}) TO {_quote(str(scratch))} (FORMAT parquet, ROW_GROUP_SIZE {ROW_GROUP_ROWS})"
+            ).fetchall()
+            source = f"SELECT * FROM read_parquet({_quote(str(scratch))})"
+        total, lo, hi, nulls = con.execute(
+            f"SELECT count(*), min(row_id), max(row_id), count(*) - count(row_id) FROM ({source})"
+        ).fetchall()[0]
+        if not total:
             import shutil
 
             shutil.rmtree(fdir, ignore_errors=True)
             return None
-        keys = con.execute(
-            f"SELECT DISTINCT run, rank FROM read_parquet({_quote(str(data))}) ORDER BY ALL"
-        ).fetchall()
+        bounds = _ranges(lo, hi, total - nulls) if lo is not None else []
+        parts = [f"row_id >= {a} AND row_id < {b}" for a, b in bounds]
+        if nulls:
+            parts.append("row_id IS NULL")
+        keys: set[tuple] = set()
+        writer = None
+        pending: list[pa.Table] = []
+        pending_rows = 0
+        try:
+            for where in parts:
+                table = con.sql(
+                    f"SELECT * FROM ({source}) WHERE {where} ORDER BY {ORDER[flat]}"
+                ).to_arrow_table()
+                if not table.num_rows:
+                    continue
+                keys.update(
+                    zip(table.column("run").to_pylist(), table.column("rank").to_pylist(), strict=True)
+                )
+                if writer is None:
+                    floats = {f.name for f in table.schema if pa.types.is_floating(f.type)}
+                    # no min/max of floating columns: NaN is left out of them, and DuckDB would then
+                    # prune row groups holding NaN from `isnan(...)` filters (see ingest/store.py)
+                    stats_cols = [n for n in table.schema.names if n not in floats]
+                    writer = pq.ParquetWriter(str(data), table.schema, write_statistics=stats_cols)
+                pending.append(table)
+                pending_rows += table.num_rows
+                while pending_rows >= ROW_GROUP_ROWS:
+                    block = pa.concat_tables(pending)
+                    writer.write_table(block.slice(0, ROW_GROUP_ROWS), row_group_size=ROW_GROUP_ROWS)
+                    rest = block.slice(ROW_GROUP_ROWS)
+                    pending, pending_rows = [rest], rest.num_rows
+            if pending_rows:
+                writer.write_table(pa.concat_tables(pending), row_group_size=ROW_GROUP_ROWS)
+        finally:
+            if writer is not None:
+                writer.close()
+        scratch.unlink(missing_ok=True)
         if flat == "tensors":
-            self._write_index(con, data, fdir / INDEX_FILE)
-        from ingest.store import fsync_path
-
+            self._write_index(data, fdir / INDEX_FILE)
         for name in os.listdir(fdir):
             fsync_path(fdir / name)
         fsync_path(fdir)
@@ -181,33 +254,34 @@ class FlatWriter:
             "id": fid,
             "path": rel,
             "run": run,
-            "rows": int(rows),
+            "rows": int(total),
             "sources": sorted(set(sources)),
-            "keys": [[r, k] for r, k in keys],
+            "keys": sorted([r, k] for r, k in keys),
         }
 
     @staticmethod
-    def _write_index(con: duckdb.DuckDBPyConnection, data: Path, path: Path) -> None:
+    def _write_index(data: Path, path: Path) -> None:
         """The location columns of a tensors file, in its order (by row id), as Arrow IPC batches."""
-        cols = ", ".join(INDEX_SCHEMA.names)
-        reader = con.sql(f"SELECT {cols} FROM read_parquet({_quote(str(data))})").to_arrow_reader(
-            _INDEX_BATCH_ROWS
-        )
+        import pyarrow.parquet as pq
+
+        source = pq.ParquetFile(str(data))
         with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, INDEX_SCHEMA) as out:
-            for batch in reader:
+            for batch in source.iter_batches(batch_size=_INDEX_BATCH_ROWS, columns=INDEX_SCHEMA.names):
                 out.write_batch(pa.RecordBatch.from_arrays(
-                    [batch.column(i).cast(INDEX_SCHEMA.field(i).type) for i in range(batch.num_columns)],
+                    [batch.column(name).cast(INDEX_SCHEMA.field(name).type) for name in INDEX_SCHEMA.names],
                     schema=INDEX_SCHEMA,
                 ))  # fmt: skip
 
     def _resolve(self, snap: dict, flat: str, run: str, sources: list[str]) -> dict | None:
         """Resolve the rows of `sources` (batch ids) into a new flat file of `flat`."""
+        from catalog.views import define_raw_view
+
         con = self._connect(snap)
         wanted = set(sources)
+        full = self.store.full_schema_tables({"batches": [b for b in snap["batches"] if b["id"] in wanted]})
         for table in FLAT_SOURCES[flat]:
-            from catalog.views import define_raw_view
-
-            define_raw_view(con, table, self._batch_files(snap, wanted, table), view=f"src_{table}")
+            files = self._batch_files(snap, wanted, table)
+            define_raw_view(con, table, files, view=f"src_{table}", full_schema=table in full)
         return self._write(con, flat, f"SELECT * FROM {flat}_resolved", run, sources)
 
     def _merge(self, snap: dict, flat: str, entries: list[dict]) -> dict | None:
@@ -215,7 +289,7 @@ class FlatWriter:
         paths = [str(self.store.root / e["path"] / DATA_FILE) for e in entries]
         query = f"SELECT * FROM read_parquet({_listing(paths)}, union_by_name = true)"
         sources = [s for e in entries for s in e["sources"]]
-        return self._write(con, flat, query, entries[0]["run"], sources)
+        return self._write(con, flat, query, entries[0]["run"], sources, sorted_input=True)
 
     # -- keeping the files exact ---------------------------------------------------------------
 

@@ -152,7 +152,7 @@ class Ingester:
         compute_stats: bool = True,
         md5: bool = False,
         workers: int | None = None,
-        batch_rows: int = 200_000,
+        batch_rows: int = 50_000,
         on_progress: Callable[[int], None] | None = None,
     ) -> None:
         self.store = store
@@ -469,7 +469,7 @@ def ingest_dump(
     compute_stats: bool = True,
     md5: bool = False,
     workers: int | None = None,
-    batch_rows: int = 200_000,
+    batch_rows: int = 50_000,
     on_progress: Callable[[int], None] | None = None,
 ) -> IngestSummary:
     """Ingest one dump tree into a catalog (created if missing) under a run name.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -38,6 +39,10 @@ FORMAT_VERSION = 1
 MARKER = "dumpcat.json"
 SNAPSHOT = "snapshot.json"
 ROW_GROUP_SIZE = 64 * 1024
+# Names every column of every table: a batch entry carrying it was written with all of them.
+SCHEMA_ID = hashlib.blake2b(
+    repr([(t, s.names) for t, s in sorted(TABLES.items())]).encode(), digest_size=6
+).hexdigest()
 
 
 # Parquet min/max statistics leave NaN out, and DuckDB 2.0 then prunes every row group from a
@@ -125,6 +130,13 @@ class CatalogStore:
         if "flat" not in snap:
             return None
         return [str(self.root / e["path"] / flat.INDEX_FILE) for e in snap["flat"].get("tensors", [])]
+
+    def full_schema_tables(self, snapshot: dict | None = None) -> set[str]:
+        """Tables whose every live file was written with the current schema (so a reader need not
+        look for columns older files lack)."""
+        snap = snapshot if snapshot is not None else self.snapshot()
+        old = {t for b in snap["batches"] if b.get("schema") != SCHEMA_ID for t in b["tables"]}
+        return set(TABLES) - old
 
     def table_files(self, snapshot: dict | None = None) -> dict[str, list[str]]:
         """Absolute parquet paths per table for a snapshot."""
@@ -228,13 +240,22 @@ class CatalogStore:
         if "flat" in snap:
             self._retire(snap, self._flat_writer().after_batch(snap, entry))
         self._commit_snapshot(snap)
+        # Arrow's allocator keeps freed blocks for reuse; an ingest idles between batches, so give
+        # them back (the next batch is minutes of walking away on a big dump).
+        pa.default_memory_pool().release_unused()
         return entry["id"]
 
     def _write_batch(self, run: str, tables: dict[str, pa.Table], suffix: str = "") -> dict:
         """Write a batch's files (not yet visible) and return its snapshot entry."""
         batch_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}{suffix}"
         rel = self._write_batch_files(run, batch_id, tables)
-        return {"id": batch_id, "run": run, "path": rel, "tables": {k: v.num_rows for k, v in tables.items()}}
+        return {
+            "id": batch_id,
+            "run": run,
+            "path": rel,
+            "tables": {k: v.num_rows for k, v in tables.items()},
+            "schema": SCHEMA_ID,
+        }
 
     def _commit_snapshot(self, snap: dict) -> None:
         """Make `snap` the catalog's state: one atomic rename readers see all of or nothing of."""

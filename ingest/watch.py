@@ -244,6 +244,8 @@ class Watcher:
         ing = self.ingester
         self._batches = ing.summary.batches
         self._last_flush = time.time()
+        # The counters first: a caller woken by the idle event reads them at once.
+        self._take_counters()
         if not ing.pending_files and not self._dirty.dirs:
             self._oldest_change = None
             self._idle.set()
@@ -252,7 +254,6 @@ class Watcher:
         if self.store.compact(self.run, min_batches=self.compact_min_batches):
             self._compactions += 1
         self.store.purge_retired()
-        self._take_counters()
         self._write_status()
 
     # -- status ----------------------------------------------------------------------------

@@ -29,6 +29,20 @@ def nan_log_catalog(folder: Path) -> Path:
     return path
 
 
+def as_written_before_flat_files(catalog: Path) -> None:
+    """Make a catalog look like one an older dumpcat wrote: no flat files, no schema ids in the
+    snapshot (so readers check each file's columns, as they must for files that lack newer ones)."""
+    import json
+
+    snap_file = catalog / "snapshot.json"
+    snap = json.loads(snap_file.read_text())
+    snap.pop("flat", None)
+    for batch in snap["batches"]:
+        batch.pop("schema", None)
+    snap_file.write_text(json.dumps(snap))
+    shutil.rmtree(catalog / "data" / "flat", ignore_errors=True)
+
+
 @pytest.fixture
 def catalog_dir(tmp_path: Path) -> Path:
     return tmp_path / "cat"

@@ -381,11 +381,14 @@ def test_old_catalog_without_the_new_columns_still_fetches(tmp_path, raw_catalog
     """Row ids and tensors keep working when parquet files lack the columns this version added."""
     import pyarrow.parquet as pq
 
+    from tests.conftest import as_written_before_flat_files
+
     cat = Catalog.open(tmp_path / "cat", create=True)
     cat.ingest(DATA / "ms210/nan_log/dump")
     for f in (tmp_path / "cat").rglob("tensors.parquet"):
         t = pq.read_table(f)
         pq.write_table(t.drop_columns(["producer", "host_shape", "op_full_name", "source_row_id"]), f)
+    as_written_before_flat_files(tmp_path / "cat")
     fresh = Catalog.open(tmp_path / "cat")
     row = fresh.sql("SELECT row_id, producer, host_shape FROM tensors LIMIT 1").to_pylist()[0]
     assert row["producer"] is None and row["host_shape"] is None

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from catalog import Catalog
 from ingest.pipeline import ingest_dump
 from ingest.store import CatalogStore
-from tests.conftest import dump_of
+from tests.conftest import as_written_before_flat_files, dump_of
 from tests.test_incremental import _content
 
 
@@ -123,6 +123,7 @@ def test_catalog_written_before_a_column_existed_still_answers(tmp_path):
     (stat_file,) = cat_path.glob("data/*/*/stat_rows.parquet")
     old = pq.read_table(stat_file)
     pq.write_table(old.drop_columns(["mismatch"]), stat_file)
+    as_written_before_flat_files(cat_path)
     cat = Catalog.open(cat_path)
     rows = cat.sql("SELECT op_type, mismatch FROM stats WHERE stat_source = 'statistic.csv'").to_pylist()
     assert rows == [{"op_type": "Log", "mismatch": None}] * 2
