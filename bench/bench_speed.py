@@ -2,9 +2,10 @@
 
 1. Queries on the flat `stats`/`tensors` views vs the same query on ONE flat parquet file holding
    the same rows (built here: `COPY (SELECT * FROM stats ORDER BY row_id)` with DuckDB's defaults,
-   queried through a view over it, like the catalog's), through the same DuckDB connection: the NaN query, `count(*)`, a row-id lookup. Also the query-time views
-   (`stats_resolved`, `tensors_resolved`: what `stats`/`tensors` were before), and `Catalog.sql`
-   end to end (it adds the query guard). Target: <= 1.2x the flat file.
+   queried through a view over it, like the catalog's), through the same DuckDB connection: the NaN
+   query, `count(*)`, a row-id lookup. Also the query-time views (`stats_resolved`,
+   `tensors_resolved`: what `stats`/`tensors` were before), and `Catalog.sql` end to end (it adds
+   the query guard). Target: <= 1.2x the flat file.
 2. Statistics computed from data vs reading the same files from the page cache (bench_stats).
    Target: >= 50% of the read rate.
 3. `Catalog.tensor(row_id)` vs `np.load(mmap_mode='r')` of the same files: median per-call time over
