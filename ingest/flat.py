@@ -182,7 +182,7 @@ class FlatWriter:
         Memory stays bounded whatever the row count: the rows are sorted one row-id range at a
         time (row ids are uniform hashes, so ranges of equal width hold about equal rows) and
         appended to the file. A query that is not a scan of already sorted files (`sorted_input`:
-        a merge) is first written unsorted to a scratch file, so its joins run once."""
+        a merge) is first stored unsorted in a temporary table, so its joins run once."""
         import pyarrow.parquet as pq
 
         from ingest.store import fsync_path
@@ -193,12 +193,11 @@ class FlatWriter:
         fdir.mkdir(parents=True)
         data = fdir / DATA_FILE
         source = query
-        scratch = fdir / "unsorted.parquet"
         if not sorted_input:
-            con.execute(
-                f"COPY ({query}) TO {_quote(str(scratch))} (FORMAT parquet, ROW_GROUP_SIZE {ROW_GROUP_ROWS})"
-            ).fetchall()
-            source = f"SELECT * FROM read_parquet({_quote(str(scratch))})"
+            # a DuckDB table (spilled to the writer's tmp/ past its memory limit), not a scratch
+            # file: creating and unlinking one costs more than resolving a small batch
+            con.execute(f"CREATE OR REPLACE TEMP TABLE flat_unsorted AS {query}").fetchall()
+            source = "SELECT * FROM flat_unsorted"
         total, lo, hi, nulls = con.execute(
             f"SELECT count(*), min(row_id), max(row_id), count(*) - count(row_id) FROM ({source})"
         ).fetchall()[0]
@@ -243,7 +242,7 @@ class FlatWriter:
         finally:
             if writer is not None:
                 writer.close()
-        scratch.unlink(missing_ok=True)
+        con.execute("DROP TABLE IF EXISTS flat_unsorted").fetchall()
         if flat == "tensors":
             self._write_index(data, fdir / INDEX_FILE)
         for name in os.listdir(fdir):

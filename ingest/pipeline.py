@@ -177,6 +177,7 @@ class Ingester:
         self.pending_files: dict[str, str] = {}  # rel path -> directory to rescan
         self.catalog_had_tensors = False  # set by _load_state
         self.reader: Reader | None = None
+        self._helpers_started = False
         if detection is not None:
             self.reader = detection.reader(self, detection)
 
@@ -303,6 +304,15 @@ class Ingester:
             self.file_error(shown, "unknown", "walk", "file name is not valid UTF-8; rename it to catalog it")
             return False
 
+    def warm_helpers(self) -> None:
+        """Start the helper processes now, while the walk goes on (readers call this once a dump
+        proves big). A small dump never starts them: each costs ~150 ms of CPU to start, more
+        than a few hundred files take in all."""
+        if not self._helpers_started:
+            self._helpers_started = True
+            # the scan uses `workers` helpers, statistics one less
+            start_helpers(self.workers, caller_computes=False)
+
     def maybe_flush(self) -> None:
         """Commit when enough rows are pending (bounded memory)."""
         if self.pending.size() >= self.batch_rows:
@@ -318,8 +328,6 @@ class Ingester:
         gc.disable()
         try:
             with self.store.writer_lock():
-                # Warm while the walk runs: the scan uses `workers` helpers, statistics one less.
-                start_helpers(self.workers, caller_computes=False)
                 self._load_state()
                 self.scan_all()
                 self.flush()

@@ -53,6 +53,7 @@ PRODUCER = "mindspore-npy"
 # enough to bound memory.
 _SCAN_BATCH_FILES = 1024
 _SCAN_GROUP_FILES = 16384
+_WARM_HELPERS_FILES = 2048  # queued files that make a dump big enough to start helper processes
 _LIVE_SCAN_MIN_FILES = 256  # a watcher scans settled directories this big like a one-shot ingest
 _GIANT_LEAF_FILES = 100_000  # a directory bigger than this is read file by file (bounded memory)
 
@@ -193,6 +194,8 @@ class MindSporeNpyReader(RankLayoutReader):
         self._scanned_dirs.add(rel_dir)
         self._leaf_queue.append(leaf)
         self._queued_files += len(scan)
+        if self._queued_files >= _WARM_HELPERS_FILES:
+            self.ing.warm_helpers()
         if settled or self._queued_files >= _SCAN_GROUP_FILES:
             self._drain_leaves()
             if self.ing.pending.size() >= self.ing.batch_rows:
