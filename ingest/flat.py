@@ -387,6 +387,19 @@ class FlatWriter:
                 retired += self._replace(snap, flat, group)
         return retired
 
+    def batches_compacted(self, snap: dict, merged_ids: set[str], new_id: str) -> list[str]:
+        """Batches `merged_ids` were compacted into `new_id`. Every flat file holding rows of them
+        now comes from `new_id`, so they are merged into one (a file must hold all the rows of its
+        sources: re-resolving one of several files naming `new_id` would duplicate the others')."""
+        retired: list[str] = []
+        for flat in FLAT_SOURCES:
+            group = [e for e in snap.get("flat", {}).get(flat, []) if merged_ids & set(e["sources"])]
+            for e in group:
+                e["sources"] = sorted({new_id if s in merged_ids else s for s in e["sources"]})
+            if len(group) > 1:
+                retired += self._replace(snap, flat, group)
+        return retired
+
     def build_all(self, snap: dict) -> list[str]:
         """Give a catalog written before flat files existed its flat files (one per batch, merged)."""
         snap["flat"] = {name: [] for name in FLAT_SOURCES}
@@ -403,11 +416,3 @@ class FlatWriter:
         for run in runs:
             retired += self.consolidate(snap, run)
         return retired
-
-
-def rename_sources(snap: dict, merged_ids: set[str], new_id: str) -> None:
-    """Batches `merged_ids` were compacted into `new_id`: flat entries now come from it."""
-    for entries in snap.get("flat", {}).values():
-        for e in entries:
-            if merged_ids & set(e["sources"]):
-                e["sources"] = sorted({new_id if s in merged_ids else s for s in e["sources"]})

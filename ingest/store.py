@@ -326,8 +326,11 @@ class CatalogStore:
         batches = [b for j, b in enumerate(snap["batches"]) if j not in merged_away]
         batches[group[0]] = entry
         snap["batches"] = batches
-        flat.rename_sources(snap, {b["id"] for b in old}, entry["id"])
         self._retire(snap, [b["path"] for b in old])
+        if "flat" in snap:
+            self._retire(
+                snap, self._flat_writer().batches_compacted(snap, {b["id"] for b in old}, entry["id"])
+            )
         self._commit_snapshot(snap)
         return len(group)
 

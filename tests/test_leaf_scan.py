@@ -240,7 +240,8 @@ def test_watcher_scans_settled_directories_like_a_one_shot_ingest(tmp_path, monk
 
 def test_default_workers_follow_the_usable_cores(tmp_path):
     """One worker per core the ingest may run on (taskset / container limits), at most 8: on a
-    1-core affinity an ingest starts no helper process at all."""
+    1-core affinity an ingest starts no helper process at all, nor does a small dump; a big one
+    starts `workers` helpers."""
     code = (
         "import sys, psutil\n"
         "from ingest.helper_pool import default_workers\n"
@@ -254,7 +255,17 @@ def test_default_workers_follow_the_usable_cores(tmp_path):
     one = subprocess.run(["taskset", "-c", "0", *cmd], capture_output=True, text=True, cwd=repo, check=True)
     assert one.stdout.split() == ["1", "0"]
     cores = len(os.sched_getaffinity(0))
+    small = subprocess.run(
+        [*cmd[:3], str(tmp_path / "cat2"), cmd[4]], capture_output=True, text=True, cwd=repo, check=True
+    )
+    # a small dump starts no helper (each costs more to start than its files take)
+    assert small.stdout.split() == [str(min(cores, 8)), "0"]
+    sys.path.insert(0, str(Path(repo) / "bench"))
+    import synth
+
+    big = tmp_path / "big"
+    synth.generate(big, 3000, ranks=1, iterations=1, workers=1)
     both = subprocess.run(
-        [*cmd[:3], str(tmp_path / "cat2"), cmd[4]], capture_output=True, text=True, cwd=repo
+        [*cmd[:3], str(tmp_path / "cat3"), str(big)], capture_output=True, text=True, cwd=repo, check=True
     )
     assert both.stdout.split() == [str(min(cores, 8))] * 2  # the header scan runs in `workers` helpers
