@@ -76,8 +76,9 @@ DATA_FILE = "data.parquet"
 _INDEX_BATCH_ROWS = 64 * 1024
 # Rows sorted at a time when writing a flat file (bounds the writer's memory).
 _SORT_ROWS = 32 * 1024
-# The writer's DuckDB: bounded memory (sorts spill to the catalog's tmp/ directory).
-_MEMORY_LIMIT = os.environ.get("DUMPCAT_WRITER_MEMORY", "128MB")
+# The writer's DuckDB: a cap, not a reservation (sorts and joins spill to the catalog's tmp/ directory;
+# its parquet writer holds a whole row group of a wide table, ~100 MB, in memory).
+_MEMORY_LIMIT = os.environ.get("DUMPCAT_WRITER_MEMORY", "512MB")
 
 
 def _tier(rows: int) -> int:
