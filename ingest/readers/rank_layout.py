@@ -137,6 +137,13 @@ class RankLayoutReader(Reader):
         entries = self.ing.scandir(str(rank_dir))
         if entries is None:
             return
+        # The operator files first (names sort "Net" before "execution_order"): a rank's tensors
+        # then commit with the operators they resolve against, not before them (which would make
+        # the flat files of ingest/flat.py be resolved twice).
+        first = (".dump_metadata", "execution_order", "graphs")
+        entries = sorted(
+            entries, key=lambda e: (e.name not in first, first.index(e.name) if e.name in first else 0)
+        )
         for entry in entries:
             if entry.name == ".dump_metadata" and entry.is_dir():
                 self._ingest_metadata(rank, entry.path)
