@@ -77,7 +77,7 @@ _INDEX_BATCH_ROWS = 64 * 1024
 _SORT_ROWS = 122_880  # = DuckDB's row group: a merge decodes each input group about once
 # The writer's DuckDB: a cap, not a reservation (sorts and joins spill to the catalog's tmp/ directory;
 # its parquet writer holds a whole row group of a wide table, ~100 MB, in memory).
-_MEMORY_LIMIT = os.environ.get("DUMPCAT_WRITER_MEMORY", "160MB")
+_MEMORY_LIMIT = os.environ.get("DUMPCAT_WRITER_MEMORY", "256MB")
 
 
 def _tier(rows: int) -> int:
