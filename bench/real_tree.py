@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_core import walk  # the bare os.scandir walk every walk ratio is taken against
+
 HERE = Path(__file__).resolve().parent
 if str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))
@@ -47,20 +49,6 @@ MIB = 2**20
 
 # --------------------------------------------------------------------------------------------------
 # Baselines
-
-
-def walk(root: str) -> int:
-    """Bare recursive os.scandir walk: the floor for any tool that lists a dump tree (files counted)."""
-    n = 0
-    stack = [root]
-    while stack:
-        with os.scandir(stack.pop()) as it:
-            for e in it:
-                if e.is_dir(follow_symlinks=False):
-                    stack.append(e.path)
-                else:
-                    n += 1
-    return n
 
 
 def read_all(root: str, chunk: int = 1 << 22) -> tuple[int, int, int]:

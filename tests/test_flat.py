@@ -79,6 +79,22 @@ def _assert_flat_exact(cat: Catalog) -> dict[str, int]:
     return counts
 
 
+def _complete_and_compare(path: Path, dump: Path, held: Path, run: str, tmp_path: Path) -> None:
+    """Put the held-back execution order and graphs in place, ingest again, and check the catalog
+    equals a fresh one-shot ingest of the complete dump (and its flat files the query-time views)."""
+    for name in ("execution_order", "graphs"):
+        shutil.move(held / name, dump / "rank_0" / name)
+    ingest_dump(path, dump, run=run, workers=1)
+    fresh = tmp_path / "fresh"
+    ingest_dump(fresh, dump, run=run, workers=1)
+    with Catalog.open(path) as cat, Catalog.open(fresh) as whole:
+        _assert_flat_exact(cat)
+        for view in flat.FLAT_SOURCES:
+            got = cat.sql(f"SELECT * FROM {view} ORDER BY ALL").to_pylist()
+            want = whole.sql(f"SELECT * FROM {view} ORDER BY ALL").to_pylist()
+            assert repr(got) == repr(want)  # (repr: NaN statistics compare equal)
+
+
 def test_resolution_sql_inputs_are_listed():
     """The raw tables the resolution SQL reads are the flat tables' sources or RESOLUTION_INPUTS,
     so that a batch changing any of them re-resolves the flat files it affects."""
@@ -148,17 +164,8 @@ def test_late_execution_order_and_graphs_re_resolve(copy_dump, tmp_path):
         assert before == 0
         _assert_flat_exact(cat)
         old_paths = {e["path"] for e in cat.store.snapshot()["flat"]["tensors"]}
-    for name in ("execution_order", "graphs"):
-        shutil.move(held / name, dump / "rank_0" / name)
-    ingest_dump(path, dump, run="late", workers=1)
-    fresh = tmp_path / "fresh"
-    ingest_dump(fresh, dump, run="late", workers=1)
-    with Catalog.open(path) as cat, Catalog.open(fresh) as whole:
-        _assert_flat_exact(cat)
-        for view in flat.FLAT_SOURCES:
-            got = cat.sql(f"SELECT * FROM {view} ORDER BY ALL").to_pylist()
-            want = whole.sql(f"SELECT * FROM {view} ORDER BY ALL").to_pylist()
-            assert repr(got) == repr(want)  # (repr: NaN statistics compare equal)
+    _complete_and_compare(path, dump, held, "late", tmp_path)
+    with Catalog.open(path) as cat:
         row = cat.sql(
             "SELECT count(*) FILTER (name_match = 'exact') AS e, "
             "count(*) FILTER (source_line IS NOT NULL) AS s FROM tensors"
@@ -294,14 +301,4 @@ def test_compaction_then_re_resolution_keeps_each_row_once(copy_dump, tmp_path):
     assert any(b["id"].endswith("-c") for b in snap["batches"]), "the watcher compacted nothing"
     with Catalog.open(path) as cat:
         _assert_flat_exact(cat)
-    for name in ("execution_order", "graphs"):
-        shutil.move(held / name, dump / "rank_0" / name)
-    ingest_dump(path, dump, run="c", workers=1)
-    fresh = tmp_path / "fresh"
-    ingest_dump(fresh, dump, run="c", workers=1)
-    with Catalog.open(path) as cat, Catalog.open(fresh) as whole:
-        _assert_flat_exact(cat)
-        for view in flat.FLAT_SOURCES:
-            got = cat.sql(f"SELECT * FROM {view} ORDER BY ALL").to_pylist()
-            want = whole.sql(f"SELECT * FROM {view} ORDER BY ALL").to_pylist()
-            assert repr(got) == repr(want)
+    _complete_and_compare(path, dump, held, "c", tmp_path)
