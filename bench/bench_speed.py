@@ -12,7 +12,7 @@
    random ids; and the first call on a freshly opened Catalog. Targets: within 20 us; < 20 ms.
 4. Start-up: wall time of `dumpcat ingest` of a 200-file dump (a new process each time) vs the
    interpreter's own start. Target: < 0.5 s.
-5. Memory: peak RSS summed over the ingest's process tree (psutil, every 20 ms) vs a process that
+5. Memory: peak RSS summed over the ingest's process tree (psutil, every 50 ms) vs a process that
    only imports what ingest imports. Target: < 300 MiB.
 6. A real MindSpore tree (bench/ms_resnet_tree.py writes one): metadata-only ingest vs a bare walk,
    ingest with statistics vs reading every byte (bench/real_tree.py).
@@ -32,7 +32,6 @@ The report (markdown) is printed, and written into docs/benchmarks.md between th
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shutil
@@ -275,43 +274,25 @@ def bench_startup(rows: Rows, work: Path, repeat: int) -> None:
 # 5. memory
 
 
-def _peak_tree_rss(cmd: list[str]) -> tuple[float, str]:
-    import psutil
-
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    ps = psutil.Process(proc.pid)
-    peak = 0
-    while proc.poll() is None:
-        try:
-            procs = [ps, *ps.children(recursive=True)]
-            peak = max(peak, sum(p.memory_info().rss for p in procs))
-        except psutil.Error:
-            pass
-        time.sleep(0.02)
-    out, _ = proc.communicate()
-    if proc.returncode:
-        raise RuntimeError(f"{cmd} failed: {out[-2000:]}")
-    return peak / 2**20, out
-
-
 def bench_memory(rows: Rows, work: Path, scale: int) -> None:
+    """Peak RSS of an ingest's process tree (bench_core.ingest_in_child samples it with psutil)."""
     tree = tree_of(work, scale)
     nocsv = work / f"nocsv_{scale}"
     cat = work / f"cat_mem_{scale}"
-    base_mib, _ = _peak_tree_rss([sys.executable, "-c", "import catalog.api, ingest.pipeline, ingest.flat"])
-    for label, root, stats in (("statistic.csv", tree, False), ("computed statistics", nocsv, True)):
-        if stats and not (root / "rank_0").exists():
+    imports = "import catalog.api, ingest.pipeline, ingest.flat, resource; "
+    base_kib = subprocess.run(
+        [sys.executable, "-c", imports + "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"],
+        check=True, capture_output=True, text=True, cwd=ROOT,
+    ).stdout  # fmt: skip
+    base_mib = int(base_kib) / 1024
+    for label, root, computed in (("statistic.csv", tree, False), ("computed statistics", nocsv, True)):
+        if computed and not (root / "rank_0").exists():
             synth.generate(root, scale, ranks=2, iterations=20, statistic_csv=False)
-        shutil.rmtree(cat, ignore_errors=True)
-        code = (
-            "import sys, json; from ingest.pipeline import ingest_dump; "
-            "s = ingest_dump(sys.argv[1], sys.argv[2], run='bench'); print(json.dumps(s.as_dict()))"
-        )
-        mib, out = _peak_tree_rss([sys.executable, "-c", code, str(cat), str(root)])
-        s = json.loads(out.strip().splitlines()[-1])
+        r = bench_core.ingest_in_child(root, cat)
+        mib = r["peak_tree_rss_bytes"] / 2**20
         rows.add("5", f"ingest peak RSS, whole process tree, {label}", mib, "MiB", base_mib, mib / base_mib,
                  "< 300 MiB", mib < 300,
-                 f"{s['tensors']:,} tensors; baseline: the imports alone")  # fmt: skip
+                 f"{r['tensors']:,} tensors; baseline: the imports alone")  # fmt: skip
     shutil.rmtree(cat, ignore_errors=True)
 
 

@@ -96,13 +96,17 @@ def dumpcat_command() -> list[str]:
     return [sys.executable, "-c", code]
 
 
+def ingest_command(tree: Path, catalog: Path, stats: bool, workers: int | None) -> list[str]:
+    """argv of `dumpcat ingest` of `tree` into `catalog`, without a progress bar."""
+    cmd = [*dumpcat_command(), "ingest", str(tree), "--catalog", str(catalog), "--no-progress"]
+    cmd.append("--stats" if stats else "--no-stats")
+    return [*cmd, "--workers", str(workers)] if workers else cmd
+
+
 def cli_ingest(tree: Path, catalog: Path, stats: bool, workers: int | None) -> float:
     """Wall-clock seconds of one `dumpcat ingest` process into a new catalog (deleting it is not timed)."""
     shutil.rmtree(catalog, ignore_errors=True)
-    cmd = [*dumpcat_command(), "ingest", str(tree), "--catalog", str(catalog), "--no-progress"]
-    cmd.append("--stats" if stats else "--no-stats")
-    if workers:
-        cmd += ["--workers", str(workers)]
+    cmd = ingest_command(tree, catalog, stats, workers)
     t = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - t
@@ -136,10 +140,7 @@ def cli_ingest_memory(tree: Path, catalog: Path, stats: bool, workers: int | Non
     import psutil
 
     shutil.rmtree(catalog, ignore_errors=True)
-    cmd = [*dumpcat_command(), "ingest", str(tree), "--catalog", str(catalog), "--no-progress"]
-    cmd.append("--stats" if stats else "--no-stats")
-    if workers:
-        cmd += ["--workers", str(workers)]
+    cmd = ingest_command(tree, catalog, stats, workers)
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
     root = psutil.Process(proc.pid)

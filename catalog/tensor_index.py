@@ -100,14 +100,14 @@ def _lists(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
 class _SidecarBatch:
     """Zero-copy numpy views of one record batch of a sidecar, made on first use."""
 
-    __slots__ = ("dtypes", "formats", "host", "ids", "nbytes", "offsets", "paths", "runs", "shapes")
+    __slots__ = ("dtypes", "formats", "host", "ids", "nbytes", "offsets", "paths", "run", "runs", "shapes")
 
     def __init__(self, batch: pa.RecordBatch) -> None:
         col = batch.column
         self.ids = col(0).to_numpy()
-        self.runs = col(1).to_pylist() if len(set(col(1).unique().to_pylist())) > 1 else None
-        if self.runs is None:
-            self.runs = col(1)[0].as_py() if len(batch) else None
+        runs = col(1).unique()
+        self.run = runs[0].as_py() if len(runs) == 1 else None  # a batch is usually one run's
+        self.runs = col(1)
         self.paths = _strings(col(2))
         self.offsets = col(3).to_numpy(zero_copy_only=False)
         self.dtypes = col(4).dictionary_encode()
@@ -119,7 +119,7 @@ class _SidecarBatch:
     def location(self, i: int) -> TensorLocation:
         offs, data = self.paths
         rel = data[offs[i] : offs[i + 1]].to_pybytes().decode("utf-8")
-        run = self.runs if isinstance(self.runs, str) else self.runs[i]
+        run = self.run if self.run is not None else self.runs[i].as_py()
         so, sv, _ = self.shapes
         shape = tuple(sv[so[i] : so[i + 1]].tolist())
         ho, hv, hvalid = self.host

@@ -30,6 +30,7 @@ table, entries {"id", "path", "run", "rows", "sources": [batch ids], "keys": [[r
 from __future__ import annotations
 
 import os
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -199,8 +200,6 @@ class FlatWriter:
             f"SELECT count(*), min(row_id), max(row_id), count(*) - count(row_id) FROM ({source})"
         ).fetchall()[0]
         if not total:
-            import shutil
-
             con.execute("DROP TABLE IF EXISTS flat_unsorted").fetchall()
             shutil.rmtree(fdir, ignore_errors=True)
             return None

@@ -302,3 +302,34 @@ def test_compaction_then_re_resolution_keeps_each_row_once(copy_dump, tmp_path):
     with Catalog.open(path) as cat:
         _assert_flat_exact(cat)
     _complete_and_compare(path, dump, held, "c", tmp_path)
+
+
+@pytest.mark.parametrize("views_flat", [True, False], ids=["flat-views", "query-time-views"])
+def test_contained_engine_reads_flat_and_old_catalogs(tmp_path, views_flat):
+    """The server's contained engine answers the same as a Catalog on a catalog with flat files and
+    on one from before them, whichever views database the server built (`flat` is decided when it
+    starts; a catalog may gain flat files while it serves)."""
+    from catalog.sandbox import ContainedEngine, build_views_database
+    from tests.conftest import as_written_before_flat_files
+
+    path = tmp_path / "cat"
+    ingest_dump(path, DATA / "ms210" / "nan_log" / "dump", run="n", workers=1)
+    query = "SELECT count(*), count(*) FILTER (nan_count > 0), sum(exec_index) FROM stats"
+    with Catalog.open(path) as cat:
+        want = cat.sql(query).to_pylist()
+        want_tensors = cat.sql("SELECT count(*), min(op_name) FROM tensors").to_pylist()
+    views_dir = tmp_path / "views"
+    views_dir.mkdir()
+    views = build_views_database(views_dir, flat=views_flat)
+    for old in (False, True):
+        if old:
+            as_written_before_flat_files(path)
+        engine = ContainedEngine(path, views)
+        try:
+            cur = engine.cursor(1)
+            got = cur.sql(query).to_arrow_table().to_pylist()
+            got_tensors = cur.sql("SELECT count(*), min(op_name) FROM tensors").to_arrow_table().to_pylist()
+        finally:
+            engine.close()
+        assert [list(r.values()) for r in got] == [list(r.values()) for r in want]
+        assert [list(r.values()) for r in got_tensors] == [list(r.values()) for r in want_tensors]
