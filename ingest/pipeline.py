@@ -265,10 +265,15 @@ class Ingester:
         self.manifest[rel] = (size, consumed, lines, status)
         self.add("manifest", (self.run, rel, kind, size, consumed, lines, status, now()))
 
-    def still_written(self, entry: os.DirEntry, rel: str, window: float | None = None) -> bool:
+    def still_written(
+        self, entry: os.DirEntry, rel: str, window: float | None = None, *, fresh: bool = False
+    ) -> bool:
         """Live mode: is this file young enough that it may still be being written? If so it is
-        remembered as pending (its directory is rescanned) and must not be judged yet."""
-        if not self.live or age(entry) >= (self.grace if window is None else window):
+        remembered as pending (its directory is rescanned) and must not be judged yet. `fresh`
+        judges the file as it is now rather than as it was listed (a file still appended to)."""
+        if not self.live:
+            return False
+        if (fresh_age(entry.path) if fresh else age(entry)) >= (self.grace if window is None else window):
             return False
         self.pending_files[rel] = os.path.dirname(entry.path)
         return True
@@ -449,6 +454,14 @@ def age(entry: os.DirEntry) -> float:
     """Seconds since the file was last modified (infinite when it cannot be stat'ed)."""
     try:
         return time.time() - entry.stat().st_mtime
+    except OSError:
+        return float("inf")
+
+
+def fresh_age(path: str) -> float:
+    """Seconds since `path` was last modified, stat'ed now (a DirEntry keeps its first stat)."""
+    try:
+        return time.time() - os.stat(path).st_mtime
     except OSError:
         return float("inf")
 

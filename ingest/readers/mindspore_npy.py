@@ -38,7 +38,7 @@ from ingest.npy_name import (
     parse_tensor_name,
     without_op_index,
 )
-from ingest.pipeline import age, size_or_none
+from ingest.pipeline import age, fresh_age, size_or_none
 from ingest.readers.base import Detection, Place, first_file
 from ingest.readers.rank_layout import RankLayoutReader, rank_root
 from ingest.schema import TABLES, conform
@@ -310,21 +310,37 @@ class MindSporeNpyReader(RankLayoutReader):
         def dir_active() -> bool:
             """Live mode: has anything in this directory changed within the last `settle` seconds?
             While it has, statistic.csv rows and tensor files may still be catching up with each
-            other (MindSpore appends a tensor's row just before or after writing its file)."""
+            other (MindSpore appends a tensor's row just before or after writing its file).
+
+            Judged on the directory as it is now, not only on its listing: a leaf is finished
+            after its helpers' scan, possibly seconds after it was listed, and by then the listed
+            files look old while the producer keeps creating files (the directory's mtime) and
+            appending rows (statistic.csv's mtime)."""
             if not active:
-                active.append(
-                    self.ing.live and min((age(e) for e in entries), default=float("inf")) < self.ing.settle
-                )
+                ages = [age(e) for e in entries]
+                ages.append(fresh_age(leaf.path))
+                if "statistic.csv" in by_name:
+                    ages.append(fresh_age(by_name["statistic.csv"].path))
+                active.append(self.ing.live and min(ages) < self.ing.settle)
             return active[0]
 
-        def match_keys() -> pa.Table:
+        def match_keys(late: bool = False) -> pa.Table:
             """Every tensor file of the directory, not only new ones, so that a statistic.csv
-            that grew later still finds its tensors."""
+            that grew later still finds its tensors. With `late`, also the tensor files created
+            since the directory was listed: statistic.csv is read now, so its newest rows may
+            describe them (their rows are cataloged by a later pass)."""
             others = []
             if scanned:
                 unscanned = leaf.irregular + leaf.known_names
             else:
                 unscanned = [e.name for e in entries if self.is_tensor_npy(e.name)]
+            if late:
+                listed = {e.name for e in entries}
+                try:
+                    now = os.listdir(leaf.path)
+                except OSError:
+                    now = []
+                unscanned = unscanned + sorted(n for n in now if n not in listed and self.is_tensor_npy(n))
             for name in unscanned:
                 tn = parse(name)
                 if not isinstance(tn, TensorNameError):
@@ -341,13 +357,21 @@ class MindSporeNpyReader(RankLayoutReader):
             table, result = stat_table
             csv_entry = by_name["statistic.csv"]
             if table.num_rows:
-                table = match_stat_rows(table, match_keys(), leaf.path)
+                rows, keys = table, match_keys()
+                table = match_stat_rows(rows, keys, leaf.path)
+                if table.column("row_id").null_count and self.ing.live:
+                    keys = match_keys(late=True)
+                    table = match_stat_rows(rows, keys, leaf.path)
                 upto = None
                 unmatched = table.column("row_id").null_count > 0
+                # A row committed without its file stays so (the file is not matched later), so
+                # a row whose file may still come waits while statistic.csv is still appended to
+                # (`grace`: a producer may stall between a row and its file); in a directory with
+                # no tensor file at all (a statistics-only dump) only while the directory changes.
                 if (
                     unmatched
-                    and dir_active()
-                    and self.ing.still_written(csv_entry, f"{rel_dir}/statistic.csv")
+                    and (keys.num_rows > 0 or dir_active())
+                    and self.ing.still_written(csv_entry, f"{rel_dir}/statistic.csv", fresh=True)
                 ):
                     # Rows whose tensor files are probably still to come are read again later;
                     # the lines before the first of them are taken now.

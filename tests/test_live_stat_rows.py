@@ -1,0 +1,143 @@
+"""Live ingest of statistic.csv rows written before their tensor files, when the producer stalls.
+
+MindSpore may append a tensor's statistic.csv row just before writing its npy file. A row
+committed without its file keeps no row id (the file is not matched to it later), so a watcher
+must not commit such a row while its file may still come: neither when the producer stalls
+between the row and the file for longer than the watcher's one-second settle window, nor when
+the file is created between the moment the watcher lists the directory and the moment it reads
+statistic.csv (a big directory is listed, scanned by helpers, then finished).
+
+Both tests drive a real live-mode ingester over a real dump with a real statistic.csv, and end
+equal to a one-shot ingest of the finished tree.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from ingest.pipeline import Ingester
+from ingest.readers.registry import detect
+from ingest.store import CatalogStore
+from tests.conftest import dump_of
+from tests.replay import make_stat_csv_tree, timestamp_of
+from tests.test_replay import RUN, content, diff, one_shot
+
+
+def _age_tree(root: Path, seconds: float) -> None:
+    """Give every file and directory under `root` an mtime `seconds` ago."""
+    then = time.time() - seconds
+    for p in [root, *root.rglob("*")]:
+        os.utime(p, (then, then))
+
+
+def _last_tensor(leaf: Path) -> Path:
+    """The leaf's npy file written last (its statistic.csv row is the last line)."""
+    return max(leaf.glob("*.npy"), key=lambda p: timestamp_of(p.name))
+
+
+def _live_ingester(cat_dir: Path, dump: Path) -> Ingester:
+    ing = Ingester(CatalogStore(cat_dir, create=True), RUN, dump, detect(dump))
+    ing.live, ing.grace = True, 10.0
+    ing.begin()
+    return ing
+
+
+def _unmatched_stat_rows(cat_dir: Path) -> int:
+    from catalog import Catalog
+
+    with Catalog.open(cat_dir) as cat:
+        return cat.sql("SELECT count(*) FROM stats WHERE row_id IS NULL").column(0)[0].as_py()
+
+
+def test_a_row_waits_for_a_file_written_after_the_settle_window(tmp_path):
+    """The last row of a directory is on disk, its file is not, and nothing has changed for 3 s
+    (past the 1 s settle window, within the 10 s grace): the row waits, and gets its row id once
+    the file comes."""
+    dump = make_stat_csv_tree(dump_of("simple"), tmp_path / "dump")
+    leaf = dump / "rank_0/Net/0/1"
+    late = _last_tensor(leaf)
+    held = tmp_path / late.name
+    shutil.move(late, held)
+    _age_tree(dump, 3.0)
+
+    cat_dir = tmp_path / "cat"
+    ing = _live_ingester(cat_dir, dump)
+    ing.scan_all()
+    ing.commit()
+    assert _unmatched_stat_rows(cat_dir) == 0
+    assert f"{ing.rel(str(leaf))}/statistic.csv" in ing.pending_files  # read again later
+
+    shutil.move(held, late)
+    ing.scan_path(str(leaf))
+    ing.commit()
+    assert not ing.pending_files
+    assert not diff(one_shot(tmp_path, dump), content(cat_dir))
+
+
+def test_a_row_whose_file_never_comes_is_committed_once_statistic_csv_is_quiet(tmp_path):
+    """Past the grace period a row without its file is cataloged as it is (row_id NULL)."""
+    dump = make_stat_csv_tree(dump_of("simple"), tmp_path / "dump")
+    late = _last_tensor(dump / "rank_0/Net/0/1")
+    late.unlink()
+    _age_tree(dump, 30.0)
+
+    cat_dir = tmp_path / "cat"
+    ing = _live_ingester(cat_dir, dump)
+    ing.scan_all()
+    ing.commit()
+    assert not ing.pending_files
+    assert _unmatched_stat_rows(cat_dir) == 1
+    assert not diff(one_shot(tmp_path, dump), content(cat_dir))
+
+
+def _big_leaf_dump(root: Path, copies: int) -> Path:
+    """The `simple` sample whose first iteration directory holds `copies` times its tensors
+    (the same data under later timestamps): big enough for a watcher to scan it on its helpers."""
+    src = root / "src"
+    shutil.copytree(dump_of("simple"), src)
+    leaf = src / "rank_0/Net/0/0"
+    for path in sorted(leaf.glob("*.npy")):
+        stamp = str(timestamp_of(path.name))
+        for k in range(1, copies):
+            shutil.copy(path, leaf / path.name.replace(f".{stamp}.", f".{int(stamp) + 10_000_000 * k}.", 1))
+    return make_stat_csv_tree(src, root / "dump")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_file_created_between_listing_and_reading_statistic_csv_is_matched(tmp_path, workers):
+    """A settled big directory is listed, its files scanned, then finished: a tensor file (and its
+    row) created in between is matched, though the listing does not show it."""
+    dump = _big_leaf_dump(tmp_path, copies=4)
+    leaf = dump / "rank_0/Net/0/0"
+    assert len(list(leaf.iterdir())) >= 256
+    late = _last_tensor(leaf)
+    held = tmp_path / late.name
+    shutil.move(late, held)
+    _age_tree(dump, 30.0)  # settled: scanned like a one-shot ingest
+
+    cat_dir = tmp_path / "cat"
+    ing = _live_ingester(cat_dir, dump)
+    ing.workers = workers
+    reader_class = detect(dump).reader
+
+    class FileArrivesDuringTheScan(reader_class):  # type: ignore[misc, valid-type]
+        def _drain_leaves(self) -> None:
+            if self._leaf_queue and held.exists():
+                shutil.move(held, late)
+                _age_tree(leaf, 30.0)  # as if the producer had stalled since
+            super()._drain_leaves()
+
+    ing.reader = FileArrivesDuringTheScan(ing, detect(dump))
+    ing.scan_all()
+    ing.commit()
+    assert not held.exists(), "the scan did not queue the leaf"
+    assert _unmatched_stat_rows(cat_dir) == 0
+
+    ing.scan_path(str(leaf))  # the watcher's next pass catalogs the file itself
+    ing.commit()
+    assert not diff(one_shot(tmp_path, dump), content(cat_dir))
