@@ -24,6 +24,7 @@ from catalog.tensor_index import TensorIndex, TensorLocation
 
 if TYPE_CHECKING:
     from catalog.compare import CompareSummary
+    from catalog.report import ReportSummary
 from catalog.views import define_views, query_text
 from ingest.pipeline import IngestSummary, ingest_dump
 from ingest.store import CatalogError, CatalogStore
@@ -165,6 +166,17 @@ class Catalog:
         for every run or one; `by_graph=True` gives each kernel graph's own first anomaly instead
         (`first_anomaly_by_graph`), the steps in order and their graphs in execution order."""
         return self.sql(query_text("anomalies_by_graph" if by_graph else "anomalies"), {"run": run})
+
+    def report(
+        self, out: str | os.PathLike, run: str | None = None, *, against: str | None = None
+    ) -> ReportSummary:
+        """Write a self-contained HTML report of `run` (the only run when None) to `out`: summary,
+        first anomaly of every step, heat map, trend lines, ingest errors, and with `against` the
+        comparison with that baseline run (`compare` must have run). Raises
+        `catalog.report.ReportError` when it cannot be made (unknown run, nothing compared, ...)."""
+        from catalog.report import write_report
+
+        return write_report(self, out, run, against)
 
     # -- tensors ---------------------------------------------------------------------------
 

@@ -418,6 +418,38 @@ def compare(
 
 @main.command()
 @click.argument("catalog_path", metavar="CAT")
+@click.option("--run", default=None, help="The run to report (default: the catalog's only run).")
+@click.option(
+    "--against",
+    "baseline",
+    default=None,
+    metavar="BASELINE",
+    help="Also show the comparison with this run (after `dumpcat compare CAT RUN BASELINE`).",
+)
+@click.option(
+    "--out",
+    "-o",
+    "out",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="The HTML file to write (self-contained: opens offline).",
+)
+def report(catalog_path: str, run: str | None, baseline: str | None, out: Path) -> None:
+    """Write a self-contained HTML report of a run: first anomaly of every step, a heat map of
+    NaN/Inf by operator and iteration, trend lines, ingest errors, and the comparison with a
+    baseline."""
+    from catalog.report import ReportError
+
+    cat = _open(catalog_path)
+    try:
+        summary = cat.report(out, run, against=baseline)
+    except ReportError as exc:
+        _fail(str(exc))
+    click.echo(summary.line())
+
+
+@main.command()
+@click.argument("catalog_path", metavar="CAT")
 def views(catalog_path: str) -> None:
     """List the views and their columns."""
     from catalog.views import USER_VIEWS

@@ -1,0 +1,204 @@
+"""`dumpcat report` at scale: page size and the time a browser takes to show it.
+
+A synthetic tree (bench/synth.py: 2 ranks × 20 iterations, 1% of float tensors holding NaN/Inf at
+random, so thousands of operators are anomalous somewhere) is ingested, the report is written, and
+the page is opened in headless Chromium (Debian's `chromium` through chromedriver,
+catalog/report_browser.py):
+
+- cold: the first page a freshly started browser opens (plotly.js compiled from nothing), one new
+  browser per measurement;
+- warm: the same page opened again in that browser.
+
+Each time is navigation start -> every figure drawn (the page's `dumpcat-rendered` mark, after the
+load event). The page must load with no console error and no network request. The committed
+nan_log sample is measured the same way, as the small end. Targets: < 10 MB and < 3 s at 10^6.
+
+    python bench/bench_report.py                               # 10^6 tensors, temp dir (~4.5 GB)
+    python bench/bench_report.py --workdir BIG_DIR             # keep / reuse the tree and catalog
+    python bench/bench_report.py --tensors 100000 --no-docs
+
+The report (markdown) is printed, and written into docs/benchmarks.md between the markers
+`<!-- bench_report -->` and `<!-- /bench_report -->` unless --no-docs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+import synth  # noqa: E402
+
+from catalog.api import Catalog  # noqa: E402
+from catalog.report_browser import Browser  # noqa: E402
+
+DOCS = ROOT / "docs" / "benchmarks.md"
+START, END = "<!-- bench_report -->", "<!-- /bench_report -->"
+SAMPLE = ROOT / "tests" / "data" / "ms210" / "nan_log" / "dump"
+
+
+def catalog_of(work: Path, tensors: int, ranks: int, iterations: int) -> tuple[Path, dict]:
+    """A catalog of one synthetic run (made once per work dir), and how long it took."""
+    tree, cat = work / f"tree_{tensors}", work / f"cat_{tensors}"
+    made: dict = {}
+    if not (tree / "rank_0").exists():
+        s = synth.generate(tree, tensors, ranks=ranks, iterations=iterations)
+        made["generate_s"] = s.seconds
+    if not (cat / "snapshot.json").exists():
+        t = time.perf_counter()
+        Catalog.open(cat, create=True).ingest(tree, run="run0")
+        made["ingest_s"] = time.perf_counter() - t
+    return cat, made
+
+
+def measure(cat: Path, out: Path, loads: int) -> dict:
+    """Write the report of `cat`'s run, then open it `loads` times cold and warm."""
+    t = time.perf_counter()
+    with Catalog.open(cat) as c:
+        rows = c.sql("SELECT count(*) FROM tensors").column(0)[0].as_py()
+        summary = c.report(out)
+    write_s = time.perf_counter() - t
+    cold, warm = [], []
+    for _ in range(loads):
+        with Browser() as b:
+            first = b.open(out)
+            again = b.open(out)
+        for load in (first, again):
+            if load.errors or load.network_requests:
+                raise SystemExit(f"{out}: console errors {load.errors}, requests {load.network_requests}")
+        cold.append(first.rendered_seconds)
+        warm.append(again.rendered_seconds)
+    return {
+        "tensors": rows,
+        "write_s": write_s,
+        "mb": out.stat().st_size / 1e6,
+        "cold": cold,
+        "warm": warm,
+        "steps": summary.anomalous_steps,
+    }
+
+
+def markdown(results: list[tuple[str, dict]], params: dict) -> str:
+    lines = [
+        f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()}, {os.cpu_count()} cores, load average "
+        f"{params['load']} at the start; Chromium {params['chromium']}; `python bench/bench_report.py "
+        f"{params['argv']}`.",
+        "",
+        "| catalog | tensors | report written | page size | load, cold browser (median / max) "
+        "| load, warm (median) | target |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, r in results:
+        target = "< 10 MB, < 3 s" if r["tensors"] >= 1_000_000 else ""
+        lines.append(
+            f"| {name} | {r['tensors']:,} | {r['write_s']:.2f} s | {r['mb']:.1f} MB "
+            f"| {statistics.median(r['cold']):.2f} s / {max(r['cold']):.2f} s "
+            f"| {statistics.median(r['warm']):.2f} s | {target} |"
+        )
+    lines += [
+        "",
+        f"Load: navigation start to every figure drawn, {params['loads']} fresh browsers each; no console "
+        "error and no network request in any load. Of the page, plotly.js is "
+        f"{params['plotly_mb']:.1f} MB; on its own it takes {params['plotly_cold']:.2f} s cold and "
+        f"{params['plotly_warm']:.2f} s warm to load in the same browser, most of every load above.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plotly_only(work: Path, loads: int) -> tuple[float, float, float]:
+    """The floor: a page holding only plotly.js."""
+    from plotly.offline import get_plotlyjs
+
+    js = get_plotlyjs()
+    page = work / "plotly_only.html"
+    page.write_text(
+        "<!DOCTYPE html><html><head><meta charset='utf-8'><script>" + js + "</script><script>"
+        "performance.mark('dumpcat-rendered');document.documentElement.dataset.rendered='true';"
+        "</script></head><body></body></html>",
+        encoding="utf-8",
+    )
+    cold, warm = [], []
+    for _ in range(loads):
+        with Browser() as b:
+            cold.append(b.open(page).rendered_seconds)
+            warm.append(b.open(page).rendered_seconds)
+    return len(js) / 1e6, statistics.median(cold), statistics.median(warm)
+
+
+def write_docs(text: str) -> None:
+    doc = DOCS.read_text(encoding="utf-8")
+    block = f"{START}\n{text}{END}"
+    if START in doc and END in doc:
+        head, rest = doc.split(START, 1)
+        _, tail = rest.split(END, 1)
+        doc = head + block + tail
+    else:
+        doc = doc.rstrip("\n") + "\n\n## HTML report (bench/bench_report.py)\n\n" + block + "\n"
+    DOCS.write_text(doc, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--tensors", type=int, default=1_000_000)
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--iterations", type=int, default=20)
+    p.add_argument("--loads", type=int, default=3, help="fresh browsers per page (default 3)")
+    p.add_argument("--workdir", help="tree, catalog and pages (default: a temp dir, deleted)")
+    p.add_argument("--no-docs", action="store_true", help="do not write docs/benchmarks.md")
+    a = p.parse_args(argv)
+    work = Path(a.workdir or tempfile.mkdtemp(prefix="dumpcat-report-")).absolute()
+    work.mkdir(parents=True, exist_ok=True)
+    load = "{:.2f} / {:.2f} / {:.2f}".format(*os.getloadavg())
+    try:
+        import subprocess
+
+        chromium = subprocess.run(
+            [shutil.which("chromium") or "chromium", "--version"], capture_output=True, text=True
+        ).stdout.split()
+        sample_cat = work / "cat_sample"
+        if not (sample_cat / "snapshot.json").exists():
+            Catalog.open(sample_cat, create=True).ingest(SAMPLE, run="nan_log")
+        results = [("nan_log sample", measure(sample_cat, work / "sample.html", a.loads))]
+        print(f"# sample: {results[-1][1]}", flush=True)
+        big, made = catalog_of(work, a.tensors, a.ranks, a.iterations)
+        print(f"# catalog {big}: {made}", flush=True)
+        results.append(
+            (
+                f"synthetic, {a.ranks} ranks × {a.iterations} iterations",
+                measure(big, work / "big.html", a.loads),
+            )
+        )
+        print(f"# big: {results[-1][1]}", flush=True)
+        plotly_mb, plotly_cold, plotly_warm = plotly_only(work, a.loads)
+    finally:
+        if a.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    shown_argv = " ".join(x for x in (argv if argv is not None else sys.argv[1:]) if not x.startswith("/"))
+    md = markdown(
+        results,
+        {
+            "argv": shown_argv, "load": load, "loads": a.loads,
+            "chromium": chromium[1] if len(chromium) > 1 else "?",
+            "plotly_mb": plotly_mb, "plotly_cold": plotly_cold, "plotly_warm": plotly_warm,
+        },
+    )  # fmt: skip
+    print(md)
+    if not a.no_docs:
+        write_docs(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
