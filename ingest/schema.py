@@ -164,6 +164,8 @@ RANK_META = pa.schema(
         ("ms_version", pa.string()),
         ("dump_config", pa.string()),  # data_dump.json text
         ("hccl_config", pa.string()),
+        # a rank's metadata is read again when a file of it changes: the latest copy is the one
+        ("ingested_at", pa.timestamp("us", tz="UTC")),
     ]
 )
 

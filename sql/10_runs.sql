@@ -1,3 +1,10 @@
+-- rank_metadata: .dump_metadata/ of each rank, the latest ingested copy (a live watcher reads a
+-- rank's metadata again when one of its files is written after the others).
+CREATE OR REPLACE VIEW rank_metadata AS
+SELECT run, rank, dump_root, device_target, ms_version, dump_config, hccl_config
+FROM raw_rank_meta
+QUALIFY row_number() OVER (PARTITION BY run, rank ORDER BY ingested_at DESC NULLS LAST) = 1;
+
 -- runs: one row per run (one dump tree ingested under one name).
 CREATE OR REPLACE VIEW runs AS
 WITH meta AS (
@@ -6,15 +13,10 @@ WITH meta AS (
            string_agg(DISTINCT device_target, ',') AS device_target,
            string_agg(DISTINCT ms_version, ',') AS ms_version,
            any_value(dump_config) AS dump_config
-    FROM raw_rank_meta
+    FROM rank_metadata
     GROUP BY run
 )
 SELECT r.run, r.dump_root, r.ingested_at, r.dumpcat_version,
        m.ranks, m.device_target, m.ms_version, m.dump_config
 FROM raw_runs r
 LEFT JOIN meta m USING (run);
-
--- rank_metadata: .dump_metadata/ of each rank, the latest ingested copy.
-CREATE OR REPLACE VIEW rank_metadata AS
-SELECT run, rank, dump_root, device_target, ms_version, dump_config, hccl_config
-FROM raw_rank_meta;

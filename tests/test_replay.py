@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from catalog import Catalog
+from ingest.watch import status_path
 from tests.conftest import dump_of
 from tests.replay import make_stat_csv_tree, replay, tensor_key, timestamp_of
 
@@ -693,10 +694,14 @@ def test_watcher_sigkilled_at_random_moments_then_restarted(tmp_path, stat_tree)
            "--run", RUN, "--interval", "0.2"]  # fmt: skip
     failure: list[BaseException] = []
     proc = None
+    # Training goes on only while a watcher is up (the writer waits between files otherwise):
+    # however long a restart takes on a loaded machine, the next kill still lands mid-run.
+    watcher_up = threading.Event()
 
     def write() -> None:
         try:
-            replay(stat_tree, dst, seed=seed, rate=35, pause=(0.005, 0.2))
+            replay(stat_tree, dst, seed=seed, rate=35, pause=(0.005, 0.2),
+                   on_file=lambda rel, event: watcher_up.wait(60))  # fmt: skip
         except BaseException as exc:
             failure.append(exc)
 
@@ -704,9 +709,15 @@ def test_watcher_sigkilled_at_random_moments_then_restarted(tmp_path, stat_tree)
     writer.start()
     kills: list[float] = []
     counts: list[int] = []  # tensors in the catalog after each kill
+    status = status_path(cat_dir, RUN)
     try:
         for _ in range(4):
+            status.unlink(missing_ok=True)
             proc = subprocess.Popen(cmd, cwd=REPO, env=ENV, stderr=subprocess.PIPE, text=True)
+            up_by = time.monotonic() + 30
+            while proc.poll() is None and not status.exists() and time.monotonic() < up_by:
+                time.sleep(0.05)  # its first pass is done once it writes its status
+            watcher_up.set()
             # Kill once this watcher has committed something new (or the writer is done), plus a
             # random moment: progress, not the clock, so kills land mid-run on a slow machine too.
             started = time.monotonic()
@@ -720,6 +731,7 @@ def test_watcher_sigkilled_at_random_moments_then_restarted(tmp_path, stat_tree)
             alive = proc.poll() is None
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)
+            watcher_up.clear()
             assert alive, f"watcher exited by itself: {proc.stderr.read()[-2000:]}"
             kills.append(round(delay, 2))
             if (cat_dir / "snapshot.json").exists():
@@ -727,6 +739,7 @@ def test_watcher_sigkilled_at_random_moments_then_restarted(tmp_path, stat_tree)
                     for q in (*DUPLICATES, "SELECT row_id FROM raw_tensors GROUP BY 1 HAVING count(*) > 1"):
                         assert cat.sql(q).num_rows == 0, f"duplicates after kill {len(kills)} (seed {seed})"
                     counts.append(cat.sql("SELECT count(*) FROM tensors").column(0)[0].as_py())
+        watcher_up.set()  # the last stretch of training is caught up by the final watcher
         writer.join(60)
         assert not failure, failure
         expected = one_shot(tmp_path, dst)
@@ -750,6 +763,7 @@ def test_watcher_sigkilled_at_random_moments_then_restarted(tmp_path, stat_tree)
         rc = proc.wait(15)
         assert rc == 0, f"dumpcat watch exited {rc} on SIGTERM: {proc.stderr.read()[-2000:]}"
     finally:
+        watcher_up.set()
         writer.join(60)
         if proc is not None and proc.poll() is None:
             proc.kill()

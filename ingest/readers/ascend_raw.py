@@ -48,7 +48,7 @@ from ingest.formats.raw_dump import (
 )
 from ingest.npy_header import NpyHeaderError, read_npy_header
 from ingest.npy_name import without_op_index
-from ingest.pipeline import Ingester, size_or_none
+from ingest.pipeline import Ingester, now, size_or_none
 from ingest.raw_scan import PRODUCER, raw_slot_rows, slot_key
 from ingest.readers.base import Detection, Place, Reader, first_file, list_dir
 from ingest.readers.mindspore_npy import MindSporeNpyReader
@@ -422,7 +422,7 @@ class AscendRawV12Reader(Reader):
         ing = self.ing
         rel = ing.rel(path)
         if config is not None and not ing.is_unchanged(rel, len(config)):
-            ing.add("rank_meta", (ing.run, rank, str(self.root), "Ascend", None, config, None))
+            ing.add("rank_meta", (ing.run, rank, str(self.root), "Ascend", None, config, None, now()))
             ing.record(rel, "metadata", len(config), len(config), 0, "ok")
         for model in ing.scandir(path) or []:
             m = _V12_MODEL_DIR.match(model.name)

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from ingest.formats.legacy_names import LegacyBinName, parse_legacy_bin_name
 from ingest.npy_name import op_type_of, sanitize_v23, short_name, without_op_index
 from ingest.numbers import INT32_MAX, INT64_MAX, parse_uint
-from ingest.pipeline import size_or_none
+from ingest.pipeline import now, size_or_none
 from ingest.readers.base import Detection, Place, Reader, first_file, list_dir
 from ingest.readers.rank_layout import read_execution_order_dir
 from ingest.tensor_data import stored_nbytes
@@ -332,7 +332,7 @@ class MindSporeBinReader(Reader):
         rel = ing.rel(path)
         if config is None or ing.is_unchanged(rel, len(config)):
             return
-        ing.add("rank_meta", (ing.run, rank, str(self.root), device_target, None, config, None))
+        ing.add("rank_meta", (ing.run, rank, str(self.root), device_target, None, config, None, now()))
         ing.record(rel, "metadata", len(config), len(config), 0, "ok")
 
 

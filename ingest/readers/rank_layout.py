@@ -16,7 +16,7 @@ from ingest import execution_order, metadata
 from ingest import graph_rows as graph_rows_mod
 from ingest.npy_name import op_type_of, sanitize_v23, short_name, without_op_index
 from ingest.numbers import INT32_MAX, parse_uint
-from ingest.pipeline import Ingester
+from ingest.pipeline import Ingester, now
 from ingest.pipeline import size_or_none as _size_or_none
 from ingest.readers.base import Detection, Reader
 
@@ -226,7 +226,7 @@ class RankLayoutReader(Reader):
             self.ing.add(
                 "rank_meta",
                 (self.ing.run, rank, str(self.root), values["device_target"], values["ms_version"],
-                 values["dump"], values["hccl"]),
+                 values["dump"], values["hccl"], now()),
             )  # fmt: skip
 
     def _ingest_execution_order(self, rank: int, path: str) -> None:

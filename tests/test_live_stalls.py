@@ -1,4 +1,4 @@
-"""Live ingest of statistic.csv rows written before their tensor files, when the producer stalls.
+"""Live ingest when the producer stalls between files that belong together.
 
 MindSpore may append a tensor's statistic.csv row just before writing its npy file. A row
 committed without its file keeps no row id (the file is not matched to it later), so a watcher
@@ -7,7 +7,10 @@ between the row and the file for longer than the watcher's one-second settle win
 the file is created between the moment the watcher lists the directory and the moment it reads
 statistic.csv (a big directory is listed, scanned by helpers, then finished).
 
-Both tests drive a real live-mode ingester over a real dump with a real statistic.csv, and end
+A rank's `.dump_metadata/` files written seconds apart are read twice; the catalog shows the
+latest copy once.
+
+The tests drive a real live-mode ingester over a real dump (with a real statistic.csv) and end
 equal to a one-shot ingest of the finished tree.
 """
 
@@ -140,4 +143,33 @@ def test_a_file_created_between_listing_and_reading_statistic_csv_is_matched(tmp
 
     ing.scan_path(str(leaf))  # the watcher's next pass catalogs the file itself
     ing.commit()
+    assert not diff(one_shot(tmp_path, dump), content(cat_dir))
+
+
+def test_metadata_written_in_two_goes_shows_its_latest_copy_once(tmp_path):
+    """config.json first, data_dump.json after the settle window: two `rank_meta` rows, one
+    `rank_metadata` row (the latest, with the dump config) and one `runs` row."""
+    from catalog import Catalog
+
+    dump = tmp_path / "dump"
+    shutil.copytree(dump_of("simple"), dump)
+    meta = dump / "rank_0/.dump_metadata"
+    held = tmp_path / "data_dump.json"
+    shutil.move(meta / "data_dump.json", held)
+    _age_tree(dump, 3.0)
+
+    cat_dir = tmp_path / "cat"
+    ing = _live_ingester(cat_dir, dump)
+    ing.scan_all()
+    ing.commit()
+    shutil.move(held, meta / "data_dump.json")
+    _age_tree(meta, 2.0)  # settled: read now
+    ing.scan_path(str(meta))
+    ing.commit()
+    with Catalog.open(cat_dir) as cat:
+        assert cat.sql("SELECT count(*) FROM raw_rank_meta").column(0)[0].as_py() == 2
+        rows = cat.sql("SELECT * FROM rank_metadata").to_pylist()
+        assert len(rows) == 1 and rows[0]["dump_config"] == (meta / "data_dump.json").read_text()
+        runs = cat.sql("SELECT dump_config FROM runs").to_pylist()
+        assert runs == [{"dump_config": rows[0]["dump_config"]}]
     assert not diff(one_shot(tmp_path, dump), content(cat_dir))
