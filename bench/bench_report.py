@@ -1,9 +1,10 @@
 """`dumpcat report` at scale: page size and the time a browser takes to show it.
 
-A synthetic tree (bench/synth.py: 2 ranks × 20 iterations, 1% of float tensors holding NaN/Inf at
-random, so thousands of operators are anomalous somewhere) is ingested, the report is written, and
-the page is opened in headless Chromium (Debian's `chromium` through chromedriver,
-catalog/report_browser.py):
+Synthetic trees (bench/synth.py; 1% of float tensors hold NaN/Inf at random, so thousands of
+operators are anomalous somewhere) are ingested, in two layouts: 2 ranks × 20 iterations (25,000
+tensors a step), and 8 ranks × 250 iterations, which fills every cap of the page (150 operators ×
+120 iteration ranges × 8 ranks). The report is written and the page is opened in headless
+Chromium (Debian's `chromium` through chromedriver, catalog/report_browser.py):
 
 - cold: the first page a freshly started browser opens (plotly.js compiled from nothing), one new
   browser per measurement;
@@ -13,9 +14,9 @@ Each time is navigation start -> every figure drawn (the page's `dumpcat-rendere
 load event). The page must load with no console error and no network request. The committed
 nan_log sample is measured the same way, as the small end. Targets: < 10 MB and < 3 s at 10^6.
 
-    python bench/bench_report.py                               # 10^6 tensors, temp dir (~4.5 GB)
+    python bench/bench_report.py                               # 10^6 tensors, temp dir (~9 GB)
     python bench/bench_report.py --workdir BIG_DIR             # keep / reuse the tree and catalog
-    python bench/bench_report.py --tensors 100000 --no-docs
+    python bench/bench_report.py --tensors 100000 --layout 2x20 --no-docs
 
 The report (markdown) is printed, and written into docs/benchmarks.md between the markers
 `<!-- bench_report -->` and `<!-- /bench_report -->` unless --no-docs.
@@ -50,7 +51,7 @@ SAMPLE = ROOT / "tests" / "data" / "ms210" / "nan_log" / "dump"
 
 def catalog_of(work: Path, tensors: int, ranks: int, iterations: int) -> tuple[Path, dict]:
     """A catalog of one synthetic run (made once per work dir), and how long it took."""
-    tree, cat = work / f"tree_{tensors}", work / f"cat_{tensors}"
+    tree, cat = work / f"tree_{tensors}_{ranks}x{iterations}", work / f"cat_{tensors}_{ranks}x{iterations}"
     made: dict = {}
     if not (tree / "rank_0").exists():
         s = synth.generate(tree, tensors, ranks=ranks, iterations=iterations)
@@ -152,8 +153,9 @@ def write_docs(text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tensors", type=int, default=1_000_000)
-    p.add_argument("--ranks", type=int, default=2)
-    p.add_argument("--iterations", type=int, default=20)
+    p.add_argument(
+        "--layout", action="append", help="RANKSxITERATIONS of a synthetic tree (default: 2x20 and 8x250)"
+    )
     p.add_argument("--loads", type=int, default=3, help="fresh browsers per page (default 3)")
     p.add_argument("--workdir", help="tree, catalog and pages (default: a temp dir, deleted)")
     p.add_argument("--no-docs", action="store_true", help="do not write docs/benchmarks.md")
@@ -172,15 +174,17 @@ def main(argv: list[str] | None = None) -> int:
             Catalog.open(sample_cat, create=True).ingest(SAMPLE, run="nan_log")
         results = [("nan_log sample", measure(sample_cat, work / "sample.html", a.loads))]
         print(f"# sample: {results[-1][1]}", flush=True)
-        big, made = catalog_of(work, a.tensors, a.ranks, a.iterations)
-        print(f"# catalog {big}: {made}", flush=True)
-        results.append(
-            (
-                f"synthetic, {a.ranks} ranks × {a.iterations} iterations",
-                measure(big, work / "big.html", a.loads),
+        for layout in a.layout or ["2x20", "8x250"]:
+            ranks, iterations = (int(v) for v in layout.split("x"))
+            big, made = catalog_of(work, a.tensors, ranks, iterations)
+            print(f"# catalog {big.name}: {made}", flush=True)
+            results.append(
+                (
+                    f"synthetic, {ranks} ranks × {iterations} iterations",
+                    measure(big, work / f"big_{layout}.html", a.loads),
+                )
             )
-        )
-        print(f"# big: {results[-1][1]}", flush=True)
+            print(f"# {layout}: {results[-1][1]}", flush=True)
         plotly_mb, plotly_cold, plotly_warm = plotly_only(work, a.loads)
     finally:
         if a.workdir is None:

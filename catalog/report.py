@@ -193,6 +193,8 @@ def _check_out(out: Path) -> Path:
     if out.is_dir():
         raise ReportError(f"--out {out} is a directory: give a file name such as report.html")
     parent = out.parent if str(out.parent) else Path(".")
+    if parent.exists() and not parent.is_dir():
+        raise ReportError(f"cannot write {out}: {parent} is not a directory")
     if not parent.is_dir():
         raise ReportError(f"cannot write {out}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK):
