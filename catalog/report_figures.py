@@ -57,12 +57,14 @@ def heatmap_figure(data: ReportData) -> go.Figure | None:
     x = cells.column("col").to_numpy()
     category = cells.column("category").to_numpy()
     counts = np.stack(
-        [
-            cells.column(c).to_numpy().astype(np.int64)
-            for c in ("nan_elements", "inf_elements", "anomalous", "tensors")
-        ],
+        [cells.column(c).to_numpy().astype(np.int64) for c in ("nan_elements", "inf_elements", "anomalous")],
         axis=-1,
-    ).clip(max=np.iinfo(np.int32).max)
+    )
+    # the smallest unsigned type that holds every count (most cells hold small numbers): the hover
+    # data of 150 × 120 cells × 8 ranks stays about 1 MB
+    top = int(counts.max(initial=0))
+    kind = np.uint8 if top < 2**8 else np.uint16 if top < 2**16 else np.uint32
+    counts = counts.clip(max=np.iinfo(np.uint32).max).astype(kind)
     ranks = sorted({int(r) for r in rank})
     with_text = n_y * n_x <= 1500
     fig = go.Figure()
@@ -70,12 +72,12 @@ def heatmap_figure(data: ReportData) -> go.Figure | None:
         m = rank == r
         z = np.full((n_y, n_x), np.nan, dtype=np.float32)
         z[y[m], x[m]] = category[m]
-        custom = np.zeros((n_y, n_x, 4), dtype=np.int32)
+        custom = np.zeros((n_y, n_x, 3), dtype=counts.dtype)
         custom[y[m], x[m]] = counts[m]
         text = None
         if with_text:
             text = np.full((n_y, n_x), "", dtype=object)
-            for yy, xx, (nan, inf, _, _) in zip(y[m], x[m], counts[m], strict=True):
+            for yy, xx, (nan, inf, _) in zip(y[m], x[m], counts[m].tolist(), strict=True):
                 if nan or inf:
                     text[yy, xx] = f"{nan:,}" + (f"+{inf:,}∞" if inf else "")
         fig.add_trace(
@@ -109,8 +111,7 @@ def heatmap_figure(data: ReportData) -> go.Figure | None:
                 },
                 hovertemplate=(
                     f"rank {r}, iteration %{{x}}<br>%{{y}}<br>NaN elements %{{customdata[0]}}, "
-                    "Inf elements %{customdata[1]}<br>%{customdata[2]} of %{customdata[3]} outputs "
-                    "anomalous<extra></extra>"
+                    "Inf elements %{customdata[1]}<br>anomalous outputs %{customdata[2]}<extra></extra>"
                 ),
                 name=f"rank {r}",
                 meta=r,
@@ -150,7 +151,9 @@ def trends_figure(data: ReportData) -> go.Figure | None:
     t = data.trends
     if t.num_rows == 0:
         return None
-    labels = column_labels(data.columns)
+    # x: the column's first iteration, on a numeric axis (a range of iterations starts there)
+    starts = data.columns.column("first_iteration").to_pylist()
+    ranged = starts != data.columns.column("last_iteration").to_pylist()
     fig = make_subplots(
         rows=3,
         cols=1,
@@ -169,10 +172,13 @@ def trends_figure(data: ReportData) -> go.Figure | None:
                 "top": rows["top"][i], "rank": rows["mover_rank"][i], "moved": rows["moved"][i],
                 "op_type": rows["op_type"][i], "x": [], "l2norm": [], "max": [], "min": [], "nonfinite": [],
             }  # fmt: skip
-        s["x"].append(labels[rows["col"][i]])
+        s["x"].append(starts[rows["col"][i]])
         for key in ("l2norm", "max", "min", "nonfinite"):
             s[key].append(rows[key][i])
     metrics = ("l2norm", "max", "min")
+    # a marker is an SVG node: beyond a few dozen columns, lines only (thousands of markers take
+    # seconds to draw)
+    mode = "lines+markers" if len(starts) <= 30 else "lines"
 
     def values(s: dict, key: str) -> list[float]:
         return [np.nan if v is None else v for v in s[key]]
@@ -186,16 +192,14 @@ def trends_figure(data: ReportData) -> go.Figure | None:
             hover: list = []
             for name in others:
                 s = series[name]
-                xs += [*s["x"], None]
+                xs += [*s["x"], np.nan]
                 ys += [*values(s, key), np.nan]
-                hover += [f"{name}<br>mover {s['rank']}: l2norm moved ×10^{s['moved']:.2f}"] * (
-                    len(s["x"]) + 1
-                )
+                hover += [f"mover #{s['rank']}"] * (len(s["x"]) + 1)  # named in the table below the figure
             fig.add_trace(
                 go.Scatter(
-                    x=xs,
+                    x=np.array(xs, dtype=np.float64),
                     y=np.array(ys, dtype=np.float64),
-                    mode="lines+markers",
+                    mode=mode,
                     line={"color": OTHER_COLOUR, "width": 1},
                     marker={"size": 3, "color": OTHER_COLOUR},
                     connectgaps=False,
@@ -215,9 +219,9 @@ def trends_figure(data: ReportData) -> go.Figure | None:
         for row, key in enumerate(metrics, start=1):
             fig.add_trace(
                 go.Scatter(
-                    x=s["x"],
+                    x=np.array(s["x"], dtype=np.int64),
                     y=np.array(values(s, key), dtype=np.float64),
-                    mode="lines+markers",
+                    mode=mode,
                     line={"color": colour, "width": 2.5},
                     marker={"size": 5},
                     name=label,
@@ -232,8 +236,11 @@ def trends_figure(data: ReportData) -> go.Figure | None:
                 col=1,
             )
     fig.update_yaxes(type="log", row=1, col=1)
-    fig.update_xaxes(type="category", categoryorder="array", categoryarray=labels)
-    fig.update_xaxes(title_text="iteration", row=3, col=1)
+    fig.update_xaxes(type="linear", tickformat="d")
+    if len(starts) <= 20:
+        fig.update_xaxes(tickvals=starts)
+    title = "iteration (the first of each range)" if ranged else "iteration"
+    fig.update_xaxes(title_text=title, row=3, col=1)
     _layout(fig, 820, legend={"orientation": "v", "x": 1.01, "y": 1, "font": {"size": 11}})
     return fig
 
@@ -255,6 +262,7 @@ def compare_figure(data: ReportData) -> go.Figure | None:
     by_iter: dict[int, list[int]] = {}
     for i, it in enumerate(p["iteration"]):
         by_iter.setdefault(it, []).append(i)
+    mode = "lines+markers" if max(len(idx) for idx in by_iter.values()) <= 60 else "lines"  # see trends
     for k, (it, idx) in enumerate(by_iter.items()):
         colour = MOVER_COLOURS[k % len(MOVER_COLOURS)]
         xs = [p["x"][i] for i in idx]
@@ -272,7 +280,7 @@ def compare_figure(data: ReportData) -> go.Figure | None:
                 go.Scatter(
                     x=xs,
                     y=ys,
-                    mode="lines+markers",
+                    mode=mode,
                     line={"color": colour, "width": 1.5},
                     marker={"size": 4},
                     name=f"iteration {it}",

@@ -175,6 +175,12 @@ def _summary(data: ReportData) -> str:
             f"{_e(f['io'])} {f['slot']}){line}. {_num(f['steps'])} step(s) hold NaN or Inf: see "
             '<a href="#first-anomalies">the first anomaly of every step</a>.</div>'
         )
+    elif rows and not rows[0]["stat_rows"]:
+        headline = (
+            f'<div class="headline">Run <b>{_e(data.run)}</b> has no statistics (ingested with '
+            "<code>--no-stats</code>?), so whether it holds NaN or Inf cannot be told: ingest it again "
+            "with statistics.</div>"
+        )
     else:
         headline = f'<div class="headline ok">No output of run <b>{_e(data.run)}</b> holds NaN or Inf.</div>'
     return (
@@ -188,10 +194,10 @@ def _summary(data: ReportData) -> str:
 def _first_anomalies(data: ReportData) -> str:
     steps = data.steps.to_pylist()
     if not steps:
-        return (
-            '<section id="first-anomalies"><h2>First anomaly of every step</h2>'
-            "<p>No step has an output holding NaN or Inf.</p></section>"
-        )
+        stats = data.summary.num_rows and data.summary.column("stat_rows")[0].as_py()
+        why = "No step has an output holding NaN or Inf." if stats else "The run has no statistics."
+        return f'<section id="first-anomalies"><h2>First anomaly of every step</h2><p>{why}</p></section>'
+
     total = steps[0]["steps"]
     cat = data.catalog
 
@@ -294,14 +300,30 @@ def _trends(data: ReportData) -> str:
             "</section>"
         )
     lim = data.limits
+    movers: dict[str, dict] = {}
+    for r in data.trends.to_pylist():
+        m = movers.setdefault(r["op_name"], {**r, "low": None, "high": None})
+        if r["l2norm"] is not None and r["l2norm"] > 0:
+            m["low"] = r["l2norm"] if m["low"] is None else min(m["low"], r["l2norm"])
+            m["high"] = r["l2norm"] if m["high"] is None else max(m["high"], r["l2norm"])
+    columns: list[Column] = [
+        ("#", "num", lambda r: f"<b>{r['mover_rank']}</b>" if r["top"] else str(r["mover_rank"])),
+        ("operator", "op", lambda r: f'{_e(r["op_name"])}<span class="type">{_e(r["op_type"])}</span>'),
+        ("l2norm moved", "num", lambda r: f"×{10 ** r['moved']:.4g}"),
+        ("smallest l2norm", "num", lambda r: _num(r["low"])),
+        ("largest l2norm", "num", lambda r: _num(r["high"])),
+    ]
     return (
         head
         + '<p class="note">Per operator and iteration: the largest finite l2norm and max and the smallest '
         "finite min of its outputs over every rank (NaN/Inf values leave a gap). The "
         f"{lim.top_movers} operators whose l2norm moved most over the run (log10 of its largest over "
         "its smallest value: explosion and vanishing alike) are in colour, ranked in the legend; the "
-        f"next {lim.other_trends} are grey. Click a legend entry to hide it.</p>"
+        f"next {lim.other_trends} are grey (hover names their number in the table below). Click a "
+        "legend entry to hide it.</p>"
         + figure_html(fig, "trends-figure", "dumpcatRendered();")
+        + "<h3>Movers</h3>"
+        + _table(sorted(movers.values(), key=lambda r: r["mover_rank"]), columns, "movers-table")
         + "</section>"
     )
 
