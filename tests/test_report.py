@@ -246,6 +246,16 @@ def test_report_opens_offline_and_shows_what_the_catalog_says(name, built, brows
         .column(0)[0]
         .as_py()
     )
+    if view:  # a click on a first-anomaly cell goes to its row of the table
+        v = view[-1]
+        browser.driver.execute_script(
+            "const gd = document.getElementById('heatmap-figure');"
+            "const trace = gd.data.find(t => t.meta === arguments[0]);"
+            "gd.emit('plotly_click', {points: [{data: trace, x: arguments[1]}]});",
+            v["rank"],
+            str(v["iteration"]),
+        )
+        assert browser.driver.execute_script("return location.hash") == f"#fa-{v['rank']}-{v['iteration']}"
     rect = browser.driver.execute_script(  # the plot area, in page coordinates (not the colour bar)
         "const r = document.querySelector('#heatmap-figure .nsewdrag').getBoundingClientRect();"
         "return {x: r.x + scrollX, y: r.y + scrollY, width: r.width, height: r.height};"
