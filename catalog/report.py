@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from catalog.api import Catalog
 
-__all__ = ["Limits", "ReportData", "ReportError", "ReportSummary", "write_report"]
+__all__ = ["Limits", "ReportData", "ReportError", "ReportSummary", "gather", "write_report"]
 
 
 class ReportError(ValueError):
@@ -122,7 +122,9 @@ def _choose_run(runs: list[str], run: str | None, catalog: str) -> str:
     return run
 
 
-def gather(catalog: Catalog, run: str | None = None, against: str | None = None, limits: Limits = Limits()):
+def gather(
+    catalog: Catalog, run: str | None = None, against: str | None = None, limits: Limits = Limits()
+) -> ReportData:
     """Run the report's queries on `catalog` and return their (small) results as a ReportData."""
     cur = catalog.cursor()
     try:
