@@ -10,7 +10,7 @@ SELECT run, rank, net, graph_id, iteration, task_id, stream_id,
        CASE WHEN count(DISTINCT op_name) = 1 THEN any_value(exec_index) END AS exec_index,
        CASE WHEN count(DISTINCT op_name) = 1 THEN any_value(source_file) END AS source_file,
        CASE WHEN count(DISTINCT op_name) = 1 THEN any_value(source_line) END AS source_line,
-       list(row_id ORDER BY io, slot) AS row_ids
+       list(row_id ORDER BY io, slot, row_id) AS row_ids
 FROM tensors
 WHERE op_type NOT IN ('Opdebug', 'OpDebug')
 GROUP BY run, rank, net, graph_id, iteration, task_id, stream_id;

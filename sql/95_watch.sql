@@ -68,7 +68,7 @@ WITH s AS (
                       AND (st.op_name LIKE '%.backward' OR st.op_name LIKE '%.backward.%')) THEN 'gradient'
                 WHEN st.io = 'output' AND lower(st.op_type) IN ('relu', 'sigmoid', 'tanh') THEN 'activation'
                 ELSE 'tensor' END AS target,
-           coalesce(st.count, CASE WHEN len(st.shape) = 0 THEN 1 ELSE list_product(st.shape)::BIGINT END) AS n,
+           coalesce(st.count, CASE WHEN array_length(st.shape) = 0 THEN 1 ELSE list_product(st.shape)::BIGINT END) AS n,
            coalesce(st.has_nan, false) OR coalesce(st.has_inf, false) AS nonfinite,
            greatest(abs(st.max), abs(st.min)) AS absmax
     FROM stats st
