@@ -1,6 +1,6 @@
 """Benchmark: computed tensor statistics vs a naive numpy loop, and vs reading the same files.
 
-Two measurements (``--mode naive``, ``--mode vs-read``, default both):
+Three measurements (``--mode naive``, ``--mode vs-read``, ``--mode kernel``; default naive and vs-read):
 
 vs-read (``measure_stats_vs_read``, importable by other bench scripts): per dtype (float16, bfloat16,
 float32, float64, int32), a tree of small files (1-64 KiB) and one of big files (16 MiB) is written,
@@ -11,7 +11,11 @@ other core, already started). The ratio stats/read is the figure of merit (targe
 at the speed of reading); the numpy fallback (``DUMPCAT_PURE_NUMPY_STATS=1``) is timed on the same
 files. The machine must be otherwise idle: the helpers need the other cores.
 
-Writes a tree of npy files (float32 with NaN/inf sprinkled into some files, plus int32), warms the
+kernel (``measure_kernel``): the C kernel alone on a 512 KiB in-memory buffer per dtype (what one read
+of ``compute_stats_many`` hands it), GB/s and elements/s: the element rate, without reads, processes or
+files, so it varies little with the load of a shared machine.
+
+naive: writes a tree of npy files (float32 with NaN/inf sprinkled into some files, plus int32), warms the
 page cache by reading every file once, then times, in the same process and over the same files:
 
 - ``naive``: ``np.load`` then max, min, mean, size, the six counts and ``np.linalg.norm``, per file;
@@ -344,6 +348,45 @@ def measure_stats_vs_read(
     return rows
 
 
+def measure_kernel(
+    dtypes: tuple[str, ...] = VS_READ_DTYPES,
+    *,
+    nbytes: int = 512 << 10,
+    repeat: int = 9,
+    verbose: bool = True,
+) -> list[dict]:
+    """The C kernel (``_fused_stats.block``) on an ``nbytes`` buffer of normal-ish values per dtype,
+    best of ``repeat`` runs of 50 calls: rows ``{dtype, GBps, Gelem_per_s}``."""
+    kernel = ts._c_kernel
+    if kernel is None:
+        raise RuntimeError(f"the C kernel is not available: {ts.stats_backend()}")
+    rng = np.random.default_rng(0)
+    rows = []
+    for dtype in dtypes:
+        item = 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+        n = nbytes // item
+        if dtype == "int32":
+            a = rng.integers(-1000, 1000, n, dtype=np.int32)
+        else:
+            x = rng.standard_normal(n, dtype=np.float32) * 3
+            a = (x.view(np.uint32) >> 16).astype(np.uint16) if dtype == "bfloat16" else x.astype(dtype)
+        buf = a.tobytes()
+        kind = ts._KINDS.index(dtype)
+        lanes = bytearray(ts._STATE * 8)
+        best = math.inf
+        for _ in range(repeat):
+            t = time.perf_counter()
+            for _ in range(50):
+                kernel.block(buf, kind, 0, lanes)
+            best = min(best, (time.perf_counter() - t) / 50)
+        rows.append({"dtype": dtype, "GBps": nbytes / best / 1e9, "Gelem_per_s": n / best / 1e9})
+    if verbose:
+        print(f"\nC kernel ({kernel.ISA}), {nbytes >> 10} KiB buffer, best of {repeat}")
+        for r in rows:
+            print(f"  {r['dtype']:9s} {r['GBps']:6.1f} GB/s  {r['Gelem_per_s']:5.2f} Gelem/s")
+    return rows
+
+
 def print_vs_read(rows: list[dict]) -> None:
     print(f"\n{'case':26s} {'files':>6s} {'MB':>7s} {'read MB/s':>10s} {'stats MB/s':>11s} {'ratio':>6s}"
           f" {'fallback MB/s':>14s} {'ratio':>6s}")  # fmt: skip
@@ -378,10 +421,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument(
         "--mode",
-        choices=["all", "naive", "vs-read"],
+        choices=["all", "naive", "vs-read", "kernel"],
         default="all",
         help="naive: the cases above against a naive loop; vs-read: statistics against the page-cache "
-        "read rate of the same files, per dtype (measure_stats_vs_read); all: both",
+        "read rate of the same files, per dtype (measure_stats_vs_read); kernel: the C kernel alone on an "
+        "in-memory buffer per dtype (measure_kernel); all: naive and vs-read",
     )
     ap.add_argument(
         "--vs-read-files",
@@ -395,6 +439,9 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", RuntimeWarning)  # the naive mean of [inf, -inf] warns
 
+    if args.mode == "kernel":
+        measure_kernel(repeat=max(args.repeat, 9))
+        return
     tmp = None
     if args.out_dir:
         out = Path(args.out_dir)

@@ -8,27 +8,39 @@
  *
  * buf    any C-contiguous buffer of native-byte-order elements of `kind` (an index into KINDS; bfloat16
  *        is given as its raw 16-bit patterns); its length in bytes must be a multiple of the item size.
- * phase  the global index (in storage order) of the block's first element, modulo 8.
- * lanes  a writable buffer of 16 float64: the running sums lanes[0..7] and sums of squares
- *        lanes[8..15]. Element i of the tensor (global index) adds (double)x to lanes[i % 8] and
- *        (double)x * (double)x to lanes[8 + i % 8], strictly in storage order within each lane.
+ * phase  the global index (in storage order) of the block's first element, modulo HALF_BLOCK (256).
+ * lanes  a writable buffer of STATE (64) float64, the tensor's running state, zero at its start:
+ *        S = lanes[0..15] sums, Q = lanes[16..31] sums of squares, P = lanes[32..47] and R = [48..63]
+ *        float32 partials (float16/bfloat16 only).
+ *        float16, float32, float64, integers: element i (global index) adds (double)x to S[i % 8] and
+ *        (double)x * (double)x to Q[i % 8], strictly in storage order within each lane.
+ *        bfloat16: 16 lanes and float32 partials over blocks of HALF_BLOCK elements, see
+ *        half_portable below.
  * neg, zero, nan   elements < 0, == 0 (either sign) and NaN in this block (ints: nan is 0);
  * max, min         over the non-NaN elements of the block, as float64 (-inf / +inf when there are
  *                  none); the sign of a zero max/min is unspecified (the caller normalises it).
  *
- * counts(buf, kind, value) -> int   the elements equal to `value` (used for +-inf, only when the block's
+ * finish(lanes, kind) -> (sum, sum of squares)   the lanes added left to right (0..7, or 0..15 after
+ *                                   adding each half lane's pending partials), as tensor_stats does.
+ * count(buf, kind, value) -> int   the elements equal to `value` (used for +-inf, only when the block's
  *                                   max or min says there is one).
  *
- * The module must be compiled without -ffast-math and with -ffp-contract=off (setup.py does so): every
- * sum is then exactly the sequence of IEEE double additions described above, whatever the vector width.
- * On x86-64 a second copy of the kernels is compiled for AVX2 (+F16C for float16) and chosen at import
- * when the CPU has it; the arithmetic, and so every result, is the same.
+ * The module must be compiled without -ffast-math and with -ffp-contract=off (setup.py does so), with
+ * float arithmetic evaluated in float (FLT_EVAL_METHOD 0, checked below): every sum is then exactly the
+ * sequence of IEEE additions described, whatever the vector width. The only fused multiply-adds are
+ * explicit ones on squares that are exact (float16 and in-range bfloat16 values squared in float32),
+ * where one rounding is all the separate multiply and add have too.
+ * On x86-64 a second copy of the kernels is compiled for AVX2 (+F16C, FMA) and chosen at import when
+ * the CPU has them (DUMPCAT_STATS_PORTABLE=1 keeps the portable ones); the arithmetic, and so every
+ * result, is the same.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) && (defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 8))
@@ -291,7 +303,6 @@ typedef void (*kernel_fn)(const unsigned char *, Py_ssize_t, unsigned, double *,
 
 /* The portable kernels. */
 FLOAT_KERNEL(k_f16, ld_f16, )
-FLOAT_KERNEL(k_bf16, ld_bf16, )
 FLOAT_KERNEL(k_f32, ld_f32, )
 FLOAT_KERNEL(k_f64, ld_f64, )
 INT_KERNEL(k_i8, int8_t, )
@@ -334,8 +345,228 @@ PORTABLE_COUNTER(c_f32, ld_f32)
 PORTABLE_COUNTER(c_f64, ld_f64)
 static counter_fn counters[4] = {c_f16, c_bf16, c_f32, c_f64};
 
-static kernel_fn kernels[K_COUNT] = {k_f16, k_bf16, k_f32, k_f64, k_i8,  k_i16,
-                                     k_i32, k_i64,  k_u8,  k_u16, k_u32, k_u64};
+/* 8-lane kinds (bfloat16 has half_kernels). */
+static kernel_fn kernels[K_COUNT] = {k_f16, NULL,  k_f32, k_f64, k_i8,  k_i16,
+                                     k_i32, k_i64, k_u8,  k_u16, k_u32, k_u64};
+
+/*
+ * float16 and bfloat16: 16 lanes and float32 blocks (ingest/tensor_stats.py defines the arithmetic).
+ *
+ * Element i of the tensor (global index) goes to lane i % 16. Within each block of HBLOCK elements
+ * (global indices [k * HBLOCK, (k + 1) * HBLOCK)), lane l keeps two float32 partials, P[l] (x) and
+ * R[l] (x * x, exact in float32 for these values), each added to in index order; at the end of the
+ * block they are added to the lane's float64 sums S[l] and Q[l] and reset to 0. bfloat16 elements that
+ * are not in the float32-safe range (nonzero |x| < 2^-60 or |x| >= 2^60, inf, NaN) skip the partials:
+ * (double)x and (double)x * (double)x go straight to S[l] and Q[l], at their place in index order.
+ * float16 elements are always in range (squares are exact in float32 and 16 of them cannot overflow).
+ *
+ * max, min, neg and zero are taken on the 16-bit patterns: key = +|bits| or -|bits| by the sign bit
+ * orders the values like the floats do (NaN keys lie beyond +-inf: the caller ignores max/min when the
+ * block has NaN), key < 0 is a negative value (or a negative NaN: fs_block subtracts those when it counts
+ * NaN) and |bits| == 0 is +-0.
+ */
+#define HLANES 16
+#define HBLOCK 256
+#define HROWS (HBLOCK / HLANES)
+/* bfloat16 |bits| of 2^-60 and 2^60: values with LO <= |bits| < HI go through the float32 partials. */
+#define BF16_LO 0x2180u
+#define BF16_HI 0x5d80u
+/* Layout of the lanes buffer (float64 slots): S, Q, then P and R (float32 values held as float64). */
+#define ST_S 0
+#define ST_Q 16
+#define ST_P 32
+#define ST_R 48
+#define STATE 64
+
+#if !defined(FLT_EVAL_METHOD) || FLT_EVAL_METHOD != 0
+#error "the float32 partials need float arithmetic evaluated in float (FLT_EVAL_METHOD == 0)"
+#endif
+
+typedef struct {
+    double S[HLANES], Q[HLANES];
+    float P[HLANES], R[HLANES];
+} hstate_t;
+
+typedef struct {
+    int64_t neg, zero;
+    int kmx, kmn; /* keys, see above */
+} htally_t;
+
+static inline void
+hstate_load(hstate_t *s, const double *st)
+{
+    for (int l = 0; l < HLANES; l++) {
+        s->S[l] = st[ST_S + l];
+        s->Q[l] = st[ST_Q + l];
+        s->P[l] = (float)st[ST_P + l]; /* exact: they were float32 values */
+        s->R[l] = (float)st[ST_R + l];
+    }
+}
+
+static inline void
+hstate_store(const hstate_t *s, double *st)
+{
+    for (int l = 0; l < HLANES; l++) {
+        st[ST_S + l] = s->S[l];
+        st[ST_Q + l] = s->Q[l];
+        st[ST_P + l] = (double)s->P[l];
+        st[ST_R + l] = (double)s->R[l];
+    }
+}
+
+static inline void
+hstate_flush(hstate_t *s)
+{
+    for (int l = 0; l < HLANES; l++) {
+        s->S[l] += (double)s->P[l];
+        s->Q[l] += (double)s->R[l];
+        s->P[l] = 0.0f;
+        s->R[l] = 0.0f;
+    }
+}
+
+static inline float
+bf16_to_float(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline int
+bf16_in_range(uint16_t h)
+{
+    uint32_t a = h & 0x7fffu;
+    return a == 0 || a - BF16_LO < BF16_HI - BF16_LO; /* unsigned: a < LO wraps around */
+}
+
+static inline uint16_t
+ld_u16(const unsigned char *p, Py_ssize_t i)
+{
+    uint16_t h;
+    memcpy(&h, p + 2 * i, 2);
+    return h;
+}
+
+/* One element of a half kind: lane l (the position within its row), tally on its bits. */
+static inline void
+half_put(hstate_t *s, htally_t *t, unsigned l, uint16_t h, int bf)
+{
+    int a = h & 0x7fff;
+    int key = (h & 0x8000) ? -a : a;
+    t->kmx = key > t->kmx ? key : t->kmx;
+    t->kmn = key < t->kmn ? key : t->kmn;
+    t->neg += key < 0;
+    t->zero += a == 0;
+    float x = bf ? bf16_to_float(h) : f16_table[h];
+    if (!bf || bf16_in_range(h)) {
+        s->P[l] = s->P[l] + x;
+        s->R[l] = s->R[l] + x * x;
+    }
+    else {
+        double d = (double)x;
+        s->S[l] += d;
+        s->Q[l] += d * d;
+    }
+}
+
+static inline double
+half_key_value(int key, int bf)
+{
+    uint16_t h = key < 0 ? (uint16_t)(0x8000 | -key) : (uint16_t)key;
+    return bf ? (double)bf16_to_float(h) : (double)f16_table[h];
+}
+
+static inline void
+htally_out(const htally_t *ht, Py_ssize_t n, int bf, tally_t *t)
+{
+    t->neg += ht->neg;
+    t->zero += ht->zero;
+    if (n) {
+        t->mx = half_key_value(ht->kmx, bf);
+        t->mn = half_key_value(ht->kmn, bf);
+    }
+}
+
+/* Portable: element by element, rows of 16 written so that compilers can vectorise them. */
+static inline void
+half_portable(const unsigned char *restrict p, Py_ssize_t n, unsigned pos, double *restrict st,
+              tally_t *restrict t, int bf)
+{
+    hstate_t s;
+    htally_t ht = {0, 0, -32768, 32767};
+    hstate_load(&s, st);
+    Py_ssize_t i = 0;
+    while (i < n) {
+        if ((pos & (HLANES - 1)) == 0 && n - i >= HLANES) {
+            /* a whole row: lanes 0..15 */
+            uint16_t hs[HLANES];
+            memcpy(hs, p + 2 * i, sizeof hs);
+            int all_in = 1;
+            if (bf)
+                for (int l = 0; l < HLANES; l++)
+                    all_in &= bf16_in_range(hs[l]);
+            if (all_in) {
+                for (int l = 0; l < HLANES; l++) {
+                    float x = bf ? bf16_to_float(hs[l]) : f16_table[hs[l]];
+                    s.P[l] = s.P[l] + x;
+                    s.R[l] = s.R[l] + x * x;
+                }
+                for (int l = 0; l < HLANES; l++) {
+                    int a = hs[l] & 0x7fff;
+                    int key = (hs[l] & 0x8000) ? -a : a;
+                    ht.kmx = key > ht.kmx ? key : ht.kmx;
+                    ht.kmn = key < ht.kmn ? key : ht.kmn;
+                    ht.neg += key < 0;
+                    ht.zero += a == 0;
+                }
+            }
+            else {
+                for (int l = 0; l < HLANES; l++)
+                    half_put(&s, &ht, (unsigned)l, hs[l], bf);
+            }
+            i += HLANES;
+            pos += HLANES;
+        }
+        else {
+            half_put(&s, &ht, pos & (HLANES - 1), ld_u16(p, i), bf);
+            i++;
+            pos++;
+        }
+        if (pos == HBLOCK) {
+            hstate_flush(&s);
+            pos = 0;
+        }
+    }
+    hstate_store(&s, st);
+    htally_out(&ht, n, bf, t);
+}
+
+static void
+k_bf16(const unsigned char *restrict p, Py_ssize_t n, unsigned pos, double *restrict st,
+       tally_t *restrict t)
+{
+    half_portable(p, n, pos, st, t, 1);
+}
+
+/* NaN among half elements, and how many of them have the sign bit (the kernels count those in neg). */
+static void
+half_nan_counts(const unsigned char *restrict p, Py_ssize_t n, int bf, int64_t *nan, int64_t *neg_nan)
+{
+    const unsigned inf = bf ? 0x7f80u : 0x7c00u;
+    int64_t c = 0, cn = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned h = ld_u16(p, i);
+        c += (h & 0x7fffu) > inf;
+        cn += h > (0x8000u | inf);
+    }
+    *nan = c;
+    *neg_nan = cn;
+}
+
+typedef void (*half_fn)(const unsigned char *, Py_ssize_t, unsigned, double *, tally_t *);
+static half_fn half_kernels[2] = {NULL, k_bf16}; /* float16 keeps 8 float64 lanes (for now) */
 
 #if HAVE_AVX2_CLONE
 /*
@@ -344,7 +575,7 @@ static kernel_fn kernels[K_COUNT] = {k_f16, k_bf16, k_f32, k_f64, k_i8,  k_i16,
  * same results. float16 converts with F16C (exact, like the table), bfloat16 by shifting its bits.
  * Counters are int32 per vector slot, folded into int64 every CHUNK elements.
  */
-#define AVX2 __attribute__((target("avx2,f16c")))
+#define AVX2 __attribute__((target("avx2,f16c,fma")))
 
 AVX2 static inline __m256
 ld8_f16(const unsigned char *p)
@@ -447,7 +678,6 @@ hsum_epi32(__m256i v)
     }
 
 AVX_SP_KERNEL(a_f16, ld8_f16, ld_f16, 2)
-AVX_SP_KERNEL(a_bf16, ld8_bf16, ld_bf16, 2)
 AVX_SP_KERNEL(a_f32, ld8_f32, ld_f32, 4)
 
 AVX2 static inline int64_t
@@ -457,6 +687,273 @@ hsum_epi64(__m256i v)
     _mm256_storeu_si256((__m256i *)a, v);
     return a[0] + a[1] + a[2] + a[3];
 }
+
+/*
+ * float16 / bfloat16 (see half_portable): 16 elements per step, float32 partials in 4 vectors of 8
+ * lanes. float16 widens with F16C, 8 consecutive elements per vector (lanes 0-7 and 8-15); bfloat16
+ * interleaves its 16-bit patterns with zeros (exact float32), so one vector holds lanes 0-3 and 8-11,
+ * the other 4-7 and 12-15. x * x is exact in float32 here, so the fused multiply-add is the same
+ * number as the portable kernel's x * x then + (one rounding either way). Tallies on the 16-bit keys,
+ * counters in 16-bit slots folded every segment (the rows up to a block's end, at most HROWS).
+ *
+ * bfloat16 runs each segment optimistically with every element in the partials while it watches the
+ * range (max and min key, smallest nonzero |bits|); a segment that had an element outside the
+ * float32-safe range is computed again from its start by the careful loop, which sends those elements
+ * to S and Q (as float64, 0.0 for the others: adding 0.0 leaves a lane as it is).
+ */
+AVX2 static inline __m256
+ld_lanes8(const float *P, int lo, int hi)
+{
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(P + lo)), _mm_loadu_ps(P + hi), 1);
+}
+
+AVX2 static inline void
+st_lanes8(float *P, int lo, int hi, __m256 v)
+{
+    _mm_storeu_ps(P + lo, _mm256_castps256_ps128(v));
+    _mm_storeu_ps(P + hi, _mm256_extractf128_ps(v, 1));
+}
+
+/* S[lo..lo+3] += lanes 0-3 of v, S[hi..hi+3] += lanes 4-7, as float64 */
+AVX2 static inline void
+flush_lanes8(double *S, int lo, int hi, __m256 v)
+{
+    __m256d a = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+    __m256d b = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+    _mm256_storeu_pd(S + lo, _mm256_add_pd(_mm256_loadu_pd(S + lo), a));
+    _mm256_storeu_pd(S + hi, _mm256_add_pd(_mm256_loadu_pd(S + hi), b));
+}
+
+/* bfloat16 |bits| -> all ones where the element goes into the partials (0 or in [LO, HI)) */
+AVX2 static inline __m256i
+bf16_ok(__m256i ab)
+{
+    const __m256i d = _mm256_sub_epi16(ab, _mm256_set1_epi16((short)BF16_LO));
+    const __m256i in = _mm256_cmpeq_epi16(_mm256_min_epu16(d, _mm256_set1_epi16(BF16_HI - BF16_LO - 1)), d);
+    return _mm256_or_si256(in, _mm256_cmpeq_epi16(ab, _mm256_setzero_si256()));
+}
+
+/*
+ * The careful loop of bfloat16 (rows [i, end) of one segment): in-range elements into the partials
+ * pr = {p0, p1, r0, r1}, the others into S and Q as float64 (0.0 for the rest: adding 0.0 leaves a lane
+ * as it is). Two passes over the rows (the partials, then S and Q: separate sums, so the order between
+ * them does not matter), in a function of their own, so that the accumulators stay in registers.
+ * Returns whether any element was outside the range.
+ */
+AVX2 static inline __attribute__((always_inline)) int
+bf16_careful_body(const unsigned char *restrict p, Py_ssize_t i, Py_ssize_t end, __m256 *restrict pr,
+                  double *restrict S, double *restrict Q, __m256i *restrict tv, const int tally)
+{
+    const __m256i zi = _mm256_setzero_si256(), m7f = _mm256_set1_epi16(0x7fff);
+    __m256 p0 = pr[0], p1 = pr[1], r0 = pr[2], r1 = pr[3];
+    __m256i smx = tv[0], smn = tv[1], cn = tv[2], cz = tv[3];
+    int any = 0;
+    for (Py_ssize_t j = i; j < end; j += HLANES) {
+        __m256i h = _mm256_loadu_si256((const __m256i *)(p + 2 * j));
+        __m256i ab = _mm256_and_si256(h, m7f);
+        if (tally) {
+            __m256i key = _mm256_sign_epi16(ab, h);
+            smx = _mm256_max_epi16(smx, key);
+            smn = _mm256_min_epi16(smn, key);
+            cn = _mm256_add_epi16(cn, _mm256_srai_epi16(key, 15));
+            cz = _mm256_sub_epi16(cz, _mm256_cmpeq_epi16(ab, zi));
+        }
+        __m256i ok = bf16_ok(ab);
+        any |= _mm256_movemask_epi8(ok) != -1;
+        __m256i w = _mm256_and_si256(h, ok);
+        __m256 a0 = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zi, w));
+        __m256 a1 = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zi, w));
+        p0 = _mm256_add_ps(p0, a0);
+        p1 = _mm256_add_ps(p1, a1);
+        r0 = _mm256_fmadd_ps(a0, a0, r0);
+        r1 = _mm256_fmadd_ps(a1, a1, r1);
+    }
+    pr[0] = p0, pr[1] = p1, pr[2] = r0, pr[3] = r1;
+    tv[0] = smx, tv[1] = smn, tv[2] = cn, tv[3] = cz;
+    if (!any)
+        return 0;
+    /* lanes 0-3, 8-11 (low and high half of the unpacklo vector), 4-7, 12-15 */
+    __m256d sv0 = _mm256_loadu_pd(S + 0), sv1 = _mm256_loadu_pd(S + 8);
+    __m256d sv2 = _mm256_loadu_pd(S + 4), sv3 = _mm256_loadu_pd(S + 12);
+    __m256d qv0 = _mm256_loadu_pd(Q + 0), qv1 = _mm256_loadu_pd(Q + 8);
+    __m256d qv2 = _mm256_loadu_pd(Q + 4), qv3 = _mm256_loadu_pd(Q + 12);
+    for (; i < end; i += HLANES) {
+        __m256i h = _mm256_loadu_si256((const __m256i *)(p + 2 * i));
+        __m256i ok = bf16_ok(_mm256_and_si256(h, m7f));
+        if (_mm256_movemask_epi8(ok) == -1)
+            continue;
+        __m256i w = _mm256_andnot_si256(ok, h);
+        __m256 e0 = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zi, w));
+        __m256 e1 = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zi, w));
+        __m256d x0 = _mm256_cvtps_pd(_mm256_castps256_ps128(e0));
+        __m256d x1 = _mm256_cvtps_pd(_mm256_extractf128_ps(e0, 1));
+        __m256d x2 = _mm256_cvtps_pd(_mm256_castps256_ps128(e1));
+        __m256d x3 = _mm256_cvtps_pd(_mm256_extractf128_ps(e1, 1));
+        sv0 = _mm256_add_pd(sv0, x0);
+        sv1 = _mm256_add_pd(sv1, x1);
+        sv2 = _mm256_add_pd(sv2, x2);
+        sv3 = _mm256_add_pd(sv3, x3);
+        qv0 = _mm256_fmadd_pd(x0, x0, qv0); /* exact square: one rounding either way */
+        qv1 = _mm256_fmadd_pd(x1, x1, qv1);
+        qv2 = _mm256_fmadd_pd(x2, x2, qv2);
+        qv3 = _mm256_fmadd_pd(x3, x3, qv3);
+    }
+    _mm256_storeu_pd(S + 0, sv0);
+    _mm256_storeu_pd(S + 8, sv1);
+    _mm256_storeu_pd(S + 4, sv2);
+    _mm256_storeu_pd(S + 12, sv3);
+    _mm256_storeu_pd(Q + 0, qv0);
+    _mm256_storeu_pd(Q + 8, qv1);
+    _mm256_storeu_pd(Q + 4, qv2);
+    _mm256_storeu_pd(Q + 12, qv3);
+    return 1;
+}
+
+/* tv = {max key, min key, neg counter, zero counter}, tallied too when the segment starts careful */
+AVX2 static __attribute__((noinline)) int
+bf16_careful(const unsigned char *restrict p, Py_ssize_t i, Py_ssize_t end, __m256 *restrict pr,
+             double *restrict S, double *restrict Q)
+{
+    __m256i tv[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                     _mm256_setzero_si256()};
+    return bf16_careful_body(p, i, end, pr, S, Q, tv, 0);
+}
+
+AVX2 static __attribute__((noinline)) int
+bf16_careful_tally(const unsigned char *restrict p, Py_ssize_t i, Py_ssize_t end, __m256 *restrict pr,
+                   double *restrict S, double *restrict Q, __m256i *restrict tv)
+{
+    return bf16_careful_body(p, i, end, pr, S, Q, tv, 1);
+}
+
+AVX2 static inline __attribute__((always_inline)) void
+half_avx2(const unsigned char *restrict p, Py_ssize_t n, unsigned pos, double *restrict st,
+          tally_t *restrict t, const int bf)
+{
+    hstate_t s;
+    htally_t ht = {0, 0, -32768, 32767};
+    hstate_load(&s, st);
+    Py_ssize_t i = 0;
+    for (; i < n && (pos & (HLANES - 1)); i++) {
+        half_put(&s, &ht, pos & (HLANES - 1), ld_u16(p, i), bf);
+        if (++pos == HBLOCK) {
+            hstate_flush(&s);
+            pos = 0;
+        }
+    }
+    if (n - i >= HLANES) {
+        const int o0l = 0, o0h = bf ? 8 : 4, o1l = bf ? 4 : 8, o1h = 12; /* lanes of the 128-bit halves */
+        __m256 p0 = ld_lanes8(s.P, o0l, o0h), p1 = ld_lanes8(s.P, o1l, o1h);
+        __m256 r0 = ld_lanes8(s.R, o0l, o0h), r1 = ld_lanes8(s.R, o1l, o1h);
+        const __m256i zi = _mm256_setzero_si256(), m7f = _mm256_set1_epi16(0x7fff);
+        const __m256i one = _mm256_set1_epi16(1), all = _mm256_cmpeq_epi16(zi, zi);
+        const __m256i kmin = _mm256_set1_epi16(-32768), kmax = _mm256_set1_epi16(32767);
+        __m256i kmx = kmin, kmn = kmax, cn32 = zi, cz32 = zi;
+        int careful = 0; /* bfloat16: the last segment had elements outside the range */
+        while (n - i >= HLANES) {
+            Py_ssize_t rows = (n - i) / HLANES;
+            const Py_ssize_t left = (HBLOCK - pos) / HLANES;
+            if (rows > left)
+                rows = left;
+            const Py_ssize_t start = i, end = i + rows * HLANES;
+            const __m256 p0s = p0, p1s = p1, r0s = r0, r1s = r1;
+            __m256i cn = zi, cz = zi, smx = kmin, smn = kmax, tiny = all;
+            int tallied = 0;
+            if (!careful) {
+                tallied = 1;
+                for (; i < end; i += HLANES) {
+                    const unsigned char *q = p + 2 * i;
+                    __m256i h = _mm256_loadu_si256((const __m256i *)q);
+                    __m256 a0, a1;
+                    if (bf) {
+                        a0 = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zi, h));
+                        a1 = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zi, h));
+                    }
+                    else {
+                        a0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)q));
+                        a1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(q + 16)));
+                    }
+                    p0 = _mm256_add_ps(p0, a0);
+                    p1 = _mm256_add_ps(p1, a1);
+                    r0 = _mm256_fmadd_ps(a0, a0, r0);
+                    r1 = _mm256_fmadd_ps(a1, a1, r1);
+                    __m256i ab = _mm256_and_si256(h, m7f);
+                    __m256i key = _mm256_sign_epi16(ab, h);
+                    smx = _mm256_max_epi16(smx, key);
+                    smn = _mm256_min_epi16(smn, key);
+                    cn = _mm256_add_epi16(cn, _mm256_srai_epi16(key, 15));
+                    cz = _mm256_sub_epi16(cz, _mm256_cmpeq_epi16(ab, zi));
+                    if (bf)
+                        tiny = _mm256_min_epu16(tiny, _mm256_sub_epi16(ab, one));
+                }
+                if (bf) {
+                    /* any key >= HI or <= -HI (huge, inf, NaN), any nonzero |bits| < LO (tiny)? */
+                    __m256i out = _mm256_or_si256(
+                        _mm256_or_si256(_mm256_cmpgt_epi16(smx, _mm256_set1_epi16(BF16_HI - 1)),
+                                        _mm256_cmpgt_epi16(_mm256_set1_epi16(1 - (int)BF16_HI), smn)),
+                        _mm256_cmpeq_epi16(_mm256_min_epu16(tiny, _mm256_set1_epi16(BF16_LO - 2)), tiny));
+                    careful = !_mm256_testz_si256(out, out);
+                    if (careful) { /* the sums again, carefully, from the segment's start */
+                        p0 = p0s, p1 = p1s, r0 = r0s, r1 = r1s;
+                        i = start;
+                    }
+                }
+            }
+            if (bf && careful) {
+                __m256 pr[4] = {p0, p1, r0, r1};
+                /* the next segment starts careful only if this one needed it */
+                if (tallied) {
+                    careful = bf16_careful(p, i, end, pr, s.S, s.Q);
+                }
+                else {
+                    __m256i tv[4] = {smx, smn, cn, cz};
+                    careful = bf16_careful_tally(p, i, end, pr, s.S, s.Q, tv);
+                    smx = tv[0], smn = tv[1], cn = tv[2], cz = tv[3];
+                }
+                p0 = pr[0], p1 = pr[1], r0 = pr[2], r1 = pr[3];
+                i = end;
+            }
+            kmx = _mm256_max_epi16(kmx, smx);
+            kmn = _mm256_min_epi16(kmn, smn);
+            cn32 = _mm256_add_epi32(cn32, _mm256_madd_epi16(cn, one));
+            cz32 = _mm256_add_epi32(cz32, _mm256_madd_epi16(cz, one));
+            pos += (unsigned)(rows * HLANES);
+            if (pos == HBLOCK) {
+                flush_lanes8(s.S, o0l, o0h, p0);
+                flush_lanes8(s.S, o1l, o1h, p1);
+                flush_lanes8(s.Q, o0l, o0h, r0);
+                flush_lanes8(s.Q, o1l, o1h, r1);
+                p0 = p1 = r0 = r1 = _mm256_setzero_ps();
+                pos = 0;
+            }
+        }
+        int16_t a[16], b[16];
+        _mm256_storeu_si256((__m256i *)a, kmx);
+        _mm256_storeu_si256((__m256i *)b, kmn);
+        for (int j = 0; j < 16; j++) {
+            ht.kmx = a[j] > ht.kmx ? a[j] : ht.kmx;
+            ht.kmn = b[j] < ht.kmn ? b[j] : ht.kmn;
+        }
+        ht.neg -= hsum_epi32(cn32);
+        ht.zero += hsum_epi32(cz32);
+        st_lanes8(s.P, o0l, o0h, p0);
+        st_lanes8(s.P, o1l, o1h, p1);
+        st_lanes8(s.R, o0l, o0h, r0);
+        st_lanes8(s.R, o1l, o1h, r1);
+    }
+    for (; i < n; i++, pos++) /* less than a row: pos stays inside the block */
+        half_put(&s, &ht, pos & (HLANES - 1), ld_u16(p, i), bf);
+    hstate_store(&s, st);
+    htally_out(&ht, n, bf, t);
+}
+
+AVX2 static void
+a_bf16(const unsigned char *restrict p, Py_ssize_t n, unsigned pos, double *restrict st,
+       tally_t *restrict t)
+{
+    half_avx2(p, n, pos, st, t, 1);
+}
+static const half_fn avx2_half_kernels[2] = {NULL, a_bf16};
 
 AVX2 static void
 a_f64(const unsigned char *restrict p, Py_ssize_t n, unsigned phase, double *restrict ls,
@@ -685,8 +1182,8 @@ ac_f64(const unsigned char *restrict p, Py_ssize_t n, int nan_mode, double value
 static const counter_fn avx2_counters[4] = {ac_f16, ac_bf16, ac_f32, ac_f64};
 
 /* int64 / uint32 / uint64 have no AVX2 conversion to double: the portable kernels serve them. */
-static const kernel_fn avx2_kernels[K_COUNT] = {a_f16, a_bf16, a_f32, a_f64, a_i8,  a_i16,
-                                                a_i32, k_i64,  a_u8,  a_u16, k_u32, k_u64};
+static const kernel_fn avx2_kernels[K_COUNT] = {a_f16, NULL,  a_f32, a_f64, a_i8,  a_i16,
+                                                a_i32, k_i64, a_u8,  a_u16, k_u32, k_u64};
 #endif
 
 static const char *isa = "portable";
@@ -712,8 +1209,8 @@ fs_block(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     long phase = PyLong_AsLong(args[2]);
     if (phase == -1 && PyErr_Occurred())
         return NULL;
-    if (phase < 0 || phase >= LANES) {
-        PyErr_Format(PyExc_ValueError, "phase %ld is not in 0..7", phase);
+    if (phase < 0 || phase >= HBLOCK) {
+        PyErr_Format(PyExc_ValueError, "phase %ld is not in 0..%d", phase, HBLOCK - 1);
         return NULL;
     }
     Py_buffer data, lanes;
@@ -730,35 +1227,42 @@ fs_block(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                      kind_names[kind]);
         goto done;
     }
-    if (lanes.len != 16 * (Py_ssize_t)sizeof(double)) {
-        PyErr_SetString(PyExc_ValueError, "lanes must be a buffer of 16 float64");
+    if (lanes.len != STATE * (Py_ssize_t)sizeof(double)) {
+        PyErr_Format(PyExc_ValueError, "lanes must be a buffer of %d float64", STATE);
         goto done;
     }
     Py_ssize_t n = data.len / size;
     tally_t t = {0, 0, -INFINITY, INFINITY};
-    double ls[LANES], lq[LANES];
-    memcpy(ls, lanes.buf, sizeof ls); /* the lanes buffer may be unaligned */
-    memcpy(lq, (char *)lanes.buf + sizeof ls, sizeof lq);
+    double st[STATE];
+    memcpy(st, lanes.buf, sizeof st); /* the lanes buffer may be unaligned */
+    const unsigned char *p = (const unsigned char *)data.buf;
+    const int half = kind == K_BFLOAT16;
     if (n) {
-        if (data.len >= NOGIL_BYTES) {
-            Py_BEGIN_ALLOW_THREADS kernels[kind]((const unsigned char *)data.buf, n, (unsigned)phase, ls, lq,
-                                                 &t);
-            Py_END_ALLOW_THREADS
-        }
-        else {
-            kernels[kind]((const unsigned char *)data.buf, n, (unsigned)phase, ls, lq, &t);
-        }
+        const int nogil = data.len >= NOGIL_BYTES;
+        PyThreadState *ts = nogil ? PyEval_SaveThread() : NULL;
+        if (half)
+            half_kernels[kind](p, n, (unsigned)phase, st, &t);
+        else
+            kernels[kind](p, n, (unsigned)phase & (LANES - 1), st + ST_S, st + ST_Q, &t);
+        if (nogil)
+            PyEval_RestoreThread(ts);
     }
     int64_t nan = 0;
     if (n && kind <= K_FLOAT64) {
+        /* a square lane (or partial) is NaN exactly when a NaN went into it, in this block or before */
         int any = 0;
-        for (int j = 0; j < LANES; j++)
-            any |= lq[j] != lq[j];
-        if (any)
-            nan = counters[kind]((const unsigned char *)data.buf, n, 1, 0.0);
+        for (int j = 0; j < (half ? HLANES : LANES); j++)
+            any |= (st[ST_Q + j] != st[ST_Q + j]) | (half && st[ST_R + j] != st[ST_R + j]);
+        if (any && half) {
+            int64_t neg_nan;
+            half_nan_counts(p, n, kind == K_BFLOAT16, &nan, &neg_nan);
+            t.neg -= neg_nan;
+        }
+        else if (any) {
+            nan = counters[kind](p, n, 1, 0.0);
+        }
     }
-    memcpy(lanes.buf, ls, sizeof ls);
-    memcpy((char *)lanes.buf + sizeof ls, lq, sizeof lq);
+    memcpy(lanes.buf, st, sizeof st);
     result = Py_BuildValue("(LLLdd)", (long long)t.neg, (long long)t.zero, (long long)nan, t.mx, t.mn);
 done:
     PyBuffer_Release(&lanes);
@@ -801,9 +1305,59 @@ fs_count(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromLongLong((long long)c);
 }
 
+/* finish(lanes, kind) -> (sum, sum of squares): the lanes added left to right (a half kind's lane first
+   takes the partials of its last, unfinished block), as tensor_stats' Python code does. */
+static PyObject *
+fs_finish(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "finish(lanes, kind) takes 2 arguments");
+        return NULL;
+    }
+    long kind = PyLong_AsLong(args[1]);
+    if (kind == -1 && PyErr_Occurred())
+        return NULL;
+    if (kind < 0 || kind >= K_COUNT) {
+        PyErr_Format(PyExc_ValueError, "unknown kind %ld", kind);
+        return NULL;
+    }
+    Py_buffer lanes;
+    if (PyObject_GetBuffer(args[0], &lanes, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (lanes.len != STATE * (Py_ssize_t)sizeof(double)) {
+        PyBuffer_Release(&lanes);
+        PyErr_Format(PyExc_ValueError, "lanes must be a buffer of %d float64", STATE);
+        return NULL;
+    }
+    double st[STATE];
+    memcpy(st, lanes.buf, sizeof st);
+    PyBuffer_Release(&lanes);
+    double s, q;
+    if (kind == K_BFLOAT16) {
+        s = st[ST_S] + st[ST_P];
+        q = st[ST_Q] + st[ST_R];
+        for (int j = 1; j < HLANES; j++) {
+            s += st[ST_S + j] + st[ST_P + j];
+            q += st[ST_Q + j] + st[ST_R + j];
+        }
+    }
+    else {
+        s = st[ST_S];
+        q = st[ST_Q];
+        for (int j = 1; j < LANES; j++) {
+            s += st[ST_S + j];
+            q += st[ST_Q + j];
+        }
+    }
+    return Py_BuildValue("(dd)", s, q);
+}
+
 static PyMethodDef fs_methods[] = {
     {"block", (PyCFunction)(void (*)(void))fs_block, METH_FASTCALL,
      "block(buf, kind, phase, lanes) -> (neg, zero, nan, max, min); updates lanes in place."},
+    {"finish", (PyCFunction)(void (*)(void))fs_finish, METH_FASTCALL,
+     "finish(lanes, kind) -> (sum, sum of squares) of a tensor's lanes."},
     {"count", (PyCFunction)(void (*)(void))fs_count, METH_FASTCALL,
      "count(buf, kind, value) -> number of elements equal to value (float kinds)."},
     {NULL, NULL, 0, NULL},
@@ -820,9 +1374,13 @@ PyInit__fused_stats(void)
 {
     build_f16_table();
 #if HAVE_AVX2_CLONE
+    /* DUMPCAT_STATS_PORTABLE=1 keeps the portable kernels (tests compare them with the AVX2 ones) */
+    const char *portable = getenv("DUMPCAT_STATS_PORTABLE");
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) {
+    if (!(portable && *portable && strcmp(portable, "0") != 0) && __builtin_cpu_supports("avx2") &&
+        __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma")) {
         memcpy(kernels, avx2_kernels, sizeof kernels);
+        memcpy(half_kernels, avx2_half_kernels, sizeof half_kernels);
         memcpy(counters, avx2_counters, sizeof counters);
         isa = "avx2";
     }
@@ -845,7 +1403,9 @@ PyInit__fused_stats(void)
         Py_DECREF(names);
         goto fail;
     }
-    if (PyModule_AddStringConstant(m, "ISA", isa) < 0 || PyModule_AddIntConstant(m, "LANES", LANES) < 0)
+    if (PyModule_AddStringConstant(m, "ISA", isa) < 0 || PyModule_AddIntConstant(m, "LANES", LANES) < 0 ||
+        PyModule_AddIntConstant(m, "HALF_LANES", HLANES) < 0 || PyModule_AddIntConstant(m, "HALF_BLOCK", HBLOCK) < 0 ||
+        PyModule_AddIntConstant(m, "STATE", STATE) < 0)
         goto fail;
     return m;
 fail:

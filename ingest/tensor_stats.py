@@ -5,7 +5,8 @@ CPU dumps cannot write a ``statistic.csv``, so dumpcat computes the same columns
 ``TensorSummary<T>::TensorStatisticsSingleThread`` (≥ v2.3), see reference §1.3:
 
 - every element is converted to ``double`` first; sums (avg, l2norm) are accumulated in float64, so
-  float16/float32 data cannot overflow them;
+  no data can overflow them (bfloat16 goes through float32 partial sums of 16 elements first, within
+  2^-20 of exact: see below);
 - any NaN makes ``max``, ``min``, ``avg`` and ``l2norm`` NaN (MindSpore's loop makes NaN sticky and its
   mean and L2 include NaN); the counts stay exact;
 - ``neg_count`` ('Negative Zero Count') counts elements < 0 and ``pos_count`` ('Positive Zero Count')
@@ -26,23 +27,44 @@ first (``ingest.formats.dtypes``). MindSpore itself saves bfloat16/int4/uint1 as
 MindSpore ≤ 2.2 wrote ``null`` for max/min/avg when every element was NaN or ±inf; like ≥ 2.3 we give
 NaN/±inf instead (a SQL NULL stays reserved for "not computed").
 
-How the sums are formed (so that every build gives the same bits): every element x, converted to
-float64, goes to one of ``LANES`` = 8 running sums by its index in storage order (the order of the bytes
-in the file; for a non-contiguous array, C order): element ``i`` of the tensor adds ``x`` to lane
-``i % 8`` and ``x * x`` (a float64 product) to square lane ``i % 8``, each lane strictly in index order,
-across blocks (a block that starts at an index not divisible by 8 continues the lanes where they were).
-At the end ``sum = ((lane0 + lane1) + lane2) ... + lane7``, likewise the sum of squares; ``avg = sum /
-count`` and ``l2norm = sqrt(sum of squares)``. max, min and the counts are exact whatever the order; a
-zero max or min is reported as +0.0. The C kernel (``ingest/_fused_stats.c``, built with
-``-ffp-contract=off`` and without fast-math) and the pure-numpy fallback both follow this definition and
-give bit-identical results (``tests/test_fused_stats.py``); the fallback is used when the extension is
-not built or ``DUMPCAT_PURE_NUMPY_STATS=1`` is set at import (``STATS_BACKEND`` says which).
+How the sums are formed (so that every build gives the same bits): every element x goes, by its index
+``i`` in storage order (the order of the bytes in the file; for a non-contiguous array, C order), to one
+of a few running sums, each added to strictly in index order across blocks (a block that starts
+anywhere continues the sums where they were):
+
+- float16, float32, float64 and the integer kinds: ``LANES`` = 8 lanes. Element ``i`` adds ``x``
+  (converted to float64) to lane ``i % 8`` and ``x * x`` (a float64 product) to square lane ``i % 8``.
+- bfloat16: ``HALF_LANES`` = 16 lanes (lane ``i % 16``) and blocks of ``HALF_BLOCK`` = 256
+  elements by index (block ``i // 256``: 16 elements per lane). Within a block each lane adds its
+  elements, in index order, to a float32 partial sum, and their squares ``x * x`` (exact in float32 for
+  these values) to a float32 partial sum of squares, both starting at 0; at the end of the block, and
+  of the tensor, the two partials are added in float64 to the lane's float64 sum and sum of squares.
+  bfloat16 elements outside the float32-safe range (nonzero ``|x| < 2^-60``, ``|x| >= 2^60``, ±inf,
+  NaN) skip the partials: ``x`` and ``x * x`` go, in float64, straight to the lane's float64 sums at
+  their place in index order.
+
+At the end ``sum = ((lane0 + lane1) + lane2) ... + lane7`` (or ``lane15``), likewise the sum of squares;
+``avg = sum / count`` and ``l2norm = sqrt(sum of squares)``. max, min and the counts are exact whatever
+the order; a zero max or min is reported as +0.0.
+
+Error bound: a float32 partial adds at most 16 values (15 roundings of 2^-24, no underflow for these
+values), so for bfloat16 ``|sum - exact| <= 2^-20 * sum(|x|)`` and the sum of squares is within a
+relative ``2^-20`` (l2norm ``2^-21``), plus the float64 rounding of the lanes, about ``count / 16 *
+2^-53`` at most (the other kinds have only that, about ``count / 8 * 2^-53``). bfloat16 itself is
+precise to ``2^-8``, 4096 times coarser than the bound.
+
+The C kernel (``ingest/_fused_stats.c``, built with ``-ffp-contract=off`` and without fast-math) and
+the pure-numpy fallback both follow this definition and give bit-identical results
+(``tests/test_fused_stats.py``); the fallback is used when the extension is not built or
+``DUMPCAT_PURE_NUMPY_STATS=1`` is set at import (``STATS_BACKEND`` says which).
 
 Speed (figures in ``bench/bench_stats.py``): data is processed in cache-sized blocks (``BLOCK_ELEMS``);
 the C kernel computes every statistic of a block in one pass (AVX2 on x86-64 CPUs that have it), so
 statistics run at about the speed of reading the files from the page cache. The fallback needs a few
 numpy passes per block: max and min first, which decide whether the NaN, inf and sign passes are needed
-at all, then one float64 copy of the block, reduced row by row as an (n/8, 8) array for the lane sums.
+at all, then one float64 copy of the block, reduced row by row as an (n/8, 8) array for the lane sums
+(bfloat16: a float32 copy reduced per 256-element block as a (blocks, 16, 16) array, then the
+block partials in float64).
 ``compute_stats_many`` reads files with ``pread`` into a reused buffer (no header re-parse; no mmap, so a
 file truncated under us cannot SIGBUS the process) and uses every core: the calling process computes
 batches of jobs, and ``workers - 1`` helper processes (``helper_pool``) take batches as soon as they have
@@ -99,8 +121,18 @@ STAT_KEYS = (
 
 # Elements per processing block: 64 Ki float32 is 256 KiB, its float64 copy 512 KiB; both stay in L2.
 BLOCK_ELEMS = 1 << 16
-# Running sums per tensor: element i (storage order) goes to lane i % LANES (module docstring).
+# Running sums per tensor (module docstring): element i (storage order) goes to lane i % LANES, or for
+# bfloat16 to lane i % HALF_LANES through float32 partials over blocks of HALF_BLOCK elements.
 LANES = 8
+HALF_LANES = 16
+HALF_BLOCK = 256
+_HALF_ROWS = HALF_BLOCK // HALF_LANES
+# The running state (the kernel's lanes buffer), float64 slots: sums S, squares Q (8 or 16 lanes), then
+# the float32 partials P and R of the half kinds. A block's phase is its first global index % HALF_BLOCK.
+_STATE = 64
+_S, _Q, _P, _R = 0, 16, 32, 48
+# bfloat16 bits of 2^-60 and 2^60 (|x|): elements outside [2^-60, 2^60) other than 0 skip the partials.
+_BF16_LO, _BF16_HI = 0x2180, 0x5D80
 # compute_stats_many: a batch handed to a worker holds at most this many jobs / bytes of tensor data.
 _BATCH_JOBS = 256
 _BATCH_BYTES = 32 << 20
@@ -154,7 +186,10 @@ def _load_kernel():
         from ingest import _fused_stats
     except ImportError:
         return None, "numpy fallback (the C kernel ingest._fused_stats is not built)"
-    if tuple(_fused_stats.KINDS) != _KINDS or _fused_stats.LANES != LANES:
+    layout = tuple(
+        getattr(_fused_stats, name, None) for name in ("LANES", "HALF_LANES", "HALF_BLOCK", "STATE")
+    )
+    if tuple(_fused_stats.KINDS) != _KINDS or layout != (LANES, HALF_LANES, HALF_BLOCK, _STATE):
         return None, "numpy fallback (ingest._fused_stats is out of date: reinstall dumpcat to rebuild it)"
     return _fused_stats, f"C kernel ({_fused_stats.ISA})"
 
@@ -199,6 +234,14 @@ class _Scratch(threading.local):
         self.grid_im = self.grid_flat[2 * LANES + 1 :: 2]
         self.grid_out = np.empty(LANES, np.complex128)
         self.grid_out_flat = self.grid_out.view(np.float64)
+        # the half kinds' sums (_np_half_sums): float32 partial + i * partial of squares, then rows
+        self.hgrid = np.empty((BLOCK_ELEMS // HALF_LANES + 1, HALF_LANES), np.complex64)
+        self.hgrid_flat = self.hgrid.reshape(-1).view(np.float32)
+        self.hout = np.empty((BLOCK_ELEMS // HALF_BLOCK + 1, HALF_LANES), np.complex64)
+        self.hgrid64 = np.empty((max(BLOCK_ELEMS // HALF_BLOCK, _HALF_ROWS) + 1, HALF_LANES), np.complex128)
+        self.hgrid64_flat = self.hgrid64.reshape(-1).view(np.float64)
+        self.hout64 = np.empty(HALF_LANES, np.complex128)
+        self.u16 = np.empty(BLOCK_ELEMS, np.uint16)  # bfloat16 |bits| (fallback)
         self.f32 = np.empty(BLOCK_ELEMS, np.float32)  # float16 widened (fallback)
         self.u32 = np.empty(BLOCK_ELEMS, np.uint32)  # bfloat16 widened to float32 bits (fallback)
         self.mask = np.empty(BLOCK_ELEMS, np.bool_)
@@ -214,8 +257,8 @@ _cnz = np.count_nonzero
 
 
 def _np_lane_sums(v: np.ndarray, phase: int, lanes: np.ndarray) -> None:
-    """Fold the block ``v`` (any real dtype, converted to float64 as a C cast does) into the 16 running
-    ``lanes`` (sums 0..7, sums of squares 8..15), exactly as the C kernel does.
+    """Fold the block ``v`` (any real dtype, converted to float64 as a C cast does) into the 8 running
+    sums ``lanes[_S:_S + 8]`` and sums of squares ``lanes[_Q:_Q + 8]``, exactly as the C kernel does.
 
     The first ``head`` elements finish the lanes ``phase..7`` of the previous group of 8. The whole
     groups that follow are rows 1.. of a (groups + 1, 8) complex128 array whose real parts are the
@@ -228,27 +271,192 @@ def _np_lane_sums(v: np.ndarray, phase: int, lanes: np.ndarray) -> None:
     head = min((LANES - phase) & (LANES - 1), m)
     if head:
         h = v[:head].astype(np.float64)
-        lanes[phase : phase + head] += h
-        lanes[LANES + phase : LANES + phase + head] += h * h
+        lanes[_S + phase : _S + phase + head] += h
+        lanes[_Q + phase : _Q + phase + head] += h * h
     rows = (m - head) >> 3
     if rows:
         sc = _scratch
         flat = sc.grid_flat
-        flat[0 : 2 * LANES : 2] = lanes[:LANES]
-        flat[1 : 2 * LANES : 2] = lanes[LANES:]
+        flat[0 : 2 * LANES : 2] = lanes[_S : _S + LANES]
+        flat[1 : 2 * LANES : 2] = lanes[_Q : _Q + LANES]
         k = rows * LANES
         re = sc.grid_re[:k]
         np.copyto(re, v[head : head + k], casting="unsafe")
         np.multiply(re, re, out=sc.grid_im[:k])
         _addr(sc.grid[: rows + 1], axis=0, out=sc.grid_out)
         out = sc.grid_out_flat
-        lanes[:LANES] = out[0::2]
-        lanes[LANES:] = out[1::2]
+        lanes[_S : _S + LANES] = out[0::2]
+        lanes[_Q : _Q + LANES] = out[1::2]
     r = m - head - rows * LANES
     if r:
         t = v[m - r :].astype(np.float64)
-        lanes[:r] += t
-        lanes[LANES : LANES + r] += t * t
+        lanes[_S : _S + r] += t
+        lanes[_Q : _Q + r] += t * t
+
+
+_F32_ZERO = np.float32(0.0)
+
+
+def _np_half_flush(lanes: np.ndarray) -> None:
+    """End of a block of a half kind: S += P and Q += R (float64 additions of float32 values), P = R = 0."""
+    lanes[_S : _S + HALF_LANES] += lanes[_P : _P + HALF_LANES]
+    lanes[_Q : _Q + HALF_LANES] += lanes[_R : _R + HALF_LANES]
+    lanes[_P : _R + HALF_LANES] = 0.0
+
+
+def _np_half_elems(x: np.ndarray, ext: np.ndarray | None, lane: int, lanes: np.ndarray) -> None:
+    """Elements ``x`` (float32, at most one per lane) into lanes ``lane``, ``lane + 1``, ...; ``ext``
+    marks the ones that go to S and Q as float64 instead of into the partials."""
+    k = x.shape[0]
+    p = lanes[_P + lane : _P + lane + k].astype(np.float32)  # exact: they hold float32 values
+    r = lanes[_R + lane : _R + lane + k].astype(np.float32)
+    if ext is not None and ext.any():
+        xe = np.where(ext, x, _F32_ZERO).astype(np.float64)  # + 0.0 leaves the other lanes as they are
+        lanes[_S + lane : _S + lane + k] += xe
+        lanes[_Q + lane : _Q + lane + k] += xe * xe
+        x = np.where(ext, _F32_ZERO, x)
+    lanes[_P + lane : _P + lane + k] = p + x
+    lanes[_R + lane : _R + lane + k] = r + x * x
+
+
+def _np_half_partial(x: np.ndarray, rows: int, lanes: np.ndarray) -> None:
+    """``rows`` whole rows of 16 float32 elements (inside one block) added, row after row, to the partials
+    P and R: one reduce of a (rows + 1, 16) complex64 array (row 0: P + i * R; then x + i * x * x)."""
+    sc = _scratch
+    flat = sc.hgrid_flat
+    flat[0 : 2 * HALF_LANES : 2] = lanes[_P : _P + HALF_LANES]
+    flat[1 : 2 * HALF_LANES : 2] = lanes[_R : _R + HALF_LANES]
+    k = rows * HALF_LANES
+    re = flat[2 * HALF_LANES : 2 * (HALF_LANES + k) : 2]
+    np.copyto(re, x)
+    np.multiply(re, re, out=flat[2 * HALF_LANES + 1 : 2 * (HALF_LANES + k) : 2])
+    out = _addr(sc.hgrid[: rows + 1], axis=0).view(np.float32)
+    lanes[_P : _P + HALF_LANES] = out[0::2]
+    lanes[_R : _R + HALF_LANES] = out[1::2]
+
+
+def _np_half_block_partials(x: np.ndarray, blocks: int) -> np.ndarray:
+    """The float32 partials (x + i * x * x, complex64) of ``blocks`` whole blocks of float32 elements:
+    one reduce over axis 1 of a (blocks, 16, 16) complex64 array, row after row. A view of scratch."""
+    sc = _scratch
+    k = blocks * HALF_BLOCK
+    flat = sc.hgrid_flat
+    re = flat[0 : 2 * k : 2]
+    np.copyto(re, x)
+    np.multiply(re, re, out=flat[1 : 2 * k : 2])
+    part = sc.hout[:blocks]
+    _addr(sc.hgrid[: blocks * _HALF_ROWS].reshape(blocks, _HALF_ROWS, HALF_LANES), axis=1, out=part)
+    return part
+
+
+def _np_half_rows(x: np.ndarray, ext: np.ndarray | None, rows: int, row0: int, lanes: np.ndarray) -> None:
+    """``rows`` whole rows of 16 float32 elements, the first at row ``row0`` of its block, into the
+    lanes: the in-range elements into the partials (a first segment up to its block's end, whole blocks,
+    a last segment that stays pending), and into S and Q, in float64 and in order, each completed block's
+    partials and the elements ``ext`` marks (bfloat16 outside the float32-safe range; None: none)."""
+    L, R = HALF_LANES, _HALF_ROWS
+    first = min(rows, R - row0) if row0 else 0
+    blocks = (rows - first) // R
+    last = rows - first - blocks * R
+    xm = x if ext is None else np.where(ext, _F32_ZERO, x)
+    flushed = None  # the first segment's partials when it completes its block
+    if first:
+        _np_half_partial(xm[: first * L], first, lanes)
+        if row0 + first == R:
+            flushed = lanes[_P : _R + L].copy()
+            lanes[_P : _R + L] = 0.0
+    part = _np_half_block_partials(xm[first * L : (first + blocks * R) * L], blocks) if blocks else None
+    if last:  # starts a block: P and R are 0
+        _np_half_partial(xm[(rows - last) * L :], last, lanes)
+    sc = _scratch
+    if ext is None:
+        if flushed is not None:
+            lanes[_S : _S + L] += flushed[:L]
+            lanes[_Q : _Q + L] += flushed[L:]
+        if blocks:
+            g = sc.hgrid64[: blocks + 1]
+            flat64 = sc.hgrid64_flat
+            flat64[0 : 2 * L : 2] = lanes[_S : _S + L]
+            flat64[1 : 2 * L : 2] = lanes[_Q : _Q + L]
+            np.copyto(g[1:], part)  # complex64 -> complex128: exact
+            _addr(g, axis=0, out=sc.hout64)
+            out = sc.hout64.view(np.float64)
+            lanes[_S : _S + L] = out[0::2]
+            lanes[_Q : _Q + L] = out[1::2]
+        return
+    # Elements outside the range in float64 (0 elsewhere: adding 0.0 leaves a lane as it is, so rows
+    # without one are left out), row after row, each completed block's partials after its last row: the
+    # sequence is put in order by a key (2 * row for a row, 2 * row + 1 for the flush after it) and
+    # reduced in one call for S and one for Q.
+    e2 = ext.reshape(rows, L)
+    keep = np.flatnonzero(e2.any(axis=1))
+    ends = first + R - 1 + R * np.arange(blocks)  # the last row of each completed block
+    if flushed is not None:
+        ends = np.concatenate([[first - 1], ends])
+    keys = np.concatenate([2 * keep, 2 * ends + 1])
+    order = np.argsort(keys, kind="stable")
+    n_g = 1 + keys.shape[0]
+    gs = np.empty((n_g, L))
+    gq = np.empty((n_g, L))
+    gs[0] = lanes[_S : _S + L]
+    gq[0] = lanes[_Q : _Q + L]
+    vs = np.empty((keys.shape[0], L))
+    vq = np.empty((keys.shape[0], L))
+    k = keep.shape[0]
+    np.copyto(vs[:k], np.where(e2[keep], x.reshape(rows, L)[keep], _F32_ZERO))
+    np.multiply(vs[:k], vs[:k], out=vq[:k])
+    flush_s = np.empty((ends.shape[0], L))
+    flush_q = np.empty((ends.shape[0], L))
+    j = 0
+    if flushed is not None:
+        flush_s[0] = flushed[:L]
+        flush_q[0] = flushed[L:]
+        j = 1
+    if blocks:
+        pv = part.view(np.float32).reshape(blocks, 2 * L)
+        flush_s[j : j + blocks] = pv[:, 0::2]
+        flush_q[j : j + blocks] = pv[:, 1::2]
+    vs[k:] = flush_s
+    vq[k:] = flush_q
+    np.take(vs, order, axis=0, out=gs[1:])
+    np.take(vq, order, axis=0, out=gq[1:])
+    lanes[_S : _S + L] = _addr(gs, axis=0)
+    lanes[_Q : _Q + L] = _addr(gq, axis=0)
+
+
+def _np_half_sums(v: np.ndarray, phase: int, lanes: np.ndarray, ext: np.ndarray | None) -> None:
+    """Fold the float16/bfloat16 block ``v`` (widened to float32, exact) whose first global index is
+    ``phase`` modulo HALF_BLOCK into ``lanes`` (S, Q, P, R), exactly as the C kernel does (module
+    docstring). ``ext``: the bfloat16 elements outside the float32-safe range (None: there are none).
+    Head (up to the next row of 16) and tail (after the last whole row) go element by element."""
+    m = v.shape[0]
+    pos = phase
+    head = min(-pos & (HALF_LANES - 1), m)
+    if head:
+        _np_half_elems(v[:head], None if ext is None else ext[:head], pos & (HALF_LANES - 1), lanes)
+        pos += head
+        if pos == HALF_BLOCK:
+            _np_half_flush(lanes)
+            pos = 0
+    rows = (m - head) // HALF_LANES
+    if rows:
+        end = head + rows * HALF_LANES
+        e = None if ext is None or not ext[head:end].any() else ext[head:end]
+        _np_half_rows(v[head:end], e, rows, pos // HALF_LANES, lanes)
+    r = m - head - rows * HALF_LANES
+    if r:
+        _np_half_elems(v[m - r :], None if ext is None else ext[m - r :], 0, lanes)
+
+
+def _np_bf16_outside(c: np.ndarray, mx: float, mn: float) -> np.ndarray | None:
+    """The bfloat16 elements (16-bit patterns ``c``, NaN-free, max/min known) that skip the float32
+    partials: nonzero |x| < 2^-60, or |x| >= 2^60 (inf included); None when there are none."""
+    m = c.shape[0]
+    ab = np.bitwise_and(c, 0x7FFF, out=_scratch.u16[:m])
+    huge = mx >= 2.0**60 or mn <= -(2.0**60)
+    if not huge and int(_minr(ab - np.uint16(1))) >= _BF16_LO - 1:  # wraps: 0 - 1 is 0xffff
+        return None
+    return (ab != 0) & ((ab < _BF16_LO) | (ab >= _BF16_HI))
 
 
 def _np_signs(c: np.ndarray, m: int, mx, mn, *, float_zero: bool) -> tuple[int, int]:
@@ -309,11 +517,11 @@ def _np_block(c: np.ndarray, kind: int, phase: int, lanes: bytearray, sums: bool
         mn = float(imn)
     if sums:
         lane_view = np.frombuffer(lanes, np.float64)
-        if mx > 1e150 or mn < -1e150:  # inf - inf, or squares past float64: IEEE results, no warnings
-            with np.errstate(over="ignore", invalid="ignore"):
-                _np_lane_sums(v, phase, lane_view)
-        else:
-            _np_lane_sums(v, phase, lane_view)
+        with np.errstate(over="ignore", invalid="ignore"):  # inf - inf, squares past float64: IEEE results
+            if kind == _BF16:
+                _np_half_sums(v, phase, lane_view, _np_bf16_outside(c, mx, mn))
+            else:
+                _np_lane_sums(v, phase & (LANES - 1), lane_view)
     return neg, zero, nan, ninf, pinf, mx, mn
 
 
@@ -357,7 +565,7 @@ class _Accumulator:
         # blocks of these bytes go to the kernel as they are (no numpy array, no conversion)
         self.direct = self.kind is not None and dtype.isnative and (kind != "f" or dtype.itemsize <= 8)
         self._hash = hashlib.md5() if md5 else None
-        self._lanes = bytearray(16 * 8)
+        self._lanes = bytearray(_STATE * 8)
         self.n = self.neg = self.zero = self.nan = self.ninf = self.pinf = 0
         self.has_nan = False
         self.mx = -math.inf
@@ -397,7 +605,7 @@ class _Accumulator:
 
     def _fold(self, c, m: int) -> None:
         kind = self.kind
-        phase = self.n & (LANES - 1)
+        phase = self.n & (HALF_BLOCK - 1)
         self.n += m
         k = _kernel
         if k is not None:
@@ -453,16 +661,31 @@ class _Accumulator:
         if self.has_nan:
             out.update(max=_NAN, min=_NAN, avg=_NAN, l2norm=_NAN)
             return out
-        ln = _unpack_lanes(self._lanes)
-        # left to right: ((lane0 + lane1) + lane2) ... + lane7, as the module docstring defines
-        s = ln[0] + ln[1] + ln[2] + ln[3] + ln[4] + ln[5] + ln[6] + ln[7]
-        q = ln[8] + ln[9] + ln[10] + ln[11] + ln[12] + ln[13] + ln[14] + ln[15]
+        # left to right: ((lane0 + lane1) + lane2) ... + lane7 (or lane15), as the module docstring defines;
+        # a half kind first adds the partials of its last, unfinished block (the C kernel's finish() does
+        # the same additions, in a fraction of the time: it matters for small tensors)
+        if _kernel is not None:
+            s, q = _kernel.finish(self._lanes, self.kind)
+        elif self.kind == _BF16:  # written out, a loop is slower: S 0-15, Q 16-31, P 32-47, R 48-63
+            ln = _unpack_lanes(self._lanes)
+            s = ((ln[0] + ln[32]) + (ln[1] + ln[33]) + (ln[2] + ln[34]) + (ln[3] + ln[35])
+                 + (ln[4] + ln[36]) + (ln[5] + ln[37]) + (ln[6] + ln[38]) + (ln[7] + ln[39])
+                 + (ln[8] + ln[40]) + (ln[9] + ln[41]) + (ln[10] + ln[42]) + (ln[11] + ln[43])
+                 + (ln[12] + ln[44]) + (ln[13] + ln[45]) + (ln[14] + ln[46]) + (ln[15] + ln[47]))  # fmt: skip
+            q = ((ln[16] + ln[48]) + (ln[17] + ln[49]) + (ln[18] + ln[50]) + (ln[19] + ln[51])
+                 + (ln[20] + ln[52]) + (ln[21] + ln[53]) + (ln[22] + ln[54]) + (ln[23] + ln[55])
+                 + (ln[24] + ln[56]) + (ln[25] + ln[57]) + (ln[26] + ln[58]) + (ln[27] + ln[59])
+                 + (ln[28] + ln[60]) + (ln[29] + ln[61]) + (ln[30] + ln[62]) + (ln[31] + ln[63]))  # fmt: skip
+        else:
+            ln = _unpack_lanes(self._lanes)
+            s = ln[0] + ln[1] + ln[2] + ln[3] + ln[4] + ln[5] + ln[6] + ln[7]
+            q = ln[16] + ln[17] + ln[18] + ln[19] + ln[20] + ln[21] + ln[22] + ln[23]
         # + 0.0 turns a -0.0 max/min into +0.0 (which zero numpy or SIMD max returns is unspecified)
         out.update(max=self.mx + 0.0, min=self.mn + 0.0, avg=s / n, l2norm=math.sqrt(q))
         return out
 
 
-_unpack_lanes = struct.Struct("=16d").unpack
+_unpack_lanes = struct.Struct(f"={_STATE}d").unpack
 _NATIVE = {k: np.dtype(name if k != _BF16 else "uint16") for k, name in enumerate(_KINDS)}
 
 
@@ -620,7 +843,16 @@ def _stats_of_decoded(
     from ingest.tensor_data import read_tensor
 
     arr = read_tensor(path, offset, stored_dtype, shape, fmt, host_shape, mapped=False)
-    return compute_stats(numeric_view(arr), md5=md5)
+    if not _is_bfloat16(arr.dtype):
+        return compute_stats(numeric_view(arr), md5=md5)
+    # bfloat16 keeps its own definition of the sums (16 lanes, float32 blocks), like a bfloat16 file read
+    # directly; md5 stays that of the float32-widened values, as for the other decoded types
+    out = compute_stats(arr)
+    if md5:
+        wide = numeric_view(arr)
+        flat = wide.ravel(order="K") if wide.flags.c_contiguous or wide.flags.f_contiguous else wide.ravel()
+        out["md5"] = hashlib.md5(np.ascontiguousarray(flat)).hexdigest()
+    return out
 
 
 # --------------------------------------------------------------------------------------------------

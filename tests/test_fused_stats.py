@@ -1,9 +1,11 @@
 """The one-pass statistics kernel (ingest/_fused_stats.c) and its pure-numpy fallback.
 
 Both must follow the summation order ingest/tensor_stats.py defines (8 lanes by global element index,
-each lane in storage order, lanes combined 0..7) and so give bit-identical results on every dtype and
-size. Tensors are real npy files written with np.save into tmp_path and read back the way ingest does
-(compute_stats_many, open_tensor), plus in-memory arrays for the layouts only compute_stats sees.
+each lane in storage order, lanes combined 0..7; bfloat16: 16 lanes with float32 partials over
+blocks of 256 elements, bfloat16 outside [2^-60, 2^60) straight to float64) and so give bit-identical
+results on every dtype and size. Tensors are real npy files written with np.save into tmp_path and read
+back the way ingest does (compute_stats_many, open_tensor), plus in-memory arrays for the layouts only
+compute_stats sees.
 """
 
 from __future__ import annotations
@@ -25,7 +27,16 @@ import pytest
 
 from ingest import helper_pool as hp
 from ingest import tensor_stats as ts
-from ingest.tensor_stats import BLOCK_ELEMS, LANES, StatJob, compute_stats, compute_stats_many, open_tensor
+from ingest.tensor_stats import (
+    BLOCK_ELEMS,
+    HALF_BLOCK,
+    HALF_LANES,
+    LANES,
+    StatJob,
+    compute_stats,
+    compute_stats_many,
+    open_tensor,
+)
 
 ROOT = Path(ts.__file__).resolve().parents[1]
 FLOAT_KEYS = ("max", "min", "avg", "l2norm")
@@ -188,20 +199,28 @@ def test_c_and_fallback_are_bit_identical_on_layouts(make_view, dtype: str) -> N
             assert_identical(c, f)
 
 
-def test_blocks_of_any_size_give_the_same_bits() -> None:
-    """The lanes follow the global element index: splitting a tensor into blocks of any length
-    (the C path reads 512 KiB at a time, the fallback BLOCK_ELEMS elements) changes nothing."""
-    x = float_values("float32", 10_007, "finite", np.random.default_rng(8)).astype(np.float32)
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_blocks_of_any_size_give_the_same_bits(dtype: str) -> None:
+    """The lanes (and the half kinds' float32 blocks) follow the global element index: splitting a
+    tensor into blocks of any length (the C path reads 512 KiB at a time, the fallback BLOCK_ELEMS
+    elements) changes nothing, on either backend, and both backends agree."""
+    rng = np.random.default_rng(8)
+    x, _ = make(dtype, 10_007, "finite", rng)
+    if dtype == "bfloat16":
+        x = x.view(ml_dtypes.bfloat16)
+    results = []
     for c_kernel in (True, False):
         with backend(c_kernel):
             whole = ts._Accumulator(x.dtype, False)
             whole.update(x)
             want = whole.result()
-            for step in (1, 3, 8, 13, 1000, 4096):
+            results.append(want)
+            for step in (1, 3, 8, 13, 16, 17, 255, 256, 257, 1000, 1024, 4096):
                 acc = ts._Accumulator(x.dtype, False)
                 for i in range(0, x.size, step):
                     acc.update(x[i : i + step])
                 assert_identical(acc.result(), want)
+    assert_identical(results[0], results[1])
 
 
 # -- the summation order, checked against its definition ---------------------------------------------
@@ -222,23 +241,261 @@ def lane_definition(x: np.ndarray) -> tuple[float, float]:
     return total, squares
 
 
-@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32", "int64", "uint64"])
-@pytest.mark.parametrize("n", [1, 7, 8, 9, 1003, BLOCK_ELEMS + 11])
+def f32(v: float) -> float:
+    """v rounded to float32 (a float32 sum or product computed in float64 and rounded once more is
+    the correctly rounded float32 result: 53 >= 2 * 24 + 2)."""
+    return struct.unpack("<f", struct.pack("<f", v))[0]
+
+
+def half_definition(x: np.ndarray, lo: float = 2.0**-60, hi: float = 2.0**60) -> tuple[float, float]:
+    """The float16/bfloat16 definition in plain Python: element i into lane i % 16; per block of 256
+    elements (by index) float32 partials of x and x * x per lane, added to the lane's float64 sums at
+    the block's end (and the tensor's); bfloat16 elements outside 2^-60 <= |x| < 2^60 (other than 0)
+    straight into the float64 sums. Lanes combined 0..15."""
+    bf16 = x.dtype == ml_dtypes.bfloat16
+    s, q, p, r = ([0.0] * HALF_LANES for _ in range(4))
+    for i, v in enumerate(x.astype(np.float64).tolist()):
+        lane = i % HALF_LANES
+        if not bf16 or v == 0 or lo <= abs(v) < hi:
+            p[lane] = f32(p[lane] + v)
+            r[lane] = f32(r[lane] + f32(v * v))
+        else:
+            s[lane] += v
+            q[lane] += v * v
+        if (i + 1) % HALF_BLOCK == 0:
+            s = [a + b for a, b in zip(s, p, strict=True)]
+            q = [a + b for a, b in zip(q, r, strict=True)]
+            p, r = [0.0] * HALF_LANES, [0.0] * HALF_LANES
+    total, squares = s[0] + p[0], q[0] + r[0]
+    for j in range(1, HALF_LANES):
+        total += s[j] + p[j]
+        squares += q[j] + r[j]
+    return total, squares
+
+
+def save_any(tmp_path: Path, name: str, x: np.ndarray) -> StatJob:
+    if x.dtype == ml_dtypes.bfloat16:
+        return save(tmp_path, name, x.view(np.uint16), "bfloat16")
+    return save(tmp_path, name, x)
+
+
+HALF_SIZES = [1, 15, 16, 17, 255, 256, 257, 511, 512, 513, 3 * HALF_BLOCK + 5, 1000]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "int32", "int64", "uint64"])
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 1003, 2049, BLOCK_ELEMS + 11])
 def test_sums_follow_the_documented_order(tmp_path: Path, dtype: str, n: int) -> None:
     rng = np.random.default_rng(n)
-    if dtype.startswith("float"):
-        # wide magnitudes: any other order (pairwise, BLAS, 16 lanes) gives other bits
-        x = float_values(dtype, n, "finite", rng).astype(dtype)
-        x[~np.isfinite(x)] = 1.0
+    if dtype.startswith(("float", "bfloat")):
+        # wide magnitudes: any other order (pairwise, BLAS, other lanes or blocks) gives other bits
+        x, _ = make(dtype, n, "finite", rng)
+        if dtype == "bfloat16":
+            x = x.view(ml_dtypes.bfloat16)
+        x[~np.isfinite(x.astype(np.float64))] = 1.0
     else:
         x, _ = make(dtype, n, "full", rng)
-    total, squares = lane_definition(x)
-    job = save(tmp_path, "order", x)
+    total, squares = half_definition(x) if dtype == "bfloat16" else lane_definition(x)
+    job = save_any(tmp_path, "order", x)
     for c_kernel in (True, False):
         with backend(c_kernel):
             got = via_file(job)
         assert bits(got["avg"]) == bits(total / n)
         assert bits(got["l2norm"]) == bits(math.sqrt(squares))
+
+
+def half_edge_values(dtype: str, n: int, rng: np.random.Generator, where: str) -> np.ndarray:
+    """Half-kind tensors whose special elements sit at block and row boundaries: bfloat16 values near
+    3e38 (their squares overflow float32, two of them their sum), subnormal and tiny ones (squares
+    underflow float32), exactly 2^-60 and 2^60 (the range's ends) and their neighbours, ±0, ±inf, NaN."""
+    x = rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, n)
+    spots = sorted(
+        {k for b in range(0, n + HALF_BLOCK, HALF_BLOCK) for k in (b - 1, b, b + 1, b + 15, b + 16)}
+    )
+    spots = [k for k in spots if 0 <= k < n]
+    if dtype == "bfloat16":
+        edge = [3.0e38, -3.3e38, 1.0e-39, -2.0e-30, 2.0**-60, -(2.0**-60), 2.0**60, 2.0**59 * 1.99, 2.0**-61]
+    else:
+        edge = [65504.0, -65504.0, 6e-8, -6e-8, 1e-5]
+    edge += [0.0, -0.0]
+    if where == "inf":
+        edge += [np.inf, -np.inf, np.inf]
+    if where == "nan":
+        edge += [np.nan]
+    for j, k in enumerate(spots):
+        x[k] = edge[j % len(edge)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return x.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16)
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("where", ["finite", "inf", "nan"])
+@pytest.mark.parametrize("dtype", ["bfloat16"])
+def test_half_kinds_at_block_boundaries(tmp_path: Path, dtype: str, where: str) -> None:
+    """Sizes around the 256-element blocks and 16-element rows, special values on their edges:
+    C kernel, fallback (files, mmap and odd splits) and the plain-Python definition agree."""
+    rng = np.random.default_rng([len(dtype), len(where)])
+    for n in HALF_SIZES:
+        x = half_edge_values(dtype, n, rng, where)
+        job = save_any(tmp_path, f"{dtype}_{n}", x)
+        with backend(True):
+            want = via_file(job)
+        with backend(False):
+            assert_identical(via_file(job), want)
+        for c_kernel in (True, False):
+            with backend(c_kernel):
+                assert_identical(compute_stats(x), want)
+                acc = ts._Accumulator(x.dtype, False)
+                for i in range(0, n, 1000):  # blocks that start anywhere in a row and a block
+                    acc.update(x[i : i + 1000])
+                assert_identical(acc.result(), want)
+        nan = int(np.isnan(x.astype(np.float64)).sum())
+        assert want["nan_count"] == nan
+        if nan:
+            assert math.isnan(want["avg"]) and math.isnan(want["l2norm"])
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # inf - inf in the reference
+            total, squares = half_definition(x)
+        assert bits(want["avg"]) == bits(total / n)
+        assert bits(want["l2norm"]) == bits(math.sqrt(squares))
+
+
+def bf16_pattern(name: str, n: int, rng: np.random.Generator) -> np.ndarray:
+    """bfloat16 tensors with elements outside the float32-safe range in the patterns real ones have:
+    sparse -inf, dense -inf, runs (a causal attention mask), tiny values, all huge."""
+    x = rng.standard_normal(n) * 3
+    if name == "sparse":
+        x[::997] = -np.inf
+    elif name == "dense":
+        x[::19] = -np.inf
+    elif name == "runs":
+        for start in range(0, n, 700):
+            x[start : start + rng.integers(1, 600)] = -3.3e38
+    elif name == "tiny":
+        x[::101] = 1e-30
+        x[5::203] = -2e-39
+    elif name == "huge":
+        x[:] = -3e38
+        x[::7] = 2.0**60
+    return x.astype(ml_dtypes.bfloat16)
+
+
+@pytest.mark.parametrize("pattern", ["sparse", "dense", "runs", "tiny", "huge"])
+def test_bfloat16_out_of_range_patterns(tmp_path: Path, pattern: str) -> None:
+    """The AVX2 kernel checks each 256-element segment and redoes (or starts) it carefully when it has
+    such elements: same bits as the fallback and the definition, in one piece or split anywhere."""
+    rng = np.random.default_rng(len(pattern))
+    for n in (4099, 70_001):
+        x = bf16_pattern(pattern, n, rng)
+        job = save_any(tmp_path, f"{pattern}_{n}", x)
+        with backend(True):
+            want = via_file(job)
+        with backend(False):
+            assert_identical(via_file(job), want)
+        for c_kernel in (True, False):
+            with backend(c_kernel):
+                acc = ts._Accumulator(x.dtype, False)
+                for i in range(0, n, 4567):
+                    acc.update(x[i : i + 4567])
+                assert_identical(acc.result(), want)
+        if n < 10_000:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                total, squares = half_definition(x)
+            assert bits(want["avg"]) == bits(total / n)
+            assert bits(want["l2norm"]) == bits(math.sqrt(squares))
+
+
+@pytest.mark.parametrize("around", [-60, 60])
+def test_bfloat16_range_boundaries(tmp_path: Path, around: int) -> None:
+    """Values on both sides of 2^-60 and 2^60 (the float32-safe range's ends) next to companions that
+    make float32 partials round (at the low end 2^-36 and 2^-30: float32 ulps of 2^-59 and 2^-53; at the
+    high end 2^30, lost next to 2^60 in float32): which side each value lands on shows in the bits, and
+    the C kernel, the fallback and the definition put every one on the same side. The first blocks hold
+    the exact ends and their neighbours among companions only; the rest random values around the end."""
+    rng = np.random.default_rng(around + 100)
+    n = 3001
+    x = np.where(rng.random(n) < 0.5, -1.0, 1.0) * 2.0 ** rng.uniform(around - 2, around + 2, n)
+    x[::3] = rng.uniform(1, 2, x[::3].shape) * (2.0**-36 if around < 0 else 2.0**30)
+    x[: 4 * HALF_BLOCK] = rng.uniform(1, 2, 4 * HALF_BLOCK) * (2.0**-30 if around < 0 else 2.0**30)
+    x = x.astype(ml_dtypes.bfloat16)
+    # the end exactly, its neighbours below and above, two negative ones (of other magnitudes: +v and -v
+    # in two lanes would cancel whichever way they go), each in a lane and a block of its own
+    low = [0x2180, 0x217F, 0x2181, 0xA17E, 0xA182]
+    high = [0x5D80, 0x5D7F, 0x5D81, 0xDD7E, 0xDD82]
+    for j, b in enumerate(low if around < 0 else high):
+        x[j * (HALF_BLOCK + 1) % (4 * HALF_BLOCK)] = np.array([b], np.uint16).view(ml_dtypes.bfloat16)[0]
+    job = save_any(tmp_path, f"edges{around}", x)
+    with backend(True):
+        want = via_file(job)
+    with backend(False):
+        assert_identical(via_file(job), want)
+    total, squares = half_definition(x)
+    assert bits(want["avg"]) == bits(total / n)
+    assert bits(want["l2norm"]) == bits(math.sqrt(squares))
+    # and the check has teeth: with the range's end one bfloat16 step up or down, other bits
+    step = 2.0**-7
+    for f in (1 - step / 2, 1 + step):
+        moved = half_definition(x, lo=2.0**-60 * f) if around < 0 else half_definition(x, hi=2.0**60 * f)
+        assert moved != (total, squares), f
+
+
+def test_bfloat16_outside_the_float32_range_keeps_full_precision() -> None:
+    """bfloat16 values whose squares (or sums) would overflow or underflow float32 give the float64
+    results: no inf, no lost tiny tensor."""
+    for c_kernel in (True, False):
+        with backend(c_kernel):
+            big = compute_stats(np.array([3.0e38] * 2000, dtype=ml_dtypes.bfloat16))
+            v = float(np.float64(ml_dtypes.bfloat16(3.0e38)))
+            assert big["avg"] == pytest.approx(v, rel=1e-12) and big["l2norm"] == pytest.approx(
+                v * math.sqrt(2000), rel=1e-12
+            )
+            tiny = compute_stats(np.array([1e-30, -3e-39] * 1500, dtype=ml_dtypes.bfloat16))
+            a = float(np.float64(ml_dtypes.bfloat16(1e-30)))
+            b = float(np.float64(ml_dtypes.bfloat16(-3e-39)))
+            assert tiny["l2norm"] == pytest.approx(math.sqrt(1500 * (a * a + b * b)), rel=1e-12)
+            assert tiny["avg"] == pytest.approx((a + b) / 2, rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16"])
+def test_half_kinds_error_bound(dtype: str) -> None:
+    """The documented bound: |sum error| <= 2^-20 * sum |x| and |sum of squares error| <= 2^-20 * sum
+    of squares (the float32 partials add 16 values: <= 15 * 2^-24 relative; float64 adds nothing
+    visible), far below the dtypes' own precision (2^-11 and 2^-8). Checked against exact sums."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(3)
+    n = 50_000
+    for scale in (1.0, 1e-3, 300.0):
+        x = (rng.standard_normal(n) * scale + rng.choice([0.0, scale * 5], n)).astype(
+            ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
+        )
+        v = x.astype(np.float64).tolist()
+        exact_s = sum(Fraction(a) for a in v)
+        exact_q = sum(Fraction(a) * Fraction(a) for a in v)
+        abs_sum = math.fsum(abs(a) for a in v)
+        for c_kernel in (True, False):
+            with backend(c_kernel):
+                got = compute_stats(x)
+            assert abs(Fraction(got["avg"] * n) - exact_s) <= 2.0**-20 * abs_sum + abs(exact_s) * 2.0**-50
+            assert abs(Fraction(got["l2norm"]) ** 2 - exact_q) <= 2.0**-20 * exact_q
+
+
+def test_half_kinds_do_not_count_negative_nan_as_negative(tmp_path: Path) -> None:
+    """NaN with the sign bit set is NaN, not a negative value (the C kernel counts on 16-bit patterns)."""
+    for stored, nan_bits, neg_one in (("float16", 0xFE00, 0xBC00), ("bfloat16", 0xFFC0, 0xBF80)):
+        a = np.array([nan_bits, neg_one, 0x8000, nan_bits & 0x7FFF] * 300, dtype=np.uint16)
+        job = save(tmp_path, stored, a if stored == "bfloat16" else a.view(np.float16), stored)
+        for c_kernel in (True, False):
+            with backend(c_kernel):
+                got = via_file(job)
+            assert (got["nan_count"], got["neg_count"], got["zero_count"], got["pos_count"]) == (
+                600,
+                300,
+                300,
+                0,
+            )
 
 
 def test_numpy_reduces_a_non_innermost_axis_row_by_row() -> None:
@@ -267,6 +524,31 @@ def test_numpy_reduces_a_non_innermost_axis_row_by_row() -> None:
     # the fallback's scratch views are views (a reshape that silently copied would lose the data)
     sc = ts._scratch
     assert np.shares_memory(sc.grid_re, sc.grid) and np.shares_memory(sc.grid_im, sc.grid)
+    assert np.shares_memory(sc.hgrid_flat, sc.hgrid) and np.shares_memory(sc.hgrid64_flat, sc.hgrid64)
+
+
+def test_numpy_reduces_the_middle_axis_of_blocks_row_by_row() -> None:
+    """The half kinds' fallback relies on np.add.reduce(a, axis=1, out=...) of a C-contiguous
+    (blocks, 64, 16) complex64 array adding, per block and column, row after row in float32 (real and
+    imaginary parts independently), starting from row 0: no pairwise summation, no float64."""
+    rng = np.random.default_rng(1)
+
+    def wild(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 10.0 ** rng.integers(-6, 7, shape)).astype(np.float32)
+
+    rows = HALF_BLOCK // HALF_LANES
+    for blocks in (1, 2, 7, BLOCK_ELEMS // HALF_BLOCK):
+        a = (wild(blocks, rows, HALF_LANES) + 1j * wild(blocks, rows, HALF_LANES)).astype(np.complex64)
+        out = np.empty((blocks, HALF_LANES), np.complex64)
+        np.add.reduce(a, axis=1, out=out)
+        want = a[:, 0].copy()
+        for k in range(1, rows):
+            want = (want + a[:, k]).astype(np.complex64)  # complex64 + complex64 stays float32
+        assert want.dtype == np.complex64
+        assert np.array_equal(out.view(np.uint32), want.view(np.uint32))
+        # and the check has teeth: float64 accumulation or another order gives other bits
+        if blocks > 2:
+            assert not np.array_equal(a.astype(np.complex128).sum(axis=1).astype(np.complex64), out)
 
 
 # -- MindSpore semantics on hand-computed examples, on both backends ---------------------------------
@@ -360,6 +642,7 @@ def test_the_c_kernel_is_built_and_used_here() -> None:
 
     assert ts._c_kernel is _fused_stats
     assert tuple(_fused_stats.KINDS) == ts._KINDS and _fused_stats.LANES == LANES
+    assert (_fused_stats.HALF_LANES, _fused_stats.HALF_BLOCK, _fused_stats.STATE) == (16, 256, ts._STATE)
     if os.environ.get("DUMPCAT_PURE_NUMPY_STATS", "").strip() in ("", "0"):
         assert ts._kernel is _fused_stats
         assert ts.stats_backend().startswith("C kernel")
@@ -368,6 +651,49 @@ def test_the_c_kernel_is_built_and_used_here() -> None:
     env = {k: v for k, v in os.environ.items() if k != "DUMPCAT_PURE_NUMPY_STATS"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
     assert out.returncode == 0 and out.stdout.startswith("C kernel ("), out.stdout + out.stderr
+
+
+def test_portable_kernels_give_the_same_bits(tmp_path: Path) -> None:
+    """The portable C kernels (used where there is no AVX2, e.g. on ARM; DUMPCAT_STATS_PORTABLE=1 picks
+    them at import) give the bits the kernels in use here give, on every kind and the half kinds' edges."""
+    rng = np.random.default_rng(11)
+    jobs = []
+    for dtype, profile in cases():
+        for n in (0, 1, 17, 1000, 4099, BLOCK_ELEMS + 5, 300_007):
+            a, stored = make(dtype, n, profile, rng)
+            jobs.append(save(tmp_path, f"{dtype}_{profile}_{n}", a, stored))
+    for dtype in ("float16", "bfloat16"):
+        for where in ("finite", "inf", "nan"):
+            for n in HALF_SIZES:
+                jobs.append(
+                    save_any(tmp_path, f"edge_{dtype}_{where}_{n}", half_edge_values(dtype, n, rng, where))
+                )
+    for pattern in ("sparse", "dense", "runs", "tiny", "huge"):
+        jobs.append(save_any(tmp_path, f"pattern_{pattern}", bf16_pattern(pattern, 70_001, rng)))
+    for i, job in enumerate(jobs):
+        job.row_id = i
+    with backend(True):
+        want = [{k: bits(v) for k, v in stats.items()} for _, stats, _ in compute_stats_many(jobs, workers=1)]
+    code = (
+        "import json, sys\n"
+        "from ingest import tensor_stats as ts\n"
+        "from ingest import _fused_stats\n"
+        "from tests.test_fused_stats import bits\n"
+        "jobs = [ts.StatJob(*j) for j in json.load(sys.stdin)]\n"
+        "got = [{k: bits(v) for k, v in s.items()} for _, s, _ in ts.compute_stats_many(jobs, workers=1)]\n"
+        "print(json.dumps([_fused_stats.ISA, ts.stats_backend(), got]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DUMPCAT_PURE_NUMPY_STATS"}
+    env["DUMPCAT_STATS_PORTABLE"] = "1"
+    payload = json.dumps([[j.row_id, j.path, j.data_offset, j.stored_dtype, list(j.shape)] for j in jobs])
+    out = subprocess.run(
+        [sys.executable, "-c", code], input=payload, capture_output=True, text=True, cwd=ROOT, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    isa, backend_note, got = json.loads(out.stdout)
+    assert isa == "portable" and backend_note == "C kernel (portable)"
+    for job, g, w in zip(jobs, got, want, strict=True):
+        assert g == w, (job.path, g, w)
 
 
 def test_env_var_forces_the_fallback_in_helpers_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -419,17 +745,19 @@ def test_without_the_module_the_fallback_is_used_quietly(tmp_path: Path) -> None
 
 def test_kernel_rejects_bad_arguments() -> None:
     k = ts._c_kernel
-    lanes = bytearray(128)
+    lanes = bytearray(ts._STATE * 8)
     with pytest.raises(ValueError):
         k.block(b"\0" * 3, ts._KINDS.index("float32"), 0, lanes)  # not whole elements
     with pytest.raises(ValueError):
         k.block(b"", len(ts._KINDS), 0, lanes)
     with pytest.raises(ValueError):
-        k.block(b"", 0, 8, lanes)
+        k.block(b"", 0, HALF_BLOCK, lanes)
     with pytest.raises(ValueError):
-        k.block(b"", 0, 0, bytearray(64))
+        k.block(b"", 0, -1, lanes)
+    with pytest.raises(ValueError):
+        k.block(b"", 0, 0, bytearray(128))  # the 16 float64 of before
     with pytest.raises(BufferError):
-        k.block(b"", 0, 0, b"\0" * 128)  # read-only lanes
+        k.block(b"", 0, 0, b"\0" * (ts._STATE * 8))  # read-only lanes
     with pytest.raises(ValueError):
         k.count(b"", ts._KINDS.index("int32"), 0.0)
     assert k.block(b"", 0, 0, lanes) == (0, 0, 0, -INF, INF)
