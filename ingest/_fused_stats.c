@@ -12,9 +12,9 @@
  * lanes  a writable buffer of STATE (64) float64, the tensor's running state, zero at its start:
  *        S = lanes[0..15] sums, Q = lanes[16..31] sums of squares, P = lanes[32..47] and R = [48..63]
  *        float32 partials (float16/bfloat16 only).
- *        float16, float32, float64, integers: element i (global index) adds (double)x to S[i % 8] and
+ *        float32, float64, integers: element i (global index) adds (double)x to S[i % 8] and
  *        (double)x * (double)x to Q[i % 8], strictly in storage order within each lane.
- *        bfloat16: 16 lanes and float32 partials over blocks of HALF_BLOCK elements, see
+ *        float16, bfloat16: 16 lanes and float32 partials over blocks of HALF_BLOCK elements, see
  *        half_portable below.
  * neg, zero, nan   elements < 0, == 0 (either sign) and NaN in this block (ints: nan is 0);
  * max, min         over the non-NaN elements of the block, as float64 (-inf / +inf when there are
@@ -302,7 +302,6 @@ ld_f64(const unsigned char *p, Py_ssize_t i)
 typedef void (*kernel_fn)(const unsigned char *, Py_ssize_t, unsigned, double *, double *, tally_t *);
 
 /* The portable kernels. */
-FLOAT_KERNEL(k_f16, ld_f16, )
 FLOAT_KERNEL(k_f32, ld_f32, )
 FLOAT_KERNEL(k_f64, ld_f64, )
 INT_KERNEL(k_i8, int8_t, )
@@ -345,8 +344,8 @@ PORTABLE_COUNTER(c_f32, ld_f32)
 PORTABLE_COUNTER(c_f64, ld_f64)
 static counter_fn counters[4] = {c_f16, c_bf16, c_f32, c_f64};
 
-/* 8-lane kinds (bfloat16 has half_kernels). */
-static kernel_fn kernels[K_COUNT] = {k_f16, NULL,  k_f32, k_f64, k_i8,  k_i16,
+/* 8-lane kinds (the half kinds have half_kernels). */
+static kernel_fn kernels[K_COUNT] = {NULL,  NULL,  k_f32, k_f64, k_i8,  k_i16,
                                      k_i32, k_i64, k_u8,  k_u16, k_u32, k_u64};
 
 /*
@@ -544,6 +543,12 @@ half_portable(const unsigned char *restrict p, Py_ssize_t n, unsigned pos, doubl
 }
 
 static void
+k_f16(const unsigned char *restrict p, Py_ssize_t n, unsigned pos, double *restrict st, tally_t *restrict t)
+{
+    half_portable(p, n, pos, st, t, 0);
+}
+
+static void
 k_bf16(const unsigned char *restrict p, Py_ssize_t n, unsigned pos, double *restrict st,
        tally_t *restrict t)
 {
@@ -566,7 +571,7 @@ half_nan_counts(const unsigned char *restrict p, Py_ssize_t n, int bf, int64_t *
 }
 
 typedef void (*half_fn)(const unsigned char *, Py_ssize_t, unsigned, double *, tally_t *);
-static half_fn half_kernels[2] = {NULL, k_bf16}; /* float16 keeps 8 float64 lanes (for now) */
+static half_fn half_kernels[2] = {k_f16, k_bf16};
 
 #if HAVE_AVX2_CLONE
 /*
@@ -677,7 +682,6 @@ hsum_epi32(__m256i v)
         t->mn = mn;                                                                                    \
     }
 
-AVX_SP_KERNEL(a_f16, ld8_f16, ld_f16, 2)
 AVX_SP_KERNEL(a_f32, ld8_f32, ld_f32, 4)
 
 AVX2 static inline int64_t
@@ -948,12 +952,18 @@ half_avx2(const unsigned char *restrict p, Py_ssize_t n, unsigned pos, double *r
 }
 
 AVX2 static void
+a_f16(const unsigned char *restrict p, Py_ssize_t n, unsigned pos, double *restrict st, tally_t *restrict t)
+{
+    half_avx2(p, n, pos, st, t, 0);
+}
+
+AVX2 static void
 a_bf16(const unsigned char *restrict p, Py_ssize_t n, unsigned pos, double *restrict st,
        tally_t *restrict t)
 {
     half_avx2(p, n, pos, st, t, 1);
 }
-static const half_fn avx2_half_kernels[2] = {NULL, a_bf16};
+static const half_fn avx2_half_kernels[2] = {a_f16, a_bf16};
 
 AVX2 static void
 a_f64(const unsigned char *restrict p, Py_ssize_t n, unsigned phase, double *restrict ls,
@@ -1182,7 +1192,7 @@ ac_f64(const unsigned char *restrict p, Py_ssize_t n, int nan_mode, double value
 static const counter_fn avx2_counters[4] = {ac_f16, ac_bf16, ac_f32, ac_f64};
 
 /* int64 / uint32 / uint64 have no AVX2 conversion to double: the portable kernels serve them. */
-static const kernel_fn avx2_kernels[K_COUNT] = {a_f16, NULL,  a_f32, a_f64, a_i8,  a_i16,
+static const kernel_fn avx2_kernels[K_COUNT] = {NULL,  NULL,  a_f32, a_f64, a_i8,  a_i16,
                                                 a_i32, k_i64, a_u8,  a_u16, k_u32, k_u64};
 #endif
 
@@ -1236,7 +1246,7 @@ fs_block(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     double st[STATE];
     memcpy(st, lanes.buf, sizeof st); /* the lanes buffer may be unaligned */
     const unsigned char *p = (const unsigned char *)data.buf;
-    const int half = kind == K_BFLOAT16;
+    const int half = kind == K_FLOAT16 || kind == K_BFLOAT16;
     if (n) {
         const int nogil = data.len >= NOGIL_BYTES;
         PyThreadState *ts = nogil ? PyEval_SaveThread() : NULL;
@@ -1334,7 +1344,7 @@ fs_finish(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     memcpy(st, lanes.buf, sizeof st);
     PyBuffer_Release(&lanes);
     double s, q;
-    if (kind == K_BFLOAT16) {
+    if (kind == K_FLOAT16 || kind == K_BFLOAT16) {
         s = st[ST_S] + st[ST_P];
         q = st[ST_Q] + st[ST_R];
         for (int j = 1; j < HLANES; j++) {

@@ -5,8 +5,8 @@ CPU dumps cannot write a ``statistic.csv``, so dumpcat computes the same columns
 ``TensorSummary<T>::TensorStatisticsSingleThread`` (≥ v2.3), see reference §1.3:
 
 - every element is converted to ``double`` first; sums (avg, l2norm) are accumulated in float64, so
-  no data can overflow them (bfloat16 goes through float32 partial sums of 16 elements first, within
-  2^-20 of exact: see below);
+  no data can overflow them (float16 and bfloat16 go through float32 partial sums of 16 elements first,
+  within 2^-20 of exact: see below);
 - any NaN makes ``max``, ``min``, ``avg`` and ``l2norm`` NaN (MindSpore's loop makes NaN sticky and its
   mean and L2 include NaN); the counts stay exact;
 - ``neg_count`` ('Negative Zero Count') counts elements < 0 and ``pos_count`` ('Positive Zero Count')
@@ -32,9 +32,9 @@ How the sums are formed (so that every build gives the same bits): every element
 of a few running sums, each added to strictly in index order across blocks (a block that starts
 anywhere continues the sums where they were):
 
-- float16, float32, float64 and the integer kinds: ``LANES`` = 8 lanes. Element ``i`` adds ``x``
-  (converted to float64) to lane ``i % 8`` and ``x * x`` (a float64 product) to square lane ``i % 8``.
-- bfloat16: ``HALF_LANES`` = 16 lanes (lane ``i % 16``) and blocks of ``HALF_BLOCK`` = 256
+- float32, float64 and the integer kinds: ``LANES`` = 8 lanes. Element ``i`` adds ``x`` (converted
+  to float64) to lane ``i % 8`` and ``x * x`` (a float64 product) to square lane ``i % 8``.
+- float16 and bfloat16: ``HALF_LANES`` = 16 lanes (lane ``i % 16``) and blocks of ``HALF_BLOCK`` = 256
   elements by index (block ``i // 256``: 16 elements per lane). Within a block each lane adds its
   elements, in index order, to a float32 partial sum, and their squares ``x * x`` (exact in float32 for
   these values) to a float32 partial sum of squares, both starting at 0; at the end of the block, and
@@ -48,10 +48,10 @@ At the end ``sum = ((lane0 + lane1) + lane2) ... + lane7`` (or ``lane15``), like
 the order; a zero max or min is reported as +0.0.
 
 Error bound: a float32 partial adds at most 16 values (15 roundings of 2^-24, no underflow for these
-values), so for bfloat16 ``|sum - exact| <= 2^-20 * sum(|x|)`` and the sum of squares is within a
-relative ``2^-20`` (l2norm ``2^-21``), plus the float64 rounding of the lanes, about ``count / 16 *
-2^-53`` at most (the other kinds have only that, about ``count / 8 * 2^-53``). bfloat16 itself is
-precise to ``2^-8``, 4096 times coarser than the bound.
+values), so for float16 and bfloat16 ``|sum - exact| <= 2^-20 * sum(|x|)`` and the sum of squares is
+within a relative ``2^-20`` (l2norm ``2^-21``), plus the float64 rounding of the lanes, about ``count /
+16 * 2^-53`` at most (the other kinds have only that, about ``count / 8 * 2^-53``). float16 itself is
+precise to ``2^-11``, bfloat16 to ``2^-8``: 512 and 4096 times coarser than the bound.
 
 The C kernel (``ingest/_fused_stats.c``, built with ``-ffp-contract=off`` and without fast-math) and
 the pure-numpy fallback both follow this definition and give bit-identical results
@@ -63,7 +63,7 @@ the C kernel computes every statistic of a block in one pass (AVX2 on x86-64 CPU
 statistics run at about the speed of reading the files from the page cache. The fallback needs a few
 numpy passes per block: max and min first, which decide whether the NaN, inf and sign passes are needed
 at all, then one float64 copy of the block, reduced row by row as an (n/8, 8) array for the lane sums
-(bfloat16: a float32 copy reduced per 256-element block as a (blocks, 16, 16) array, then the
+(float16/bfloat16: a float32 copy reduced per 256-element block as a (blocks, 16, 16) array, then the
 block partials in float64).
 ``compute_stats_many`` reads files with ``pread`` into a reused buffer (no header re-parse; no mmap, so a
 file truncated under us cannot SIGBUS the process) and uses every core: the calling process computes
@@ -122,7 +122,7 @@ STAT_KEYS = (
 # Elements per processing block: 64 Ki float32 is 256 KiB, its float64 copy 512 KiB; both stay in L2.
 BLOCK_ELEMS = 1 << 16
 # Running sums per tensor (module docstring): element i (storage order) goes to lane i % LANES, or for
-# bfloat16 to lane i % HALF_LANES through float32 partials over blocks of HALF_BLOCK elements.
+# float16/bfloat16 to lane i % HALF_LANES through float32 partials over blocks of HALF_BLOCK elements.
 LANES = 8
 HALF_LANES = 16
 HALF_BLOCK = 256
@@ -518,8 +518,9 @@ def _np_block(c: np.ndarray, kind: int, phase: int, lanes: bytearray, sums: bool
     if sums:
         lane_view = np.frombuffer(lanes, np.float64)
         with np.errstate(over="ignore", invalid="ignore"):  # inf - inf, squares past float64: IEEE results
-            if kind == _BF16:
-                _np_half_sums(v, phase, lane_view, _np_bf16_outside(c, mx, mn))
+            if kind <= _BF16:
+                ext = _np_bf16_outside(c, mx, mn) if kind == _BF16 else None
+                _np_half_sums(v, phase, lane_view, ext)
             else:
                 _np_lane_sums(v, phase & (LANES - 1), lane_view)
     return neg, zero, nan, ninf, pinf, mx, mn
@@ -666,7 +667,7 @@ class _Accumulator:
         # the same additions, in a fraction of the time: it matters for small tensors)
         if _kernel is not None:
             s, q = _kernel.finish(self._lanes, self.kind)
-        elif self.kind == _BF16:  # written out, a loop is slower: S 0-15, Q 16-31, P 32-47, R 48-63
+        elif self.kind <= _BF16:  # written out, a loop is slower: S 0-15, Q 16-31, P 32-47, R 48-63
             ln = _unpack_lanes(self._lanes)
             s = ((ln[0] + ln[32]) + (ln[1] + ln[33]) + (ln[2] + ln[34]) + (ln[3] + ln[35])
                  + (ln[4] + ln[36]) + (ln[5] + ln[37]) + (ln[6] + ln[38]) + (ln[7] + ln[39])

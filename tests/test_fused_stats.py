@@ -1,7 +1,7 @@
 """The one-pass statistics kernel (ingest/_fused_stats.c) and its pure-numpy fallback.
 
 Both must follow the summation order ingest/tensor_stats.py defines (8 lanes by global element index,
-each lane in storage order, lanes combined 0..7; bfloat16: 16 lanes with float32 partials over
+each lane in storage order, lanes combined 0..7; float16/bfloat16: 16 lanes with float32 partials over
 blocks of 256 elements, bfloat16 outside [2^-60, 2^60) straight to float64) and so give bit-identical
 results on every dtype and size. Tensors are real npy files written with np.save into tmp_path and read
 back the way ingest does (compute_stats_many, open_tensor), plus in-memory arrays for the layouts only
@@ -294,7 +294,9 @@ def test_sums_follow_the_documented_order(tmp_path: Path, dtype: str, n: int) ->
         x[~np.isfinite(x.astype(np.float64))] = 1.0
     else:
         x, _ = make(dtype, n, "full", rng)
-    total, squares = half_definition(x) if dtype == "bfloat16" else lane_definition(x)
+    total, squares = (
+        half_definition(x) if x.itemsize == 2 and dtype.endswith("float16") else lane_definition(x)
+    )
     job = save_any(tmp_path, "order", x)
     for c_kernel in (True, False):
         with backend(c_kernel):
@@ -330,7 +332,7 @@ def half_edge_values(dtype: str, n: int, rng: np.random.Generator, where: str) -
 
 @pytest.mark.filterwarnings("error")
 @pytest.mark.parametrize("where", ["finite", "inf", "nan"])
-@pytest.mark.parametrize("dtype", ["bfloat16"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_half_kinds_at_block_boundaries(tmp_path: Path, dtype: str, where: str) -> None:
     """Sizes around the 256-element blocks and 16-element rows, special values on their edges:
     C kernel, fallback (files, mmap and odd splits) and the plain-Python definition agree."""
@@ -458,7 +460,7 @@ def test_bfloat16_outside_the_float32_range_keeps_full_precision() -> None:
             assert tiny["avg"] == pytest.approx((a + b) / 2, rel=1e-12)
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_half_kinds_error_bound(dtype: str) -> None:
     """The documented bound: |sum error| <= 2^-20 * sum |x| and |sum of squares error| <= 2^-20 * sum
     of squares (the float32 partials add 16 values: <= 15 * 2^-24 relative; float64 adds nothing
