@@ -335,7 +335,9 @@ class Ingester:
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            with self.store.writer_lock():
+            # The default shard's writers take turns; a named shard has one writer, so a second
+            # process of the same name (two hosts given one name) is refused at once.
+            with self.store.writer_lock(wait=self.store.writer is None):
                 self._load_state()
                 self.scan_all()
                 self.flush()
