@@ -26,6 +26,7 @@ import pytest
 
 from catalog import Catalog
 from catalog.sandbox import ContainedEngine, build_views_database
+from ingest import flat
 from ingest.store import CatalogError, CatalogStore, shard_path
 from ingest.watch import read_status, status_path
 from tests.conftest import dump_of
@@ -477,10 +478,28 @@ class UnionReader:
         assert len(self.counts) >= 10, f"the reader ran {len(self.counts)} queries only"
 
 
+def _phase(cat_dir: Path, k: int) -> str:
+    """How far host k's writer got, as seen on disk: 'started' (no shard yet), 'locked' (its shard
+    exists), 'writing' (directories its snapshot does not list yet), 'committed' (rows listed)."""
+    if not (shard_dir(cat_dir, f"host{k}") / "snapshot.json").exists():
+        return "started"
+    try:
+        if leftovers(cat_dir, f"host{k}"):
+            return "writing"
+    except (FileNotFoundError, json.JSONDecodeError):  # a directory removed as it was listed
+        return "writing"
+    return "committed" if committed_tensors(cat_dir, f"host{k}") else "locked"
+
+
+KILL_PHASES = ("started", "locked", "writing", "committed")
+
+
 def test_three_ingest_writers_killed_at_random_then_finished(tree, expected, tmp_path):
-    """`dumpcat ingest --writer hostK` x 3 at once, each SIGKILLed at a seeded random moment in
-    several rounds and restarted: after every round the catalog is readable without duplicates;
-    once every writer finished it equals the one-shot single-writer ingest."""
+    """`dumpcat ingest --writer hostK` x 3 at once, each SIGKILLed in several rounds at a moment a
+    seeded RNG picks (a phase of its progress seen on disk - still starting, shard locked, batch
+    being written, rows committed - plus a random delay) and restarted: after every round the
+    catalog is readable without duplicates; once every writer finished it equals the one-shot
+    single-writer ingest, and no killed writer's files are left behind."""
     seed = 20261124
     rng = random.Random(seed)
     _, hosts = tree
@@ -489,38 +508,49 @@ def test_three_ingest_writers_killed_at_random_then_finished(tree, expected, tmp
     reader = UnionReader(cat_dir)
     reader.start()
     done: set[int] = set()
-    killed_mid_run = 0
+    # (round, host, phase aimed at, phase seen at the kill, committed tensors after it)
+    kills: list[tuple[int, int, str, str, int]] = []
     try:
         for round_ in range(4):
             todo = [k for k in range(HOSTS) if k not in done]
             if not todo:
                 break
-            procs = {k: start_ingest(hosts[k], cat_dir, k) for k in todo}
             # the last round lets every writer finish
-            kill_at = {k: rng.uniform(0.3, 3.0) for k in todo} if round_ < 3 else {}
+            aim = {k: (rng.choice(KILL_PHASES), rng.uniform(0.0, 0.3)) for k in todo} if round_ < 3 else {}
+            procs = {k: start_ingest(hosts[k], cat_dir, k) for k in todo}
             started = time.monotonic()
+            reached: dict[int, float] = {}
             while any(p.poll() is None for p in procs.values()):
-                now = time.monotonic() - started
+                now = time.monotonic()
                 for k, p in procs.items():
-                    if p.poll() is None and k in kill_at and now >= kill_at[k]:
+                    if p.poll() is not None or k not in aim:
+                        continue
+                    target, delay = aim[k]
+                    seen = _phase(cat_dir, k)
+                    if k not in reached and KILL_PHASES.index(seen) >= KILL_PHASES.index(target):
+                        reached[k] = now
+                    if k in reached and now >= reached[k] + delay:
                         p.send_signal(signal.SIGKILL)
-                        killed_mid_run += 1
-                assert now < 120, "writers did not finish"
-                time.sleep(0.02)
+                        p.wait(10)
+                        kills.append((round_, k, target, seen, committed_tensors(cat_dir, f"host{k}")))
+                        del aim[k]
+                assert now - started < 120, "writers did not finish"
+                time.sleep(0.01)
             for k, p in procs.items():
                 if p.returncode == 0:
                     done.add(k)
                 else:
                     assert p.returncode == -signal.SIGKILL, f"host{k} failed: {p.stderr.read()[-2000:]}"
                 p.stderr.close()
-            assert_readable_without_duplicates(cat_dir, f"after round {round_} (seed {seed})")
+            assert_readable_without_duplicates(cat_dir, f"after round {round_} (seed {seed}, kills {kills})")
     finally:
         reader.stop()
     assert done == set(range(HOSTS))
-    assert killed_mid_run >= 2, f"only {killed_mid_run} kills landed before a writer finished"
     got = content(cat_dir)
-    assert not shard_diff(expected, got), f"seed {seed}:\n{shard_diff(expected, got)}"
-    # each killed writer's leftovers were removed by its restart
+    assert not shard_diff(expected, got), f"seed {seed}, kills {kills}:\n{shard_diff(expected, got)}"
+    assert len(kills) >= 4, f"only {len(kills)} kills landed before a writer finished: {kills}"
+    assert {seen for *_, seen, _ in kills} >= {"started", "writing"}, kills
+    # each killed writer's uncommitted files were removed by its restart
     for k in range(HOSTS):
         assert leftovers(cat_dir, f"host{k}") == []
     reader.check()
@@ -645,11 +675,59 @@ def test_three_watchers_killed_at_random_while_training_writes(live_tree, tmp_pa
     assert not shard_diff(want, content(cat_dir))
     for k in range(HOSTS):
         assert leftovers(cat_dir, f"host{k}") == [], f"host{k}'s crashed writes were not removed"
-    # the watchers' many small commits were compacted, each shard by its own writer
-    compacted = [
-        b["id"] for k in range(HOSTS)
-        for b in json.loads((shard_dir(cat_dir, f"host{k}") / "snapshot.json").read_text())["batches"]
-        if b["id"].endswith("-c")
-    ]  # fmt: skip
-    assert compacted, "no shard was compacted"
+    reader.check()
+
+
+def test_each_shard_compacts_and_merges_its_own_files(live_tree, tmp_path):
+    """Two watchers of one run in one process (threads), each its own shard, compacting after
+    every 4 small batches while training writes: each compacts only its own batches and merges
+    its own flat files, a reader never sees a row twice, and the end equals a one-shot ingest."""
+    from ingest.watch import Watcher
+
+    everything, sources = live_tree
+    cat_dir = tmp_path / "cat"
+    dsts = [tmp_path / f"host{k}" / "dump" for k in range(2)]
+    for k, dst in enumerate(dsts):
+        (dst / f"rank_{k}").mkdir(parents=True)
+    Catalog.open(cat_dir, create=True).close()
+    watchers = [
+        Watcher(cat_dir, dst, RUN, writer=f"host{k}", interval=0.1, compact_min_batches=4)
+        for k, dst in enumerate(dsts)
+    ]
+    reader = UnionReader(cat_dir)
+    for w in watchers:
+        w.start()
+    reader.start()
+    try:
+        threads = [
+            threading.Thread(target=replay, args=(sources[k], dsts[k]), kwargs={"seed": 40 + k, "rate": 60})
+            for k in range(2)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert all(w.wait_idle(timeout=30) for w in watchers)
+        statuses = [w.status() for w in watchers]
+    finally:
+        reader.stop()
+        for w in watchers:
+            w.stop()
+    assert all(st["compactions"] >= 1 for st in statuses), statuses
+    two = tmp_path / "two" / "dump"
+    for k in range(2):
+        shutil.copytree(everything / f"rank_{k}", two / f"rank_{k}")
+    with Catalog.open(tmp_path / "one", create=True) as cat:
+        cat.ingest(two, run=RUN)
+    want, got = content(tmp_path / "one"), content(cat_dir)
+    assert not shard_diff(want, got), shard_diff(want, got)
+    for k in range(2):
+        rel = shard_path(RUN, f"host{k}") + "/"
+        snap = json.loads((cat_dir / rel / "snapshot.json").read_text())
+        assert any(b["id"].endswith("-c") for b in snap["batches"]), f"host{k} compacted nothing"
+        paths = [b["path"] for b in snap["batches"]] + [r["path"] for r in snap.get("retired", [])]
+        paths += [e["path"] for es in snap["flat"].values() for e in es]
+        assert all(p.startswith(rel) for p in paths), "a shard's writer touched another shard's files"
+        # flat files merged by size tier, as a single writer's are
+        assert len(snap["flat"]["tensors"]) < flat.MERGE_FANIN * 2
     reader.check()
