@@ -223,11 +223,14 @@ class CatalogStore:
     def union_token(self) -> tuple:
         """Cheap change detector for readers of the whole catalog: the default shard's snapshot
         token, the registry's, and each named shard's (one stat each)."""
+        base = _stat_token(self.root / SNAPSHOT)
+        if base is None:
+            raise CatalogError(f"cannot read {self.root / SNAPSHOT}")
         shards = self.shards()
         if not shards:
-            return self.snapshot_token()
+            return base
         return (
-            self.snapshot_token(),
+            base,
             _stat_token(self.root / SHARDS),
             *(_stat_token(self.root / e["path"] / SNAPSHOT) for e in shards),
         )
