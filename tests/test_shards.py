@@ -549,7 +549,7 @@ def test_three_ingest_writers_killed_at_random_then_finished(tree, expected, tmp
     got = content(cat_dir)
     assert not shard_diff(expected, got), f"seed {seed}, kills {kills}:\n{shard_diff(expected, got)}"
     assert len(kills) >= 4, f"only {len(kills)} kills landed before a writer finished: {kills}"
-    assert {seen for *_, seen, _ in kills} >= {"started", "writing"}, kills
+    assert "writing" in {seen for *_, seen, _ in kills}, f"no kill landed while a batch was written: {kills}"
     # each killed writer's uncommitted files were removed by its restart
     for k in range(HOSTS):
         assert leftovers(cat_dir, f"host{k}") == []
