@@ -242,6 +242,9 @@ def test_readers_of_every_kind_see_the_union(tree, expected, tmp_path):
     # dumpcat status: one row for the run
     rows = [json.loads(line) for line in dumpcat("status", cat_dir, "--format", "json").stdout.splitlines()]
     assert [(r["run"], r["tensors"], r["errors"]) for r in rows] == [(RUN, n, 0)]
+    # the HTML report names every root of the run
+    dumpcat("report", cat_dir, "--out", tmp_path / "r.html")
+    assert ", ".join(str(h) for h in hosts) in (tmp_path / "r.html").read_text()
     # export: the union's rows; a run over several roots has no single root to join paths to
     out = tmp_path / "cat.duckdb"
     dumpcat("export-duckdb", cat_dir, out)
@@ -325,6 +328,41 @@ def test_uncommitted_work_of_a_shard_is_invisible_then_removed(tree, expected, t
     assert leftovers(cat_dir, "host2") == []
     got = content(cat_dir)
     assert not shard_diff(expected, got), shard_diff(expected, got)
+
+
+def test_damaged_registry_and_missing_shard_snapshot(tree, tmp_path):
+    """A registered shard whose snapshot is not there yet holds nothing; a damaged shards.json is a
+    clear error, not an empty catalog."""
+    _, hosts = tree
+    cat_dir = tmp_path / "cat"
+    with Catalog.open(cat_dir, create=True) as cat:
+        cat.ingest(hosts[0], run=RUN, writer="host0")
+    registry = json.loads((cat_dir / "shards.json").read_text())
+    registry["shards"].append({"run": RUN, "writer": "late", "path": shard_path(RUN, "late")})
+    (cat_dir / "shards.json").write_text(json.dumps(registry))
+    with Catalog.open(cat_dir) as cat:
+        assert cat.sql("SELECT DISTINCT rank FROM tensors ORDER BY 1").column(0).to_pylist() == [0, 3]
+    (cat_dir / "shards.json").write_text('{"shards": [')
+    proc = dumpcat("sql", cat_dir, "SELECT count(*) FROM tensors", check=False)
+    assert proc.returncode == 1 and "cannot read" in proc.stderr and "shards.json" in proc.stderr, proc.stderr
+
+
+def test_status_of_watchers_on_other_hosts(tmp_path):
+    """`dumpcat status` merges the run's watchers; one on another host is judged by its flushes."""
+    cat_dir = tmp_path / "cat"
+    Catalog.open(cat_dir, create=True).close()
+    (cat_dir / "watch").mkdir()
+    now = time.time()
+    for writer, host, last, pending in (
+        ("a", "elsewhere-1", now - 5, 3),
+        ("b", "elsewhere-2", now - 3600, 7),
+    ):
+        st = {"run": RUN, "writer": writer, "host": host, "pid": 1, "mode": "poll", "last_flush": last,
+              "pending": pending, "lag_seconds": 1.5}  # fmt: skip
+        status_path(cat_dir, RUN, writer).write_text(json.dumps(st))
+    merged = read_status(cat_dir)[RUN]
+    assert [w["alive"] for w in merged["watchers"]] == [True, False]
+    assert merged["alive"] and merged["pending"] == 3 and merged["last_flush"] == now - 5
 
 
 def test_union_follows_each_shard_commit(tree, tmp_path):
