@@ -330,6 +330,30 @@ def test_uncommitted_work_of_a_shard_is_invisible_then_removed(tree, expected, t
     assert not shard_diff(expected, got), shard_diff(expected, got)
 
 
+def test_a_catalog_from_before_flat_files_gets_them_from_its_first_named_writer(tree, tmp_path):
+    """Readers resolve at query time while any shard lacks flat files, so the first named writer
+    gives the default shard its flat files (and readers then read flat files only)."""
+    from tests.conftest import as_written_before_flat_files
+
+    _, hosts = tree
+    cat_dir = tmp_path / "cat"
+    with Catalog.open(cat_dir, create=True) as cat:
+        cat.ingest(hosts[0], run="old")
+        want = cat.sql("SELECT row_id, op_name, path FROM tensors ORDER BY row_id").to_pylist()
+    as_written_before_flat_files(cat_dir)
+    assert CatalogStore(cat_dir).union_snapshot().get("flat") is None
+    with Catalog.open(cat_dir) as cat:
+        cat.ingest(hosts[1], run=RUN, writer="host1")
+    union = CatalogStore(cat_dir).union_snapshot()
+    assert {e["run"] for e in union["flat"]["tensors"]} == {"old", RUN}
+    with Catalog.open(cat_dir) as cat:
+        got = cat.sql(
+            "SELECT row_id, op_name, path FROM tensors WHERE run = 'old' ORDER BY row_id"
+        ).to_pylist()
+        assert got == want
+        assert cat.sql(f"SELECT count(path) FROM tensors WHERE run = '{RUN}'").column(0)[0].as_py() > 0
+
+
 def test_damaged_registry_and_missing_shard_snapshot(tree, tmp_path):
     """A registered shard whose snapshot is not there yet holds nothing; a damaged shards.json is a
     clear error, not an empty catalog."""
