@@ -540,6 +540,23 @@ class UnionReader:
         assert len(self.counts) >= 10, f"the reader ran {len(self.counts)} queries only"
 
 
+def test_writers_starting_together_create_the_catalog_together(tree, expected, tmp_path):
+    """Every host starts at once on a catalog that does not exist yet: one creates it, the others
+    find it (or finish the creation), and all three shards land."""
+    _, hosts = tree
+    cat_dir = tmp_path / "new" / "cat"
+    procs = [start_ingest(hosts[k], cat_dir, k) for k in range(HOSTS)]
+    for k, p in enumerate(procs):
+        rc = p.wait(120)
+        assert rc == 0, f"host{k}: {p.stderr.read()[-2000:]}"
+        p.stderr.close()
+    got = content(cat_dir)
+    assert not shard_diff(expected, got), shard_diff(expected, got)
+    assert sorted(e["writer"] for e in json.loads((cat_dir / "shards.json").read_text())["shards"]) == [
+        f"host{k}" for k in range(HOSTS)
+    ]
+
+
 def _phase(cat_dir: Path, k: int) -> str:
     """How far host k's writer got, as seen on disk: 'started' (no shard yet), 'locked' (its shard
     exists), 'writing' (directories its snapshot does not list yet), 'committed' (rows listed)."""
