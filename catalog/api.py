@@ -42,17 +42,6 @@ class TensorNotFoundError(LookupError):
     """No tensor with this row id in the catalog."""
 
 
-def _dump_roots(runs_files: list[str]) -> dict[str, str]:
-    """run -> dump root, from the `runs` table's files (a row per run)."""
-    import pyarrow.parquet as pq
-
-    roots: dict[str, str] = {}
-    for path in runs_files:
-        t = pq.read_table(path, columns=["run", "dump_root"])
-        roots.update(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True))
-    return roots
-
-
 class Catalog:
     """A dumpcat catalog directory, opened for queries (and ingest)."""
 
@@ -61,13 +50,16 @@ class Catalog:
         self.path = store.root
         self._connection: duckdb.DuckDBPyConnection | None = None
         self._lock = threading.RLock()
-        self._token: tuple[int, int] | None = None
+        self._token: tuple | None = None
         self._files: dict[str, list[str]] = {}
         self._index = TensorIndex()
         self._flat_index: list[str] | None = None
         self._flat_files: dict[str, list[str]] | None = None
-        self._views_token: tuple[int, int] | None = None
-        self._roots: dict[str, str] = {}
+        self._views_token: tuple | None = None
+        # (shard, run) -> dump root: each writer's shard of a run has its own root
+        self._roots: dict[tuple[str, str], str] | None = None
+        self._shard_of: dict[str, str] = {}
+        self._snap: dict = {}
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -102,16 +94,19 @@ class Catalog:
     # -- queries ---------------------------------------------------------------------------
 
     def _sync(self) -> None:
-        """Follow the snapshot (one stat call when nothing changed): the live files' lists."""
-        token = self.store.snapshot_token()
+        """Follow the snapshot (one stat call per shard when nothing changed): the live files'
+        lists, over the union of the catalog's shards."""
+        token = self.store.union_token()
         if token == self._token:
             return
-        snap = self.store.snapshot()
+        snap = self.store.union_snapshot()
+        self._snap = snap
         self._files = self.store.table_files(snap)
         self._flat_index = self.store.flat_index_files(snap)
         self._flat_files = self.store.flat_files(snap)
         self._full_schema = self.store.full_schema_tables(snap)
-        self._roots = {}
+        self._shard_of = self.store.file_shards(snap)
+        self._roots = None
         self._token = token
 
     def refresh(self) -> None:
@@ -142,7 +137,7 @@ class Catalog:
                 rel = cur.sql(text, params=params)
                 return rel.to_arrow_table() if rel is not None else pa.table({})
             except duckdb.IOException:
-                if attempt == 2 or self.store.snapshot_token() == self._token:
+                if attempt == 2 or self.store.union_token() == self._token:
                     raise
             finally:
                 cur.close()
@@ -188,12 +183,13 @@ class Catalog:
         with self._lock:
             self._sync()
             self._index.sync(self._files["tensors"], self._flat_index)
-            loc = self._index.find(int(row_id))
-            if loc is None:
+            found = self._index.find_with_source(int(row_id))
+            if found is None:
                 raise TensorNotFoundError(f"no tensor with row id {row_id} in catalog {self.path}")
-            if loc.run not in self._roots:
-                self._roots = _dump_roots(self._files["runs"])
-            root = self._roots.get(loc.run)
+            loc, source = found
+            if self._roots is None:
+                self._roots = self.store.dump_roots(self._snap)
+            root = self._roots.get((self._shard_of.get(source, ""), loc.run))
         if root is None:
             raise CatalogError(f"run {loc.run!r} of row id {row_id} has no dump root in the catalog")
         return Path(root) / loc.rel_path, loc
@@ -256,12 +252,14 @@ class Catalog:
         md5: bool = False,
         workers: int | None = None,
         on_progress: Callable[[int], None] | None = None,
+        writer: str | None = None,
     ) -> IngestSummary:
         """Ingest (or incrementally re-ingest) a dump tree into this catalog. Its producer is
-        detected (`summary.detected` says what was found) unless `producer` names a reader."""
+        detected (`summary.detected` says what was found) unless `producer` names a reader.
+        `writer` names the run's shard to write (one per host of a multi-host run)."""
         summary = ingest_dump(
             self.path, dump_dir, run, producer=producer, compute_stats=compute_stats, md5=md5,
-            workers=workers, on_progress=on_progress,
+            workers=workers, on_progress=on_progress, writer=writer,
         )  # fmt: skip
         return summary
 

@@ -22,7 +22,7 @@ from catalog.output import write_table
 from catalog.views import query_text
 from ingest.pipeline import DumpRootError, detect_dump
 from ingest.readers.registry import reader_names
-from ingest.store import CatalogError
+from ingest.store import CatalogError, check_writer_name
 
 # Options shared by `ingest` and `watch`.
 CATALOG_OPTION = click.option(
@@ -39,6 +39,14 @@ PRODUCER_OPTION = click.option(
     type=click.Choice(reader_names()),
     default=None,
     help="Read the dump as this producer's layout instead of detecting it.",
+)
+WRITER_OPTION = click.option(
+    "--writer",
+    "writer",
+    default=None,
+    metavar="NAME",
+    help="Write this run's shard NAME (e.g. the host name), so that writers on several hosts ingest "
+    "different ranks of one run into one catalog at the same time (default: the catalog's one shard).",
 )
 STATS_OPTION = click.option(
     "--stats/--no-stats",
@@ -92,6 +100,7 @@ def main() -> None:
 @click.argument("dump_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @CATALOG_OPTION
 @RUN_OPTION
+@WRITER_OPTION
 @PRODUCER_OPTION
 @STATS_OPTION
 @click.option("--md5", is_flag=True, help="Also compute the md5 of tensors whose statistics are computed.")
@@ -108,6 +117,7 @@ def ingest(
     dump_dirs: tuple[Path, ...],
     catalog_path: Path,
     run: str | None,
+    writer: str | None,
     producer: str | None,
     compute_stats: bool,
     md5: bool,
@@ -119,6 +129,8 @@ def ingest(
 
     if run is not None and len(dump_dirs) > 1:
         _fail("--run names a single dump; give one DUMP_DIR per run or leave --run out")
+    if writer is not None:
+        check_writer_name(writer)
     detections = [detect_dump(d, producer) for d in dump_dirs]  # all readable before a catalog is made
     cat = Catalog.open(catalog_path, create=True)
     disable = None if progress is None else not progress
@@ -129,7 +141,7 @@ def ingest(
         ) as bar:
             s = cat.ingest(
                 dump_dir, run, producer=detection.reader.name, compute_stats=compute_stats, md5=md5,
-                workers=workers, on_progress=bar.update,
+                workers=workers, on_progress=bar.update, writer=writer,
             )  # fmt: skip
         rate = s.files_seen / s.seconds if s.seconds > 0 else 0.0
         click.echo(
@@ -189,6 +201,7 @@ def tensor(catalog_path: str, row_id: int, out: Path | None, device_layout: bool
 @click.argument("dump_dir", type=click.Path(path_type=Path))
 @CATALOG_OPTION
 @RUN_OPTION
+@WRITER_OPTION
 @PRODUCER_OPTION
 @click.option("--poll", is_flag=True, help="Poll the file system instead of inotify (network file systems).")
 @click.option(
@@ -217,6 +230,7 @@ def watch(
     dump_dir: Path,
     catalog_path: Path,
     run: str | None,
+    writer: str | None,
     producer: str | None,
     poll: bool,
     interval: float,
@@ -239,6 +253,7 @@ def watch(
         grace=grace,
         compute_stats=compute_stats,
         producer=producer,
+        writer=writer,
     )
 
     def _stop(signum, frame):
@@ -268,6 +283,20 @@ def watch(
     click.echo(f"stopped: {st['tensors']} tensors, {st['pending']} pending, {st['errors']} errors", err=True)
 
 
+def _watchers_text(merged: dict) -> str:
+    """The `watcher` column of `dumpcat status`: the run's watcher, or each writer's."""
+    if not merged:
+        return "none"
+
+    def one(w: dict) -> str:
+        return f"{w.get('mode')} (pid {w.get('pid')})" if w.get("alive") else "stopped"
+
+    watchers = merged.get("watchers", [merged])
+    if len(watchers) == 1 and not watchers[0].get("writer"):
+        return one(watchers[0])
+    return ", ".join(f"{w.get('writer') or 'default'}: {one(w)}" for w in watchers)
+
+
 @main.command()
 @click.argument("catalog_path", metavar="CAT")
 @FORMAT_OPTION
@@ -291,7 +320,7 @@ def status(catalog_path: str, fmt: str) -> None:
             "tensors": c["tensors"],
             "pending": pending,
             "errors": c["errors"],
-            "watcher": f"{w.get('mode')} (pid {w.get('pid')})" if alive else ("stopped" if w else "none"),
+            "watcher": _watchers_text(w),
             "lag_seconds": w.get("lag_seconds") if alive else None,
             "last_flush": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(w["last_flush"])) if w else None,
         })  # fmt: skip

@@ -99,8 +99,8 @@ def export_duckdb(
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     options = f" (STORAGE_VERSION {_quote_literal(storage_version)})" if storage_version else ""
     for attempt in (1, 2):
-        token = store.snapshot_token()
-        files = store.table_files()
+        token = store.union_token()
+        files = store.table_files(store.union_snapshot())  # every shard's (ingest/store.py)
         for p in (tmp, Path(f"{tmp}.wal")):
             _remove(p)
         con = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
@@ -122,7 +122,7 @@ def export_duckdb(
             con.close()
             _remove(tmp)
             _remove(Path(f"{tmp}.wal"))
-            if attempt == 2 or store.snapshot_token() == token:
+            if attempt == 2 or store.union_token() == token:
                 raise
             continue
         except BaseException:

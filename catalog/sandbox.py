@@ -104,20 +104,18 @@ class ContainedEngine:
         self.store = CatalogStore(catalog_path)
         self.con = duckdb.connect(str(views_db), read_only=True, config=engine_config(memory_limit, threads))
         self._fs = pafs.LocalFileSystem()
-        self._token: tuple[int, int] | None = None
+        self._token: tuple | None = None
         self._datasets: dict[str, ds.Dataset] = {}
-        self._cursors: OrderedDict[int, tuple[duckdb.DuckDBPyConnection, tuple[int, int] | None]] = (
-            OrderedDict()
-        )
+        self._cursors: OrderedDict[int, tuple[duckdb.DuckDBPyConnection, tuple | None]] = OrderedDict()
         self._max_cursors = max_cursors
 
     def refresh(self) -> None:
-        """Open the live files of a newly committed snapshot as Arrow datasets (one stat call when
-        nothing changed)."""
-        token = self.store.snapshot_token()
+        """Open the live files of a newly committed snapshot as Arrow datasets (the union of the
+        catalog's shards; one stat call per shard when nothing changed)."""
+        token = self.store.union_token()
         if token == self._token:
             return
-        snap = self.store.snapshot()
+        snap = self.store.union_snapshot()
         files = self.store.table_files(snap)
         self._flat = self.store.flat_files(snap)
         datasets = {}

@@ -193,8 +193,14 @@ class TensorIndex:
                 self._batches[path] = _BatchIndex(Path(path))
 
     def find(self, row_id: int) -> TensorLocation | None:
-        for batch in self._batches.values():
+        found = self.find_with_source(row_id)
+        return None if found is None else found[0]
+
+    def find_with_source(self, row_id: int) -> tuple[TensorLocation, str] | None:
+        """The location and the file (sidecar or batch) it was found in: its shard's dump root
+        is the one the location's path is relative to."""
+        for path, batch in self._batches.items():
             loc = batch.find(row_id)
             if loc is not None:
-                return loc
+                return loc, path
         return None

@@ -25,6 +25,11 @@ the raw tables. Old files are retired like compacted batches. A tensors file has
 
 Layout: data/flat/<table>/<id>/{data.parquet,index.arrow}; snapshot.json's "flat" holds, per
 table, entries {"id", "path", "run", "rows", "sources": [batch ids], "keys": [[run, rank], ...]}.
+
+Each shard of a catalog (ingest/store.py) keeps its own flat files, under
+data/run=<run>/writer=<name>/flat/, resolved by its own writer against its own raw tables only:
+a rank's tensors resolve against the operators of that rank in the same shard (each rank is one
+writer's, which the store enforces), and a tensor's `path` joins the shard's own dump root.
 """
 
 from __future__ import annotations
@@ -125,7 +130,7 @@ class FlatWriter:
         if self._con is None:
             import duckdb
 
-            tmp = self.store.root / "tmp"
+            tmp = self.store.tmp_dir
             self._files = None
             self._con = duckdb.connect(
                 ":memory:",
@@ -186,7 +191,7 @@ class FlatWriter:
         from ingest.store import fsync_path
 
         fid = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
-        rel = f"data/flat/{flat}/{fid}"
+        rel = f"{self.store.shard_rel or 'data'}/flat/{flat}/{fid}"
         fdir = self.store.root / rel
         fdir.mkdir(parents=True)
         data = fdir / DATA_FILE

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from ingest.helper_pool import start_helpers
 from ingest.ids import TensorIdHasher
 from ingest.schema import STAT_VALUE_FIELDS, TABLES
-from ingest.store import CatalogError, CatalogStore
+from ingest.store import CatalogError, CatalogStore, check_writer_name
 from ingest.tensor_stats import StatJob, compute_stats_many
 
 if TYPE_CHECKING:
@@ -184,7 +184,8 @@ class Ingester:
     # -- catalog state ---------------------------------------------------------------------
 
     def _load_state(self) -> None:
-        """Row ids of tensors already cataloged for this run, and the non-tensor manifest."""
+        """Row ids of tensors already cataloged for this run, and the non-tensor manifest: what
+        this writer's shard holds (another writer's shard holds other ranks)."""
         snap = self.store.snapshot()
         roots = set()
         for batch in snap["batches"]:
@@ -208,9 +209,11 @@ class Ingester:
                     pq.read_table(bdir / "runs.parquet", columns=["dump_root"]).column(0).to_pylist()
                 )
         if roots and str(self.root) not in roots:
+            other = " or with another --writer (one per host)" if self.store.writer is None else ""
             raise CatalogError(
-                f"run {self.run!r} already holds dump {sorted(roots)[0]}; "
-                f"ingest {self.root} under another name with --run"
+                f"run {self.run!r} already holds dump {sorted(roots)[0]}"
+                + (f" in writer {self.store.writer!r}'s shard" if self.store.writer else "")
+                + f"; ingest {self.root} under another name with --run{other}"
             )
         if not roots:
             self.add("runs", (self.run, str(self.root), now(), VERSION))
@@ -332,7 +335,9 @@ class Ingester:
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            with self.store.writer_lock():
+            # The default shard's writers take turns; a named shard has one writer, so a second
+            # process of the same name (two hosts given one name) is refused at once.
+            with self.store.writer_lock(wait=self.store.writer is None):
                 self._load_state()
                 self.scan_all()
                 self.flush()
@@ -492,15 +497,20 @@ def ingest_dump(
     workers: int | None = None,
     batch_rows: int = 50_000,
     on_progress: Callable[[int], None] | None = None,
+    writer: str | None = None,
 ) -> IngestSummary:
     """Ingest one dump tree into a catalog (created if missing) under a run name.
 
+    `writer` names the shard to write (ingest/store.py): writers of different names ingest
+    different ranks of one run at the same time (one per host); None is the default shard.
     Raises DumpRootError or CatalogError when the dump root or the catalog is unusable; any
     problem with an individual file becomes an `ingest_errors` row instead.
     """
+    if writer is not None:
+        check_writer_name(writer)  # before anything is created
     detection = detect_dump(dump_dir, producer)
-    store = CatalogStore(catalog, create=True)
     run_name = run or default_run_name(detection.root)
+    store = CatalogStore(catalog, create=True).shard(run_name, writer)
     ingester = Ingester(
         store, run_name, detection.root, detection, producer=producer, compute_stats=compute_stats, md5=md5,
         workers=workers, batch_rows=batch_rows, on_progress=on_progress,

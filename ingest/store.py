@@ -7,6 +7,18 @@ Layout of a catalog directory:
     data/run=<run>/<batch>/<table>.parquet
     writer.lock                    held (fcntl) by the one process writing
 
+That is the *default shard*, what `dumpcat ingest`/`watch` write without `--writer`. A catalog
+may also hold *named shards*, one per (run, writer name), each written by its own process at the
+same time as the others (`--writer NAME`: one per host of a multi-host run):
+
+    shards.json                    the registered named shards: [{"run", "writer", "path"}]
+    data/run=<run>/writer=<name>/  a shard: its own snapshot.json, writer.lock, tmp/,
+                                   <batch>/<table>.parquet and flat/<table>/<id>/
+
+Every path in a shard's snapshot is relative to the catalog root, so readers take the union of
+the default shard and every registered shard (`union_snapshot`), each shard's snapshot read
+whole: a reader sees, per shard, all of a batch or none of it.
+
 A batch holds every table's new rows from one flush of an ingest. Its files are written and
 fsynced first and only then is the batch added to snapshot.json, by writing a new snapshot and
 renaming it over the old one. That rename is the commit: a reader sees either all of a batch
@@ -17,11 +29,14 @@ writer. Other engines can still read the parquet files directly by glob.
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,14 +45,24 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ingest import flat
 from ingest.schema import TABLES
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # the newest catalog format this dumpcat reads
+# A catalog is created as format 1 (what dumpcat before named shards reads) and becomes format 2
+# when its first named shard is registered: an older dumpcat must neither show part of the
+# catalog nor, as a writer, delete other shards' directories as a crashed writer's leftovers.
+FORMAT_CREATED = 1
+FORMAT_SHARDED = 2
 MARKER = "dumpcat.json"
 SNAPSHOT = "snapshot.json"
+SHARDS = "shards.json"
+LOCK = "writer.lock"
+# A writer name is a directory name on any file system and object store: no separators.
+_WRITER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 ROW_GROUP_SIZE = 64 * 1024
 # Names every column of every table: a batch entry carrying it was written with all of them.
 SCHEMA_ID = hashlib.blake2b(
@@ -62,12 +87,32 @@ def run_dir_name(run: str) -> str:
     return "run=" + quote(run, safe="")
 
 
+def check_writer_name(name: str) -> str:
+    """A writer name as given, or CatalogError saying what one may hold."""
+    if not isinstance(name, str) or not _WRITER_NAME.fullmatch(name):
+        raise CatalogError(
+            f"writer name {name!r} is not usable: 1-64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit (e.g. the host name)"
+        )
+    return name
+
+
+def shard_path(run: str, writer: str) -> str:
+    """The directory of the named shard (run, writer), relative to the catalog root."""
+    return f"data/{run_dir_name(run)}/writer={writer}"
+
+
 class CatalogStore:
     """Read and write access to the files of one catalog directory."""
 
     def __init__(self, root: str | os.PathLike, *, create: bool = False) -> None:
         self.root = Path(root).absolute()
         self._flat: flat.FlatWriter | None = None
+        # The shard this store writes: the default one ("" = the catalog root), or a named one.
+        self.writer: str | None = None
+        self.shard_run: str | None = None
+        self.shard_rel = ""
+        self._shards_cache: tuple[tuple[int, int] | None, list[dict]] = (None, [])
         marker = self.root / MARKER
         if not marker.exists():
             if not create:
@@ -85,7 +130,7 @@ class CatalogStore:
                 self.root.mkdir(parents=True, exist_ok=True)
                 (self.root / "data").mkdir(exist_ok=True)
                 write_json_atomic(self.root / SNAPSHOT, {"version": 0, "batches": [], "flat": empty_flat()})
-                write_json_atomic(marker, {"format": "dumpcat", "version": FORMAT_VERSION})
+                write_json_atomic(marker, {"format": "dumpcat", "version": FORMAT_CREATED})
             except OSError as exc:
                 raise CatalogError(f"cannot create catalog at {self.root}: {exc.strerror}") from exc
         else:
@@ -96,22 +141,148 @@ class CatalogStore:
             if info.get("version", 0) > FORMAT_VERSION:
                 raise CatalogError(f"catalog format {info.get('version')} is newer than this dumpcat")
 
+    # -- shards ---------------------------------------------------------------------------
+
+    def shard(self, run: str, writer: str | None) -> CatalogStore:
+        """The store that writes the named shard (run, writer) of this catalog (itself for None:
+        the default shard). Nothing is created until its writer takes the lock."""
+        if writer is None:
+            return self
+        check_writer_name(writer)
+        other = copy.copy(self)
+        other._flat = None
+        other.writer, other.shard_run, other.shard_rel = writer, run, shard_path(run, writer)
+        return other
+
+    @property
+    def shard_dir(self) -> Path:
+        """The directory holding this store's shard's snapshot, lock and tmp/."""
+        return self.root / self.shard_rel if self.shard_rel else self.root
+
+    @property
+    def tmp_dir(self) -> Path:
+        """Where this shard's writer lets DuckDB spill (one per shard: writers never share one)."""
+        return self.shard_dir / "tmp"
+
+    def describe(self) -> str:
+        """The shard, in words, for error messages."""
+        if self.writer is None:
+            return str(self.root)
+        return f"shard writer={self.writer} of run {self.shard_run!r} in {self.root}"
+
+    def shards(self) -> list[dict]:
+        """The registered named shards ({"run", "writer", "path"}), sorted by path; [] when none."""
+        token = _stat_token(self.root / SHARDS)
+        cached_token, cached = self._shards_cache
+        if token is not None and token == cached_token:
+            return cached
+        if token is None:
+            return []
+        try:
+            shards = json.loads((self.root / SHARDS).read_text())["shards"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CatalogError(f"cannot read {self.root / SHARDS}: {exc}") from exc
+        shards = sorted(shards, key=lambda e: e["path"])
+        self._shards_cache = (token, shards)
+        return shards
+
+    def _register_shard(self) -> None:
+        """List this named shard in shards.json (idempotent; under the registry's own lock, since
+        writers of several shards may register at once) and mark the catalog as sharded."""
+        entry = {"run": self.shard_run, "writer": self.writer, "path": self.shard_rel}
+        if any(e["path"] == self.shard_rel for e in self.shards()):
+            return
+        fd = os.open(self.root / "shards.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            marker = self.root / MARKER
+            info = json.loads(marker.read_text())
+            if info.get("version", 0) < FORMAT_SHARDED:
+                write_json_atomic(marker, {**info, "version": FORMAT_SHARDED})
+            path = self.root / SHARDS
+            shards = json.loads(path.read_text())["shards"] if path.exists() else []
+            if not any(e["path"] == self.shard_rel for e in shards):
+                write_json_atomic(path, {"shards": [*shards, entry]})
+        finally:
+            os.close(fd)
+
     # -- snapshot -------------------------------------------------------------------------
 
     def snapshot(self) -> dict:
-        """The current snapshot (which batches are committed)."""
-        try:
-            return json.loads((self.root / SNAPSHOT).read_text())
-        except (OSError, ValueError) as exc:
-            raise CatalogError(f"cannot read {self.root / SNAPSHOT}: {exc}") from exc
+        """This shard's current snapshot (which of its batches are committed). Readers want
+        `union_snapshot`: every shard's."""
+        return _read_snapshot(self.shard_dir / SNAPSHOT)
 
     def snapshot_token(self) -> tuple[int, int]:
-        """Cheap change detector for readers: (mtime_ns, inode) of snapshot.json."""
-        try:
-            st = os.stat(self.root / SNAPSHOT)
-        except OSError as exc:
-            raise CatalogError(f"cannot read {self.root / SNAPSHOT}: {exc.strerror}") from exc
-        return (st.st_mtime_ns, st.st_ino)
+        """Cheap change detector for this shard: (mtime_ns, inode) of its snapshot.json."""
+        token = _stat_token(self.shard_dir / SNAPSHOT)
+        if token is None:
+            raise CatalogError(f"cannot read {self.shard_dir / SNAPSHOT}")
+        return token
+
+    def union_token(self) -> tuple:
+        """Cheap change detector for readers of the whole catalog: the default shard's snapshot
+        token, the registry's, and each named shard's (one stat each)."""
+        base = _stat_token(self.root / SNAPSHOT)
+        if base is None:
+            raise CatalogError(f"cannot read {self.root / SNAPSHOT}")
+        shards = self.shards()
+        if not shards:
+            return base
+        return (
+            base,
+            _stat_token(self.root / SHARDS),
+            *(_stat_token(self.root / e["path"] / SNAPSHOT) for e in shards),
+        )
+
+    def union_snapshot(self) -> dict:
+        """What readers query: the default shard's snapshot plus every named shard's committed
+        batches and flat files, each shard's snapshot read whole (so each is consistent; shards
+        commit independently). Entries carry "shard" (their shard's path, "" for the default).
+        "flat" is left out when a shard has no flat files (the default shard of a catalog from
+        before them): readers then resolve names at query time."""
+        base = self.root / SNAPSHOT
+        snap = _read_snapshot(base)
+        shards = self.shards()
+        if not shards:
+            return snap
+        parts = [("", snap)]
+        for e in shards:
+            path = self.root / e["path"] / SNAPSHOT
+            if path.exists():  # written before the shard is registered; a missing one holds nothing
+                parts.append((e["path"], _read_snapshot(path)))
+        union: dict = {"version": snap.get("version", 0), "batches": [], "shards": shards}
+        has_flat = all("flat" in part for _, part in parts)
+        if has_flat:
+            union["flat"] = empty_flat()
+        for rel, part in parts:
+            union["batches"] += [{**b, "shard": rel} for b in part["batches"]]
+            if has_flat:
+                for table, entries in part["flat"].items():
+                    union["flat"].setdefault(table, []).extend({**e, "shard": rel} for e in entries)
+        return union
+
+    def dump_roots(self, snapshot: dict) -> dict[tuple[str, str], str]:
+        """(shard, run) -> the dump root its writer ingested, from the `runs` rows of `snapshot`
+        (a union snapshot: each shard of a run may have its own root)."""
+        roots: dict[tuple[str, str], str] = {}
+        for batch in snapshot["batches"]:
+            if "runs" in batch["tables"]:
+                t = pq.read_table(self.root / batch["path"] / "runs.parquet", columns=["run", "dump_root"])
+                for run, root in zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True):
+                    roots[(batch.get("shard", ""), run)] = root
+        return roots
+
+    def file_shards(self, snapshot: dict) -> dict[str, str]:
+        """Absolute path of each live tensors file and flat sidecar index -> its shard's path."""
+        out = {
+            str(self.root / b["path"] / "tensors.parquet"): b.get("shard", "")
+            for b in snapshot["batches"]
+            if "tensors" in b["tables"]
+        }
+        for e in snapshot.get("flat", {}).get("tensors", []):
+            out[str(self.root / e["path"] / flat.INDEX_FILE)] = e.get("shard", "")
+        return out
 
     def flat_files(self, snapshot: dict | None = None) -> dict[str, list[str]] | None:
         """Absolute paths of the flat `tensors`/`stats` files (ingest/flat.py), or None for a
@@ -153,13 +324,32 @@ class CatalogStore:
 
     @contextlib.contextmanager
     def writer_lock(self, wait: bool = True) -> Iterator[None]:
-        """Hold the single-writer lock; clean up batches a crashed writer left uncommitted."""
-        fd = os.open(self.root / "writer.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        """Hold this shard's writer lock; clean up batches a crashed writer of the shard left
+        uncommitted. A named shard is created (and registered) by its first writer."""
+        if self.writer is not None:
+            self.shard_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.shard_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
             except BlockingIOError as exc:
-                raise CatalogError(f"another dumpcat process is writing to {self.root}") from exc
+                holder = _lock_holder(fd)
+                raise CatalogError(
+                    f"another dumpcat process is writing to {self.describe()}"
+                    + (f" (locked by {holder})" if holder else "")
+                ) from exc
+            _note_holder(fd)
+            if self.writer is not None:
+                if not (self.shard_dir / SNAPSHOT).exists():
+                    write_json_atomic(
+                        self.shard_dir / SNAPSHOT,
+                        {"version": 0, "batches": [], "flat": empty_flat(),
+                         "run": self.shard_run, "writer": self.writer},
+                    )  # fmt: skip
+                self._register_shard()
+                if "flat" not in _read_snapshot(self.root / SNAPSHOT):
+                    # readers resolve at query time unless every shard has flat files
+                    CatalogStore(self.root).upgrade()
             self._remove_uncommitted()
             self.purge_retired()
             snap = self.snapshot()
@@ -215,6 +405,17 @@ class CatalogStore:
         snap = self.snapshot()
         live = {b["path"] for b in snap["batches"]} | {r["path"] for r in snap.get("retired", [])}
         live |= {e["path"] for entries in snap.get("flat", {}).values() for e in entries}
+        if self.writer is not None:
+            for entry in self.shard_dir.iterdir():
+                if not entry.is_dir() or entry.name == "tmp":
+                    continue
+                if entry.name == "flat":
+                    for fdir in (d for table in entry.iterdir() for d in table.iterdir()):
+                        if f"{self.shard_rel}/flat/{fdir.parent.name}/{fdir.name}" not in live:
+                            shutil.rmtree(fdir, ignore_errors=True)
+                elif f"{self.shard_rel}/{entry.name}" not in live:
+                    shutil.rmtree(entry, ignore_errors=True)
+            return
         data = self.root / "data"
         if not data.exists():
             return
@@ -225,6 +426,8 @@ class CatalogStore:
                         shutil.rmtree(fdir, ignore_errors=True)
                 continue
             for bdir in run_dir.iterdir():
+                if bdir.name.startswith("writer="):
+                    continue  # a named shard: its own writer cleans it
                 rel = f"data/{run_dir.name}/{bdir.name}"
                 if rel not in live:
                     shutil.rmtree(bdir, ignore_errors=True)
@@ -234,8 +437,11 @@ class CatalogStore:
         tables = {k: v for k, v in tables.items() if v is not None and v.num_rows > 0}
         if not tables:
             return None
-        entry = self._write_batch(run, tables)
+        if self.writer is not None and run != self.shard_run:
+            raise CatalogError(f"{self.describe()} cannot hold rows of run {run!r}")
         snap = self.snapshot()
+        self._claim_ranks(snap, run, tables)
+        entry = self._write_batch(run, tables)
         snap["batches"].append(entry)
         if "flat" in snap:
             self._retire(snap, self._flat_writer().after_batch(snap, entry))
@@ -260,11 +466,46 @@ class CatalogStore:
     def _commit_snapshot(self, snap: dict) -> None:
         """Make `snap` the catalog's state: one atomic rename readers see all of or nothing of."""
         snap["version"] = snap.get("version", 0) + 1
-        write_json_atomic(self.root / SNAPSHOT, snap)
+        write_json_atomic(self.shard_dir / SNAPSHOT, snap)
+
+    def _claim_ranks(self, snap: dict, run: str, tables: dict[str, pa.Table]) -> None:
+        """Record in `snap` the ranks of `run` this shard holds rows of, and refuse (CatalogError)
+        a rank that another shard of the run holds too: each rank is one writer's (its tensors
+        resolve against its own operators, and two shards ingesting the same files would show
+        each row twice). Best effort: two writers committing the same new rank at the same moment
+        both pass, and the next commit of either fails."""
+        claimed = snap.setdefault("ranks", {})
+        mine = set(claimed.get(run, []))
+        for name, table in tables.items():
+            if name != "comparisons" and "rank" in table.column_names:
+                mine.update(r for r in pc.unique(table.column("rank")).to_pylist() if r is not None)
+        if mine:
+            claimed[run] = sorted(mine)
+        others = [e for e in self.shards() if e["run"] == run and e["path"] != self.shard_rel]
+        if self.writer is None and not others:
+            return
+        if self.writer is not None:
+            others = [{"path": "", "writer": None}, *others]
+        for other in others:
+            path = self.root / other["path"] / SNAPSHOT
+            if not path.exists():
+                continue
+            theirs = _read_snapshot(path)
+            held = set(theirs.get("ranks", {}).get(run, []))
+            if "ranks" not in theirs:  # a default shard written before ranks were recorded
+                held = {k for entries in theirs.get("flat", {}).values() for e in entries
+                        for r, k in e.get("keys", []) if r == run and k is not None}  # fmt: skip
+            both = sorted(mine & held)
+            if both:
+                who = f"writer {other['writer']!r}" if other["writer"] else "the default writer (no --writer)"
+                raise CatalogError(
+                    f"rank {both[0]} of run {run!r} is already cataloged by {who}; each rank of a run "
+                    f"must be ingested by one writer ({self.describe()} was refused)"
+                )
 
     def _write_batch_files(self, run: str, batch_id: str, tables: dict[str, pa.Table]) -> str:
         """Write and fsync a batch directory (not yet visible: the snapshot does not list it)."""
-        rel = f"data/{run_dir_name(run)}/{batch_id}"
+        rel = f"{self.shard_rel}/{batch_id}" if self.writer else f"data/{run_dir_name(run)}/{batch_id}"
         bdir = self.root / rel
         bdir.mkdir(parents=True)
 
@@ -346,8 +587,39 @@ class CatalogStore:
         for r in gone:
             shutil.rmtree(self.root / r["path"], ignore_errors=True)
         snap["retired"] = [r for r in retired if r["at"] >= cutoff]
-        write_json_atomic(self.root / SNAPSHOT, snap)
+        write_json_atomic(self.shard_dir / SNAPSHOT, snap)
         return len(gone)
+
+
+def _read_snapshot(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CatalogError(f"cannot read {path}: {exc}") from exc
+
+
+def _stat_token(path: Path) -> tuple[int, int] | None:
+    """(mtime_ns, inode) of a file replaced by renames, or None when it is missing."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CatalogError(f"cannot read {path}: {exc.strerror}") from exc
+    return (st.st_mtime_ns, st.st_ino)
+
+
+def _note_holder(fd: int) -> None:
+    """Write who holds a writer lock into the lock file (read by a refused writer's message)."""
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+
+
+def _lock_holder(fd: int) -> str:
+    with contextlib.suppress(OSError):
+        return os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+    return ""
 
 
 def empty_flat() -> dict:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 import time
 from pathlib import Path
@@ -32,9 +33,12 @@ from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
 from ingest.pipeline import DumpRootError, Ingester, default_run_name, detect_dump, resolve_dump_dir
-from ingest.store import CatalogError, CatalogStore, run_dir_name, write_json_atomic
+from ingest.store import CatalogError, CatalogStore, check_writer_name, run_dir_name, write_json_atomic
 
 IGNORED_EVENTS = {"opened", "closed_no_write"}
+# A watcher on another host counts as alive while it flushed this recently (it flushes every
+# cycle, and a reconciliation scan of a big dump may take minutes).
+_REMOTE_ALIVE = 600.0
 
 
 class _DirtyDirs(FileSystemEventHandler):
@@ -65,9 +69,11 @@ class _DirtyDirs(FileSystemEventHandler):
         return dirs
 
 
-def status_path(catalog: str | os.PathLike, run: str) -> Path:
-    """Where the watcher of `run` writes its status (read by `dumpcat status`)."""
-    return Path(catalog) / "watch" / f"{run_dir_name(run).removeprefix('run=')}.json"
+def status_path(catalog: str | os.PathLike, run: str, writer: str | None = None) -> Path:
+    """Where the watcher of `run` (and `writer`, when it writes a named shard) writes its status
+    (read by `dumpcat status`)."""
+    name = run_dir_name(run).removeprefix("run=")
+    return Path(catalog) / "watch" / (f"{name}.json" if writer is None else f"{name}@{writer}.json")
 
 
 class Watcher:
@@ -88,7 +94,10 @@ class Watcher:
         workers: int | None = None,
         compact_min_batches: int = 16,
         producer: str | None = None,
+        writer: str | None = None,
     ) -> None:
+        if writer is not None:
+            check_writer_name(writer)
         try:
             detection = detect_dump(dump_root, producer)
             self.root = detection.root
@@ -98,8 +107,9 @@ class Watcher:
             if producer is not None and Path(dump_root).is_dir() and any(Path(dump_root).iterdir()):
                 raise
             detection, self.root = None, resolve_dump_dir(dump_root)
-        self.store = CatalogStore(catalog, create=True)
         self.run = run or default_run_name(self.root)
+        self.writer = writer
+        self.store = CatalogStore(catalog, create=True).shard(self.run, writer)
         self.interval = interval
         self.reconcile_every = reconcile_every
         self.poll = poll
@@ -266,9 +276,11 @@ class Watcher:
         lag = 0.0 if self._oldest_change is None else time.monotonic() - self._oldest_change
         return {
             "run": self.run,
+            "writer": self.writer,
             "dump_root": str(self.root),
             "producer": self.detected,
             "pid": os.getpid(),
+            "host": socket.gethostname(),
             "mode": self.mode,
             "started_at": self._started,
             "last_flush": self._last_flush,
@@ -301,14 +313,35 @@ class Watcher:
             self._counters = counters
 
     def _write_status(self) -> None:
-        path = status_path(self.store.root, self.run)
+        path = status_path(self.store.root, self.run, self.writer)
         path.parent.mkdir(exist_ok=True)
         write_json_atomic(path, self.status(), durable=False)  # rewritten every cycle
 
 
 def read_status(catalog: str | os.PathLike) -> dict[str, dict]:
-    """Status files of the watchers of a catalog, by run, with `alive` (is the process there?)."""
+    """Status files of the watchers of a catalog, by run, with `alive` (is the process there?).
+    A run watched by several writers (`--writer`, one per host) gets one entry summing theirs:
+    `pending` over the live ones, the largest lag, the latest flush, and `watchers` listing each."""
     out: dict[str, dict] = {}
+    for st in read_statuses(catalog):
+        run = st.get("run", "")
+        if run not in out:
+            out[run] = {**st, "watchers": [st]}
+            continue
+        merged = out[run]
+        merged["watchers"].append(st)
+        live = [w for w in merged["watchers"] if w["alive"]]
+        merged["alive"] = bool(live)
+        merged["pending"] = sum(w.get("pending", 0) for w in live)
+        lags = [w.get("lag_seconds") for w in live if w.get("lag_seconds") is not None]
+        merged["lag_seconds"] = max(lags) if lags else None
+        merged["last_flush"] = max(w.get("last_flush", 0) for w in merged["watchers"])
+    return out
+
+
+def read_statuses(catalog: str | os.PathLike) -> list[dict]:
+    """Every watcher's status file (one per run and writer), with `alive`."""
+    out: list[dict] = []
     folder = Path(catalog) / "watch"
     if not folder.is_dir():
         return out
@@ -317,13 +350,18 @@ def read_status(catalog: str | os.PathLike) -> dict[str, dict]:
             st = json.loads(f.read_text())
         except (OSError, ValueError):
             continue
-        try:
-            os.kill(int(st.get("pid", -1)), 0)
-            st["alive"] = True
-        except (OSError, ValueError):
-            st["alive"] = False
-        out[st.get("run", f.stem)] = st
+        if st.get("host", socket.gethostname()) != socket.gethostname():
+            # another host's watcher (a shared catalog): its pid means nothing here, its flushes do
+            st["alive"] = time.time() - float(st.get("last_flush") or 0) < _REMOTE_ALIVE
+        else:
+            try:
+                os.kill(int(st.get("pid", -1)), 0)
+                st["alive"] = True
+            except (OSError, ValueError):
+                st["alive"] = False
+        st.setdefault("run", f.stem)
+        out.append(st)
     return out
 
 
-__all__ = ["CatalogError", "DumpRootError", "Watcher", "read_status", "status_path"]
+__all__ = ["CatalogError", "DumpRootError", "Watcher", "read_status", "read_statuses", "status_path"]

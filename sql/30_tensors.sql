@@ -6,6 +6,15 @@
 -- table `tensors` reads when the catalog has one (ingest/flat.py); older catalogs read the view.
 CREATE OR REPLACE VIEW src_tensors AS SELECT * FROM raw_tensors;
 
+-- run_roots: one row per run with its dump root, NULL when writers on several hosts ingested the
+-- run from several roots (`--writer`): each writer resolves its own rows at commit time, so the
+-- flat `tensors` has every row's path; only a query-time resolution (an export, a catalog from
+-- before flat files) cannot tell which root a row is under, and leaves `path` NULL.
+CREATE OR REPLACE VIEW run_roots AS
+SELECT run, CASE WHEN count(DISTINCT dump_root) = 1 THEN min(dump_root) END AS dump_root
+FROM raw_runs
+GROUP BY run;
+
 CREATE OR REPLACE VIEW tensors_resolved AS
 SELECT t.row_id, t.run, t.rank, t.net, t.graph_id, t.iteration, t.dir_kind,
        t.op_type,
@@ -35,7 +44,7 @@ LEFT JOIN op_keys_rank kr
 LEFT JOIN op_source os
        ON os.run = t.run AND os.rank = t.rank AND os.graph_id IS NOT DISTINCT FROM t.graph_id
       AND os.full_name = coalesce(k.full_name, kb.full_name, kr.full_name, t.op_full_name)
-LEFT JOIN raw_runs r ON r.run = t.run;
+LEFT JOIN run_roots r ON r.run = t.run;
 
 -- What users query; redefined over the flat table by catalog/views.py when the catalog has one.
 CREATE OR REPLACE VIEW tensors AS SELECT * FROM tensors_resolved;

@@ -27,7 +27,9 @@ s AS (
 ),
 f AS (SELECT run, count(*) AS anomalous_steps FROM first_anomaly WHERE list_contains($runs, run) GROUP BY run),
 e AS (SELECT run, count(*) AS errors FROM ingest_errors WHERE list_contains($runs, run) GROUP BY run)
-SELECT r.run, r.dump_root, r.device_target, r.ms_version,
+SELECT r.run,
+       -- a run written by several hosts' writers has several roots: all of them
+       coalesce(r.dump_root, array_to_string(r.dump_roots, ', ')) AS dump_root, r.device_target, r.ms_version,
        coalesce(w.ranks, 0) AS ranks, coalesce(w.iterations, 0) AS iterations,
        w.first_iteration, w.last_iteration, coalesce(w.steps, 0) AS steps,
        coalesce(t.tensors, 0) AS tensors, coalesce(t.tensor_bytes, 0) AS tensor_bytes, t.producers,

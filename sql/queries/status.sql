@@ -12,7 +12,7 @@ SELECT r.run,
        coalesce(t.tensors, 0) + coalesce(m.other_ok, 0) AS ingested,
        coalesce(t.tensors, 0) AS tensors,
        coalesce(e.errors, 0) AS errors
-FROM raw_runs r
+FROM (SELECT DISTINCT run FROM raw_runs) r  -- a row per writer's shard of a run: one per run
 LEFT JOIN t USING (run)
 LEFT JOIN m USING (run)
 LEFT JOIN e USING (run)
