@@ -266,20 +266,24 @@ def _fix_ieee(node: exp.Expression) -> exp.Expression:
     return node
 
 
-def _fix_ordered_list(node: exp.Expression) -> exp.Expression:
-    """list(x ORDER BY k, ...): sqlglot drops the ORDER BY (Spark's collect_list has none) and
-    collect_list drops NULLs. Collected as structs (keys first, NULL keys last as in DuckDB's
-    default), sorted, and unwrapped."""
-    if not isinstance(node, exp.ArrayAgg):
-        return node
-    value, keys = node.this, []
+def _collected(arg: exp.Expression) -> exp.Expression:
+    """The Spark array an aggregate `list`/`string_agg` argument ([DISTINCT] x [ORDER BY k, ...])
+    collects: structs of the sort keys (NULL keys last, DuckDB's default) and the value, sorted,
+    unwrapped; collect_set for DISTINCT. Struct elements also keep NULL values, which
+    collect_list drops and DuckDB's list keeps."""
+    value, keys = arg, []
     if isinstance(value, exp.Order):
         keys = value.expressions
         value = value.this
+    distinct = isinstance(value, exp.Distinct)
+    if distinct:
+        if len(value.expressions) != 1:
+            raise NotImplementedError("an aggregate of DISTINCT a, b has no Spark translation here")
+        value = value.expressions[0]
     fields: list[exp.Expression] = []
     for i, key in enumerate(keys):
         if key.args.get("desc"):
-            raise NotImplementedError("list(... ORDER BY ... DESC) has no Spark translation here")
+            raise NotImplementedError("an aggregate's ORDER BY ... DESC has no Spark translation here")
         null_flag = exp.Is(this=key.this.copy(), expression=exp.null())
         fields += [
             exp.Literal.string(f"n{i}"),
@@ -288,11 +292,27 @@ def _fix_ordered_list(node: exp.Expression) -> exp.Expression:
         fields += [exp.Literal.string(f"k{i}"), key.this]
     fields += [exp.Literal.string("v"), value]
     collected = exp.Anonymous(
-        this="COLLECT_LIST", expressions=[exp.Anonymous(this="NAMED_STRUCT", expressions=fields)]
+        this="COLLECT_SET" if distinct else "COLLECT_LIST",
+        expressions=[exp.Anonymous(this="NAMED_STRUCT", expressions=fields)],
     )
     ordered = exp.Anonymous(this="ARRAY_SORT", expressions=[collected]) if keys else collected
     unwrap = exp.Lambda(this=exp.column("v", table="e"), expressions=[exp.to_identifier("e")])
     return exp.Anonymous(this="TRANSFORM", expressions=[ordered, unwrap])
+
+
+def _fix_aggregate_lists(node: exp.Expression) -> exp.Expression:
+    """list(...) and string_agg(...) with DISTINCT or ORDER BY: sqlglot drops the ORDER BY of a list
+    (collect_list has none), and Spark's listagg ... WITHIN GROUP fails beside other DISTINCT
+    aggregates (the `runs` view). Both become `_collected` arrays; string_agg joins its non-NULL
+    values, and is NULL without any, as in DuckDB."""
+    if isinstance(node, exp.ArrayAgg):
+        return _collected(node.this)
+    if isinstance(node, exp.GroupConcat):
+        separator = (node.args.get("separator") or exp.Literal.string(",")).sql(_TARGET)
+        values = f"FILTER({_collected(node.this).sql(_TARGET)}, s -> s IS NOT NULL)"
+        # no value (or only NULLs): NULL, not the empty string array_join gives
+        return _spark(f"IF(SIZE({values}) = 0, NULL, ARRAY_JOIN({values}, {separator}))")
+    return node
 
 
 def _fix_error(node: exp.Expression) -> exp.Expression:
@@ -318,59 +338,10 @@ def _fix_division(node: exp.Expression) -> exp.Expression:
     return node
 
 
-def _let(value: str, name: str, body: str) -> str:
-    """`body` with `name` bound to `value` once (Spark SQL has no LET: a one-element TRANSFORM)."""
-    return f"TRANSFORM(ARRAY({value}), {name} -> {body})[0]"
-
-
-def _strip_zeros(text: str) -> str:
-    """Trailing zeros of a number written with a '.', and then the '.' if nothing follows it."""
-    return f"TRIM(TRAILING '.' FROM TRIM(TRAILING '0' FROM {text}))"
-
-
-def _c_format_g(value: str) -> str:
-    """C's printf %g of a DOUBLE as Spark SQL: 6 significant digits rounded half to even, trailing
-    zeros stripped, exponent notation below 1e-4 and from 1e6 (`1.39062`, `1e-05`, `1.23457e+08`,
-    `nan`, `-inf`). Spark's format_string is Java's Formatter, whose %g rounds half up and keeps the
-    zeros. The digits come from Java's %.16e (the shortest decimal of the DOUBLE, which is exact for
-    the dyadic values tensors hold, such as 1.390625) and are rounded here."""
-    # g_s: '%.16e' of the value; g_m: its digits 'd.dddddddddddddddd'; g_r: the first 6 digits as an
-    # integer, the 7th, whether any later one is not 0, the exponent; g_n: rounded to 6 digits (m)
-    # and the exponent after a carry (x).
-    digits = "CAST(g_n.m AS STRING)"
-    first = _strip_zeros(f"CONCAT(SUBSTR({digits}, 1, 1), '.', SUBSTR({digits}, 2))")
-    scientific = (
-        f"CONCAT({first}, 'e', IF(g_n.x < 0, '-', '+'), IF(ABS(g_n.x) < 10, '0', ''), "
-        "CAST(ABS(g_n.x) AS STRING))"
-    )
-    above_one = _strip_zeros(f"CONCAT(SUBSTR({digits}, 1, g_n.x + 1), '.', SUBSTR({digits}, g_n.x + 2))")
-    below_one = _strip_zeros(f"CONCAT('0.', REPEAT('0', -g_n.x - 1), {digits})")
-    text = (
-        "CONCAT(IF(g_s LIKE '-%', '-', ''), CASE WHEN g_n.m = 0 THEN '0' "
-        f"WHEN g_n.x < -4 OR g_n.x >= 6 THEN {scientific} "
-        f"WHEN g_n.x >= 0 THEN {above_one} ELSE {below_one} END)"
-    )
-    up = "g_r.d7 > 5 OR (g_r.d7 = 5 AND (g_r.rest OR g_r.head % 2 = 1))"
-    rounded = f"g_r.head + IF({up}, 1, 0)"
-    carry = f"{rounded} = 1000000"
-    carried = f"NAMED_STRUCT('m', IF({carry}, 100000, {rounded}), 'x', g_r.x + IF({carry}, 1, 0))"
-    parts = (
-        "NAMED_STRUCT('head', CAST(CONCAT(SUBSTR(g_m, 1, 1), SUBSTR(g_m, 3, 5)) AS INT), "
-        "'d7', CAST(SUBSTR(g_m, 8, 1) AS INT), 'rest', SUBSTR(g_m, 9) RLIKE '[1-9]', "
-        "'x', CAST(SUBSTRING_INDEX(g_s, 'e', -1) AS INT))"
-    )
-    mantissa = "REPLACE(SUBSTRING_INDEX(g_s, 'e', 1), '-', '')"
-    finite = _let(
-        "FORMAT_STRING('%.16e', g_v)",
-        "g_s",
-        _let(mantissa, "g_m", _let(parts, "g_r", _let(carried, "g_n", text))),
-    )
-    return _let(
-        f"CAST({value} AS DOUBLE)",
-        "g_v",
-        f"CASE WHEN g_v IS NULL THEN NULL WHEN ISNAN(g_v) THEN 'nan' WHEN g_v = {_INF} THEN 'inf' "
-        f"WHEN g_v = -{_INF} THEN '-inf' ELSE {finite} END",
-    )
+# C's %g (6 significant digits, correctly rounded from the binary value, trailing zeros stripped:
+# `1.39062`, `1e-05`, `nan`) is Python's %g; Java's Formatter, behind Spark's format_string, rounds
+# half up from a shortened decimal and keeps the zeros. A Python UDF registered by `register_views`.
+FORMAT_G = "dumpcat_format_g"
 
 
 _PRINTF_SPEC = re.compile(r"%(%|[-+ 0#]*\d*(?:\.\d+)?[a-zA-Z])")
@@ -379,7 +350,7 @@ _PRINTF_SPEC = re.compile(r"%(%|[-+ 0#]*\d*(?:\.\d+)?[a-zA-Z])")
 def _fix_printf(node: exp.Expression) -> exp.Expression:
     """printf(format, ...) (DuckDB: C formats, NULL if an argument is NULL): Spark's format_string
     is Java's Formatter, whose %g differs from C's and which prints NULL as 'null'. The format is
-    taken apart here: %g as C writes it, %d, %x and %s through Spark, joined with concat (NULL in,
+    taken apart here: %g by FORMAT_G, %d, %x and %s through Spark, joined with concat (NULL in,
     NULL out)."""
     if not (isinstance(node, exp.Anonymous) and node.name.lower() in ("printf", "format_string")):
         return node
@@ -399,7 +370,7 @@ def _fix_printf(node: exp.Expression) -> exp.Expression:
             arg = args[argi].sql(_TARGET)
             argi += 1
             if spec == "g":
-                parts.append(f"({_c_format_g(arg)})")
+                parts.append(f"{FORMAT_G}(CAST({arg} AS DOUBLE))")
             elif spec in ("d", "x"):
                 parts.append(f"IF({arg} IS NULL, NULL, FORMAT_STRING('%{spec}', {arg}))")
             elif spec == "s":
@@ -432,7 +403,7 @@ def _fix_union_by_name(node: exp.Expression) -> exp.Expression:
 
 _FIXUPS = (
     _fix_ieee,
-    _fix_ordered_list,
+    _fix_aggregate_lists,
     _fix_error,
     _fix_list_product,
     _fix_division,
@@ -448,8 +419,9 @@ def _to_spark(tree: exp.Expression) -> str:
     return tree.sql(dialect=_TARGET, identify=True, comments=False, unsupported_level=ErrorLevel.RAISE)
 
 
+@functools.cache
 def spark_sql(view: str) -> str:
-    """The Spark SQL of a view of sql/*.sql (the query, as `register_views` defines it)."""
+    """The Spark SQL of a view of sql/*.sql (its query, as `register_views` defines it)."""
     for name, query in _sources().views:
         if name == view:
             return _to_spark(query)
@@ -483,6 +455,11 @@ def table_macro(spark: SparkSession, name: str, *args: Any, **kwargs: Any) -> Da
     """The rows of the table macro `name` as a DataFrame (the views `register_views` defined must be
     there), e.g. `table_macro(spark, "compare_stats", "fp16", "fp32")`."""
     return spark.sql(macro_sql(name, *args, **kwargs))
+
+
+@functools.cache
+def _default_macro_sql(name: str) -> str:
+    return macro_sql(name)
 
 
 @functools.cache
@@ -559,20 +536,22 @@ def register_views(spark: SparkSession, catalog_path: str | Path) -> list[str]:
     (raw tables, the views of sql/*.sql, and the table macros that run with their defaults);
     returns their names in the order they were defined. Call it again to see later commits."""
     store = CatalogStore(catalog_path)
-    snap = store.snapshot()
+    snap = store.union_snapshot()  # the default shard and every writer's (README: Scaling out)
     table_files = store.table_files(snap)
     flat_files = store.flat_files(snap)
+    # by value (a lambda), so that executors need not have dumpcat installed
+    spark.udf.register(FORMAT_G, lambda v: None if v is None else format(v, "g"), "string")
     names: list[str] = []
     for table in TABLES:
         _read_raw(spark, table, table_files.get(table, [])).createOrReplaceTempView(f"raw_{table}")
         names.append(f"raw_{table}")
-    for name, query in _sources().views:
+    for name, _query in _sources().views:
         if name in FLAT_VIEWS and flat_files is not None and flat_files.get(name):
             _read_flat(spark, flat_files[name]).createOrReplaceTempView(name)
         else:
-            spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW `{name}` AS {_to_spark(query)}")
+            spark.sql(spark_sql(name)).createOrReplaceTempView(name)
         names.append(name)
     for name in _default_callable():
-        spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW `{name}` AS {macro_sql(name)}")
+        spark.sql(_default_macro_sql(name)).createOrReplaceTempView(name)
         names.append(name)
     return names
