@@ -10,9 +10,10 @@ is the same view in Spark without touching this module. Where sqlglot gives Spar
 or that Spark lacks, a small rewrite of the syntax tree below (`_FIXUPS`, each documented) supplies
 the DuckDB meaning; tests/test_spark.py runs every view in both engines and compares the rows.
 
-The `raw_<table>` views read exactly the parquet files the catalog's snapshot commits, with the
-table's full schema from ingest/schema.py (a column older files lack reads as NULL, as in DuckDB);
-`tensors` and `stats` read the flat files when the catalog has them.
+The `raw_<table>` views read exactly the parquet files the catalog's snapshot commits (the union of
+every writer's shard), with the table's full schema from ingest/schema.py (a column older files
+lack reads as NULL, as in DuckDB); `tensors` and `stats` read the flat files when the catalog has
+them, and resolve names at query time otherwise.
 
 DuckDB macros have no Spark equivalent. They are expanded here instead: a table macro becomes a
 subquery with its parameters replaced by values (`macro_sql`, `table_macro`), and every table macro
@@ -25,6 +26,7 @@ import decimal
 import functools
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,7 +45,7 @@ from ingest.store import CatalogStore
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["macro_names", "macro_sql", "register_views", "spark_sql", "table_macro"]
+__all__ = ["FORMAT_G", "macro_names", "macro_sql", "register_views", "spark_sql", "table_macro"]
 
 _SOURCE = "duckdb"
 _TARGET = "spark"
@@ -549,9 +551,18 @@ def register_views(spark: SparkSession, catalog_path: str | Path) -> list[str]:
         if name in FLAT_VIEWS and flat_files is not None and flat_files.get(name):
             _read_flat(spark, flat_files[name]).createOrReplaceTempView(name)
         else:
-            spark.sql(spark_sql(name)).createOrReplaceTempView(name)
+            _define(spark, name, spark_sql)
         names.append(name)
     for name in _default_callable():
-        spark.sql(_default_macro_sql(name)).createOrReplaceTempView(name)
+        _define(spark, name, _default_macro_sql)
         names.append(name)
     return names
+
+
+def _define(spark: SparkSession, name: str, translate: Callable[[str], str]) -> None:
+    """A temporary view holding its analysed plan (views over views are not analysed again on each
+    use, as SQL-text views are: registration took 3x longer); an error names the view."""
+    try:
+        spark.sql(translate(name)).createOrReplaceTempView(name)
+    except Exception as exc:
+        raise RuntimeError(f"view {name} of sql/*.sql could not be defined in Spark: {exc}") from exc
