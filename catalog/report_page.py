@@ -108,6 +108,19 @@ def _span(first: object, last: object) -> str:
     return _e(first) if first == last else f"{_e(first)}–{_e(last)}"
 
 
+def _op_cell(r: dict) -> str:
+    """An operator cell of a table: its name, its type below it."""
+    return f'{_e(r["op_name"])}<span class="type">{_e(r["op_type"])}</span>'
+
+
+def _tensor_cell(r: dict) -> str:
+    return f"{_e(r['io'])} {r['slot']}"
+
+
+def _code_cell(r: dict) -> str:
+    return f"<code>{_e(r['source_code'])}</code>" if r["source_code"] else "–"
+
+
 def _source(file: str | None, line: int | None) -> str:
     """`train.py:16`, the full path in the tooltip."""
     if file is None:
@@ -208,13 +221,13 @@ def _first_anomalies(data: ReportData) -> str:
     columns: list[Column] = [
         ("rank", "num", lambda r: _num(r["rank"])),
         ("iteration", "num", lambda r: _num(r["iteration"])),
-        ("operator", "op", lambda r: f'{_e(r["op_name"])}<span class="type">{_e(r["op_type"])}</span>'),
-        ("tensor", "", lambda r: f"{_e(r['io'])} {r['slot']}"),
+        ("operator", "op", _op_cell),
+        ("tensor", "", _tensor_cell),
         ("NaN", "num nan", lambda r: _num(r["nan_count"])),
         ("−Inf", "num nan", lambda r: _num(r["neg_inf_count"])),
         ("+Inf", "num nan", lambda r: _num(r["pos_inf_count"])),
         ("source line", "line", lambda r: _source(r["source_file"], r["source_line"])),
-        ("code", "code", lambda r: f"<code>{_e(r['source_code'])}</code>" if r["source_code"] else "–"),
+        ("code", "code", _code_cell),
         ("anomalous outputs", "num", lambda r: _num(r["anomalous_outputs"])),
         ("row id", "row", row_id),
     ]
@@ -232,9 +245,9 @@ def _first_anomalies(data: ReportData) -> str:
         else ""
     )
     ops_columns: list[Column] = [
-        ("operator", "op", lambda r: f'{_e(r["op_name"])}<span class="type">{_e(r["op_type"])}</span>'),
+        ("operator", "op", _op_cell),
         ("source line", "line", lambda r: _source(r["source_file"], r["source_line"])),
-        ("code", "code", lambda r: f"<code>{_e(r['source_code'])}</code>" if r["source_code"] else "–"),
+        ("code", "code", _code_cell),
         ("steps", "num", lambda r: _num(r["steps"])),
         ("ranks", "num", lambda r: _num(r["ranks"])),
         ("iterations", "num", lambda r: _span(r["first_iteration"], r["last_iteration"])),
@@ -308,7 +321,7 @@ def _trends(data: ReportData) -> str:
             m["high"] = r["l2norm"] if m["high"] is None else max(m["high"], r["l2norm"])
     columns: list[Column] = [
         ("#", "num", lambda r: f"<b>{r['mover_rank']}</b>" if r["top"] else str(r["mover_rank"])),
-        ("operator", "op", lambda r: f'{_e(r["op_name"])}<span class="type">{_e(r["op_type"])}</span>'),
+        ("operator", "op", _op_cell),
         ("l2norm moved", "num", lambda r: f"×{10 ** r['moved']:.4g}"),
         ("smallest l2norm", "num", lambda r: _num(r["low"])),
         ("largest l2norm", "num", lambda r: _num(r["high"])),
@@ -355,13 +368,13 @@ def _compare(data: ReportData) -> str:
     div_columns: list[Column] = [
         ("iteration", "num", lambda r: _num(r["iteration"])),
         ("rank", "num", lambda r: _num(r["rank"])),
-        ("operator", "op", lambda r: f'{_e(r["op_name"])}<span class="type">{_e(r["op_type"])}</span>'),
-        ("tensor", "", lambda r: f"{_e(r['io'])} {r['slot']}"),
+        ("operator", "op", _op_cell),
+        ("tensor", "", _tensor_cell),
         ("reason", "", lambda r: _e(r["reason"])),
         ("cosine", "num", lambda r: _num(r["cosine"])),
         ("max abs error", "num", lambda r: _num(r["max_abs_err"])),
         ("source line", "line", lambda r: _source(r["source_file"], r["source_line"])),
-        ("code", "code", lambda r: f"<code>{_e(r['source_code'])}</code>" if r["source_code"] else "–"),
+        ("code", "code", _code_cell),
     ]
     rows = data.divergences.to_pylist() if data.divergences is not None else []
     tables = ""
