@@ -173,3 +173,51 @@ def test_metadata_written_in_two_goes_shows_its_latest_copy_once(tmp_path):
         runs = cat.sql("SELECT dump_config FROM runs").to_pylist()
         assert runs == [{"dump_config": rows[0]["dump_config"]}]
     assert not diff(one_shot(tmp_path, dump), content(cat_dir))
+
+
+def test_a_file_matched_late_is_cataloged_at_once_while_its_directory_is_still_written(tmp_path):
+    """The file created between listing and reading statistic.csv got its row's row id in that
+    pass; in the next pass, with statistic.csv and the directory still changing, the file must not
+    wait for a row that is already cataloged, nor get statistics computed beside it."""
+    dump = _big_leaf_dump(tmp_path, copies=4)
+    leaf = dump / "rank_0/Net/0/0"
+    late = _last_tensor(leaf)
+    held = tmp_path / late.name
+    shutil.move(late, held)
+    _age_tree(dump, 30.0)
+
+    cat_dir = tmp_path / "cat"
+    ing = _live_ingester(cat_dir, dump)
+    reader_class = detect(dump).reader
+
+    class FileArrivesDuringTheScan(reader_class):  # type: ignore[misc, valid-type]
+        def _drain_leaves(self) -> None:
+            if self._leaf_queue and held.exists():
+                shutil.move(held, late)
+                _age_tree(leaf, 30.0)
+            super()._drain_leaves()
+
+    ing.reader = FileArrivesDuringTheScan(ing, detect(dump))
+    ing.scan_all()
+    ing.commit()
+    assert not held.exists(), "the scan did not queue the leaf"
+
+    for p in (leaf, leaf / "statistic.csv"):  # the producer goes on writing this iteration
+        os.utime(p)
+    ing.scan_path(str(leaf))
+    ing.commit()
+    rel = f"{ing.rel(str(late))}"
+    assert rel not in ing.pending_files, "the file waits for a statistic.csv row already cataloged"
+    assert ing.summary.computed_stats == 0, "statistics computed for a tensor with a statistic.csv row"
+    from catalog import Catalog
+
+    with Catalog.open(cat_dir) as cat:
+        rows = (
+            cat.sql(
+                f"SELECT s.stat_source FROM tensors t JOIN stats s USING (row_id) WHERE t.rel_path = '{rel}'"
+            )
+            .column(0)
+            .to_pylist()
+        )
+    assert rows == ["statistic.csv"], rows
+    assert not diff(one_shot(tmp_path, dump), content(cat_dir))

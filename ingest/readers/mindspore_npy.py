@@ -98,6 +98,10 @@ class MindSporeNpyReader(RankLayoutReader):
         self._leaf_queue: list[_Leaf] = []  # one-shot: leaves listed, their tensor files not yet scanned
         self._queued_files = 0
         self._scanned_dirs: set[str] = set()
+        # Live: row ids whose statistic.csv row is cataloged but whose file is not yet (created
+        # after the directory was listed, or still being written). Their files must neither wait
+        # for that row again nor get statistics computed beside it.
+        self._stat_rows_ahead: set[int] = set()
 
     @classmethod
     def detect(cls, path: Path) -> Detection | None:
@@ -383,6 +387,8 @@ class MindSporeNpyReader(RankLayoutReader):
                 self._commit_stat_chunk(f"{rel_dir}/statistic.csv", csv_entry, table, result)
             if table.num_rows:
                 matched = {r for r in table.column("row_id").to_pylist() if r is not None}
+        if self._stat_rows_ahead:
+            matched |= self._stat_rows_ahead
         if (
             "statistic.csv" in by_name
             and self.ing.live
@@ -428,6 +434,9 @@ class MindSporeNpyReader(RankLayoutReader):
                 self.ing.flush()  # bounded memory even for one huge directory
         if not scanned and self.ing.pending.size() >= self.ing.batch_rows:
             self.ing.flush()
+        if self.ing.live and matched:
+            known = self.ing.known_tensors
+            self._stat_rows_ahead = {r for r in matched if r not in known}
 
     def _add_scanned_tensors(
         self, leaf: _Leaf, table: pa.Table, row_ids: list[int], matched: set[int]
