@@ -7,6 +7,7 @@ counted and listed in `ingest_errors`.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -125,23 +126,27 @@ def ingest(
     progress: bool | None,
 ) -> None:
     """Catalog one or more dump trees (DUMP_DIR: the dump `path`; its producer is detected)."""
-    from tqdm import tqdm
-
     if run is not None and len(dump_dirs) > 1:
         _fail("--run names a single dump; give one DUMP_DIR per run or leave --run out")
     if writer is not None:
         check_writer_name(writer)
     detections = [detect_dump(d, producer) for d in dump_dirs]  # all readable before a catalog is made
     cat = Catalog.open(catalog_path, create=True)
-    disable = None if progress is None else not progress
+    show_bar = sys.stderr.isatty() if progress is None else progress
     for dump_dir, detection in zip(dump_dirs, detections, strict=True):
         click.echo(f"{dump_dir}: {detection.description}")
-        with tqdm(
-            desc=f"ingest {dump_dir.name}", unit=" files", disable=disable, file=sys.stderr, leave=False
-        ) as bar:
+        with contextlib.ExitStack() as stack:
+            on_progress = None
+            if show_bar:  # tqdm is imported only for a bar (start-up time of scripted ingests)
+                from tqdm import tqdm
+
+                bar = stack.enter_context(
+                    tqdm(desc=f"ingest {dump_dir.name}", unit=" files", file=sys.stderr, leave=False)
+                )
+                on_progress = bar.update
             s = cat.ingest(
                 dump_dir, run, producer=detection.reader.name, compute_stats=compute_stats, md5=md5,
-                workers=workers, on_progress=bar.update, writer=writer,
+                workers=workers, on_progress=on_progress, writer=writer,
             )  # fmt: skip
         rate = s.files_seen / s.seconds if s.seconds > 0 else 0.0
         click.echo(

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 from ingest.graph_model import GRAPH_FILE, ParsedGraph
-from ingest.graph_pb import parse_graph_pb_file
 from ingest.ir_text import NO_SUBGRAPH, is_file_level_error, parse_ir_file
 
 
@@ -65,6 +64,8 @@ def parse_graph(files: dict[str, str], directory: Path) -> tuple[ParsedGraph | N
       one by one, then one "... and N more" problem, plus each error about the whole file
       (truncated, nodes missing against the header's count).
     """
+    from ingest.graph_pb import parse_graph_pb_file  # protobuf: imported by dumps with graphs only
+
     problems: list[tuple[str, str]] = []
     fallback: ParsedGraph | None = None
     for kind, parse in (("pb", parse_graph_pb_file), ("ir", parse_ir_file)):

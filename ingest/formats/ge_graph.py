@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from google.protobuf import text_format
-
-from ingest.formats import ge_ir_pb2
+if TYPE_CHECKING:
+    from ingest.formats import ge_ir_pb2
 
 FX_TENSOR_NAME_ATTR = "_fx_tensor_name"
 
@@ -74,6 +74,8 @@ def _op(op: ge_ir_pb2.OpDef) -> GeOp:
 
 
 def _parse(text: str, message, where: str) -> None:
+    from google.protobuf import text_format
+
     try:
         text_format.Parse(text, message, allow_unknown_extension=True, allow_unknown_field=True)
     except text_format.ParseError as e:
@@ -86,6 +88,8 @@ def _parse(text: str, message, where: str) -> None:
 
 def parse_ge_graph(text: str, where: str = "<text>") -> GeGraph:
     """The graph of GE graph text `text` (`where` names it in error messages)."""
+    from ingest.formats import ge_ir_pb2  # protobuf: imported by GE dumps only (start-up cost)
+
     graph = ge_ir_pb2.GraphDef()
     _parse(text, graph, where)
     model_name = None

@@ -31,9 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from google.protobuf.message import DecodeError
-
-from ingest.formats import dtypes, dump_data_pb2
+from ingest.formats import dtypes
 
 HEADER_PROBE_BYTES = 4096  # one page; real headers are a few hundred bytes, longer ones are re-read
 NANO_MAGIC = 0x5A5A5A5A
@@ -310,6 +308,11 @@ def _parsed_by_protobuf(head: bytes, file_size: int, header_len: int) -> RawDump
     """The common case, fast: a big-dump header the generated `dump_data_pb2` parses (C code, 3x
     faster than the walker) whose sizes add up to the file exactly. None for anything else, which
     the walker then judges and, if need be, explains."""
+    # protobuf is imported by the first raw dump (a start-up cost other dumps do not pay)
+    from google.protobuf.message import DecodeError
+
+    from ingest.formats import dump_data_pb2
+
     end = 8 + header_len
     try:
         message = dump_data_pb2.DumpData.FromString(head[8:end])
