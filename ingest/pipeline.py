@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from ingest.helper_pool import start_helpers
 from ingest.ids import TensorIdHasher
+from ingest.row_id_set import RowIdSet
 from ingest.schema import STAT_VALUE_FIELDS, TABLES
 from ingest.store import CatalogError, CatalogStore, check_writer_name
 from ingest.tensor_stats import StatJob, compute_stats_many
@@ -168,7 +169,7 @@ class Ingester:
         self.on_progress = on_progress or (lambda n: None)
         self.summary = IngestSummary(run=run, dump_root=str(dump_root))
         self.pending = _Pending()
-        self.known_tensors: set[int] = set()
+        self.known_tensors = RowIdSet()  # 8 bytes per tensor, not a set's ~70
         self.manifest: dict[str, tuple] = {}  # rel_path -> (size, consumed_bytes, consumed_lines, status)
         # Live mode (the watcher): a file that may still be written is retried, never an error.
         self.live = False
@@ -194,7 +195,7 @@ class Ingester:
             bdir = self.store.root / batch["path"]
             if "tensors" in batch["tables"]:
                 ids = pq.read_table(bdir / "tensors.parquet", columns=["row_id"]).column(0)
-                self.known_tensors.update(ids.to_pylist())
+                self.known_tensors.update(ids.to_numpy())
                 self.catalog_had_tensors = self.catalog_had_tensors or len(ids) > 0
             if "manifest" in batch["tables"]:
                 t = pq.read_table(

@@ -189,8 +189,13 @@ class MindSporeNpyReader(RankLayoutReader):
         # Skip files already cataloged. A fresh run's first visit of a directory skips nothing, so
         # the ids are not computed here for it (the scan computes them, on every core).
         if self.ing.live or self.ing.catalog_had_tensors or rel_dir in self._scanned_dirs:
-            prefix, cataloged = rel_dir + "/", self.is_cataloged
-            leaf.known_names = [n for n in scan if cataloged(prefix + n)]
+            prefix = rel_dir + "/"
+            if type(self).is_cataloged is MindSporeNpyReader.is_cataloged:  # the whole directory at once
+                row_id_of = self.ing.row_id_of
+                found = self.ing.known_tensors.contains_many([row_id_of(prefix + n) for n in scan])
+                leaf.known_names = [n for n, known in zip(scan, found.tolist(), strict=True) if known]
+            else:
+                leaf.known_names = [n for n in scan if self.is_cataloged(prefix + n)]
             if leaf.known_names:
                 skip = set(leaf.known_names)
                 scan = [n for n in scan if n not in skip]
