@@ -201,6 +201,22 @@ def test_one_run_only_and_its_shards(spark, tmp_path):
 
 
 @pytest.mark.parametrize("spark", ["local"], indirect=True)
+def test_md5_as_ingest_md5(spark, tmp_path):
+    """`md5=True` (`--md5`) on Spark gives the md5 column `ingest --md5` gives."""
+    contents = []
+    for name, stats in (("want", True), ("got", False)):
+        ingest_dump(
+            tmp_path / name, dump_of("nan_log"), run="nan_log", compute_stats=stats, md5=stats, workers=1
+        )
+        with Catalog.open(tmp_path / name) as cat:
+            if not stats:
+                assert cat.compute_stats(spark=spark, md5=True).computed == 180
+            contents.append(catalog_content(cat, STATS_QUERIES))
+    assert contents[0] == contents[1]
+    assert all(row["md5"] for row in contents[1][0])
+
+
+@pytest.mark.parametrize("spark", ["local"], indirect=True)
 def test_a_missing_file_is_an_error_row_as_at_ingest(spark, copy_dump, tmp_path):
     """A tensor file gone since ingest: the `ingest_errors` row ingest writes when it cannot read a
     tensor's data, the same locally and on Spark, and not written again by a re-run."""
