@@ -23,8 +23,11 @@ from catalog.guard import classify_query
 from catalog.tensor_index import TensorIndex, TensorLocation
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from catalog.compare import CompareSummary
     from catalog.report import ReportSummary
+    from catalog.stats import StatsSummary
 from catalog.views import define_views, query_text
 from ingest.pipeline import IngestSummary, ingest_dump
 from ingest.store import CatalogError, CatalogStore
@@ -229,18 +232,43 @@ class Catalog:
         mapping: str | os.PathLike | None = None,
         workers: int | None = None,
         on_progress: Callable[[int], None] | None = None,
+        spark: str | SparkSession | None = None,
     ) -> CompareSummary:
         """Compare the tensors of `run` with those of `baseline` (both in this catalog) and add the
         results to `comparisons`; pairs compared before are not compared again. `mapping` is a CSV
-        (`op_name,baseline_op_name`) for operators whose names differ between the runs."""
+        (`op_name,baseline_op_name`) for operators whose names differ between the runs. `spark` (a
+        SparkSession, or a master URL such as `local[4]` or `spark://host:7077`) computes the
+        metrics as Spark tasks, one dump directory each (raises `catalog.spark_jobs.SparkJobError`
+        when Spark cannot)."""
         from catalog.compare import compare_runs
 
         self.refresh()
         with self._lock:
             return compare_runs(
                 self, run, baseline, iterations=iterations, ranks=ranks, mapping=mapping, workers=workers,
-                on_progress=on_progress,
+                on_progress=on_progress, spark=spark,
             )  # fmt: skip
+
+    def compute_stats(
+        self,
+        run: str | None = None,
+        *,
+        spark: str | SparkSession | None = None,
+        workers: int | None = None,
+        md5: bool = False,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> StatsSummary:
+        """Compute statistics from the tensor data of every tensor of `run` (every run when None)
+        that has neither a producer's statistics nor computed ones (a run ingested with
+        `compute_stats=False`), and commit them as `dumpcat ingest` would have. Resumable: a killed
+        call keeps what it committed. Locally on `workers` processes, or as Spark tasks with `spark`
+        (a SparkSession or a master URL). Raises `catalog.stats.StatsError` for an unknown run."""
+        from catalog.stats import compute_missing_stats
+
+        with self._lock:
+            return compute_missing_stats(
+                self, run, spark=spark, workers=workers, md5=md5, on_progress=on_progress
+            )
 
     def ingest(
         self,

@@ -55,6 +55,14 @@ STATS_OPTION = click.option(
     default=True,
     help="Compute statistics from tensor data where statistic.csv has none (default: on).",
 )
+SPARK_OPTION = click.option(
+    "--spark",
+    "spark_master",
+    default=None,
+    metavar="MASTER_URL",
+    help="Do the work as Spark tasks on this master (local[4], spark://host:7077, ...), one dump directory "
+    "each; needs pip install 'dumpcat[spark]', and the executors must see the dump at the same paths.",
+)
 FORMAT_OPTION = click.option(
     "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True
 )
@@ -424,23 +432,27 @@ def _int_list(text: str | None) -> list[int] | None:
 @click.option(
     "--workers", type=int, default=None, help="Processes computing metrics (default: one per core)."
 )
+@SPARK_OPTION
 @FORMAT_OPTION
 def compare(
     catalog_path: str, run: str, baseline: str, iterations: str | None, ranks: str | None,
-    mapping: Path | None, workers: int | None, fmt: str,
+    mapping: Path | None, workers: int | None, spark_master: str | None, fmt: str,
 ) -> None:  # fmt: skip
     """Compare the tensors of RUN with those of BASELINE (two runs of one catalog): cosine, errors,
     KL divergence and more per pair, stored in `comparisons`; then print each step's first divergence."""
     from catalog.compare import CompareError
+    from catalog.spark_jobs import SparkJobError
 
+    if spark_master is not None and workers is not None:
+        raise click.UsageError("--workers is for local processes; with --spark every executor core works")
     cat = _open(catalog_path)
     try:
         summary = cat.compare(
             run, baseline, iterations=_int_list(iterations), ranks=_int_list(ranks), mapping=mapping,
-            workers=workers,
+            workers=workers, spark=spark_master,
         )  # fmt: skip
-    except CompareError as exc:
-        _fail(str(exc))
+    except (CompareError, SparkJobError) as exc:
+        _fail(" ".join(str(exc).split()))
     click.echo(summary.line(), err=True)
     result = cat.sql(
         "SELECT rank, iteration, op_name, io, slot, reason, cosine, max_abs_err, source_line, source_code "
@@ -448,6 +460,47 @@ def compare(
         {"run": run, "baseline": baseline},
     )
     write_table(result, sys.stdout, fmt)
+
+
+@main.command()
+@click.argument("catalog_path", metavar="CAT")
+@click.option("--run", default=None, help="Only this run (default: every run).")
+@SPARK_OPTION
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Local processes computing statistics (default: one per core, at most 8).",
+)
+@click.option("--md5", is_flag=True, help="Also compute the md5 of each tensor's bytes.")
+@click.option(
+    "--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal)."
+)
+def stats(
+    catalog_path: str, run: str | None, spark_master: str | None, workers: int | None, md5: bool,
+    progress: bool | None,
+) -> None:  # fmt: skip
+    """Compute statistics from tensor data for every cataloged tensor that has none yet (a run ingested
+    with --no-stats) and commit them, as `ingest --stats` would have; a re-run does what is left."""
+    from tqdm import tqdm
+
+    from catalog.spark_jobs import SparkJobError
+    from catalog.stats import StatsError
+
+    if spark_master is not None and workers is not None:
+        raise click.UsageError("--workers is for local processes; with --spark every executor core works")
+    cat = _open(catalog_path)
+    disable = None if progress is None else not progress
+    try:
+        with tqdm(desc="stats", unit=" tensors", disable=disable, file=sys.stderr, leave=False) as bar:
+            summary = cat.compute_stats(
+                run, spark=spark_master, workers=workers, md5=md5, on_progress=bar.update
+            )
+    except (StatsError, SparkJobError) as exc:
+        _fail(" ".join(str(exc).split()))
+    for line in summary.lines():
+        click.echo(line)
+    click.echo(summary.line(), err=True)
 
 
 @main.command()

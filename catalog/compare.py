@@ -3,8 +3,9 @@
 The pairs come from SQL (sql/queries/compare_pairs.sql: matched on rank, iteration, operator,
 io, slot and occurrence, through an optional name mapping; pairs already compared are left out).
 Their metrics are computed from the tensor data by `ingest.compare_metrics.compare_jobs` in helper
-processes, one streaming pass per pair, and committed to the `comparisons` table in batches, so a
-killed compare keeps what it committed and a re-run continues from there.
+processes, one streaming pass per pair (or, with `spark`, in Spark tasks: catalog/spark_jobs.py),
+and committed to the `comparisons` table in batches, so a killed compare keeps what it committed
+and a re-run continues from there.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -21,6 +23,9 @@ from ingest.helper_pool import resolve_workers, run_ordered
 from ingest.pipeline import now
 from ingest.schema import COMPARISONS
 from ingest.store import CatalogStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 _BATCH_PAIRS = 256  # pairs per helper task: enough to pay for the hand-off, small for a smooth progress
 _COMMIT_PAIRS = 20_000  # pairs per committed batch: what a killed compare can lose
@@ -66,8 +71,10 @@ def compare_runs(
     mapping: str | os.PathLike | None = None,
     workers: int | None = None,
     on_progress: Callable[[int], None] | None = None,
+    spark: str | SparkSession | None = None,
 ) -> CompareSummary:
-    """Compare `run` with `baseline` in `catalog` (a `catalog.Catalog`) and commit the results."""
+    """Compare `run` with `baseline` in `catalog` (a `catalog.Catalog`) and commit the results;
+    `spark` (a SparkSession or a master URL) computes the metrics in Spark tasks instead."""
     import time
 
     from ingest.compare_metrics import PairJob, compare_jobs
@@ -111,11 +118,14 @@ def compare_runs(
                 ]
 
         workers_n = resolve_workers(workers)
-        results = (
-            run_ordered("ingest.compare_metrics:compare_jobs", batches(), workers_n - 1)
-            if workers_n > 1
-            else (compare_jobs(b) for b in batches())
-        )
+        if spark is not None:
+            from catalog.spark_jobs import compare_on_spark
+
+            results = compare_on_spark(spark, [job for batch in batches() for job in batch])
+        elif workers_n > 1:
+            results = run_ordered("ingest.compare_metrics:compare_jobs", batches(), workers_n - 1)
+        else:
+            results = (compare_jobs(b) for b in batches())
         done: list[tuple[int, object]] = []
         with store.writer_lock():
             for result in results:

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -60,3 +68,123 @@ def copy_dump(tmp_path: Path):
         return dest
 
     return _copy
+
+
+# -- Spark sessions ----------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_line(log: Path, text: str, proc: subprocess.Popen, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.exists() and text in log.read_text(errors="replace"):
+            return
+        if proc.poll() is not None:
+            break
+        time.sleep(0.25)
+    tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+    raise RuntimeError(f"{log.name}: no {text!r} (exit {proc.poll()}):\n{tail}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop a daemon started below and what it started (its executors): its own process group."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def standalone_cluster(tmp: Path) -> Iterator[str]:
+    """A Spark standalone master and one worker (1 core, 1 GB) on 127.0.0.1, run by the pyspark
+    package's own spark-class; yields the master URL once the worker has registered."""
+    import pyspark
+
+    spark_home = Path(pyspark.__file__).parent
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(spark_home),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOG_DIR": str(tmp / "logs"),
+        "SPARK_LOCAL_DIRS": str(tmp / "local"),
+        "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    port = _free_port()
+    url = f"spark://127.0.0.1:{port}"
+    spark_class = ["bash", str(spark_home / "bin" / "spark-class")]
+    procs: list[subprocess.Popen] = []
+
+    def start(name: str, args: list[str], ready: str) -> None:
+        log = tmp / f"{name}.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                [*spark_class, *args], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        procs.append(proc)
+        _wait_for_line(log, ready, proc)
+
+    try:
+        master = ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port)]
+        start("master", [*master, "--webui-port", "0"], "New state: ALIVE")
+        worker = ["org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores", "1"]
+        worker += ["--memory", "1g", "--webui-port", "0", "--work-dir", str(tmp / "work")]
+        start("worker", worker, "Successfully registered with master")
+        yield url
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+
+
+def _session(master: str, tmp: Path):
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName("dumpcat-test")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "1g")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.local.dir", str(tmp / "driver"))
+    )
+    if master.startswith("spark://"):
+        builder = builder.config("spark.executor.memory", "512m").config("spark.cores.max", "1")
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+@pytest.fixture(scope="module", params=["local", "standalone"])
+def spark(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """One SparkSession per mode and test module: local[2], then a standalone master + worker on
+    127.0.0.1 (tests/test_spark.py, tests/test_spark_jobs.py)."""
+    tmp = tmp_path_factory.mktemp(f"spark_{request.param}")
+    saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON")}
+    os.environ.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+    try:
+        with contextlib.ExitStack() as stack:
+            master = "local[2]"
+            if request.param == "standalone":
+                master = stack.enter_context(standalone_cluster(tmp))
+            session = _session(master, tmp)
+            stack.callback(session.stop)
+            yield session
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
