@@ -15,18 +15,20 @@ How it is written, and why this way:
   files, schema, compression, row groups and snapshot entries as an ingest), 50,000 rows a batch
   (an ingest's flush size), a rank's operator and graph tables in its first batch.
 - The flat `stats`/`tensors` files are NOT built by `ingest/flat.py` here: it resolves each batch
-  with one DuckDB thread and, on commit, scans every earlier stats file for the batch's row ids and
-  merges files by size tier, so a 10^8-row ingest costs it hours on 2 cores (the 10^6 timing of
-  `--flat-writer catalog` in docs/benchmarks.md says how many). Instead the generator writes them
-  in the layout `ingest/flat.py` gives at the end of a one-shot ingest: one file per table per
-  shard, rows sorted by row id, written by DuckDB's parquet writer (one thread, its 122,880-row
-  groups), the `index.arrow` sidecar of the tensors file by `FlatWriter._write_index`, and the
-  snapshot entries (`sources`, `keys`) flat.py writes. The column values are what `stats_resolved`
-  / `tensors_resolved` give for these rows (every name resolves `exact`), computed here from the
-  same per-row function that wrote the raw rows; the column list and types are read from those
-  views in DuckDB, so a changed view fails loudly. tests/test_bench_scale.py checks, at 10^4 rows,
-  that the files equal, row for row and type for type, what `ingest/flat.py` builds from the same
-  raw batches.
+  with one DuckDB thread and, on each commit, scans every earlier stats file for the batch's row ids
+  and merges files by size tier. At 10^6 rows with tensor files that took it 62 s against 12 s
+  here, and only with its DuckDB memory limit raised (with the default 256 MB it ran out of memory
+  merging at 750,000 rows of these long kernel names); its per-commit scan grows with the catalog.
+  `--flat-writer catalog` runs it (docs/benchmarks.md has the figures). Instead the generator writes
+  them in the layout `ingest/flat.py` gives at the end of a one-shot ingest: one file per table per
+  shard, rows sorted by row id, written by DuckDB's parquet writer from a DuckDB table (one thread,
+  its 122,880-row groups; flat.py's boundaries differ by a few hundred rows), the `index.arrow`
+  sidecar of the tensors file by `FlatWriter._write_index`, and the snapshot entries (`sources`,
+  `keys`) flat.py writes. The column values are what `stats_resolved` / `tensors_resolved` give for
+  these rows (every name resolves `exact`), computed here from the same per-row function that wrote
+  the raw rows; the column list and types are read from those views in DuckDB, so a changed view
+  fails loudly. tests/test_bench_scale.py checks, at 10^4 rows, that the files equal, row for row
+  and type for type, what `ingest/flat.py` builds from the same raw batches.
 - Memory is bounded whatever N is: rows are produced one batch at a time, and the sort by row id
   is a bucket sort through the working directory ((row id, statistic id, row number) triples,
   24 bytes a row, bucketed by the row id's top bits, ~2 M rows a bucket), each bucket sorted in
@@ -92,9 +94,10 @@ BATCH_ROWS = 50_000  # an ingest commits its pending rows every 50,000 (ingest/p
 FLAT_CHUNK = 122_880  # rows handed to DuckDB's writer at a time (= its row group)
 BUCKET_ROWS = 1 << 21  # rows per bucket of the sort by row id
 # Disk the generator needs per statistic row at its peak (the catalog, the sort's 24-byte triples and
-# the scratch table of the flat writer), from the 10^6-row catalogs with a margin: with tensor files
-# (634 bytes a row written) and statistics only (155); --force skips the check.
-DISK_BYTES_PER_ROW = {True: 720, False: 230}
+# the flat writer's scratch table, which is about as big as the flat file it becomes), from the
+# catalogs measured: with tensor files 634 bytes a row are written, statistics only 155 (the 10^8
+# stats-only run peaked at ~250); --force skips the check.
+DISK_BYTES_PER_ROW = {True: 850, False: 260}
 DISK_HEADROOM = 5 * 10**9  # left free for everyone else
 
 # One decoder layer of a Llama-like model, as the kernels one training step runs: (kernel type,
@@ -718,7 +721,8 @@ def write_flat(
     # table is in a database file beside the catalog (compressed; removed after).
     scratch = store.root / f".flat-{fid}.duckdb"
     con = duckdb.connect(str(scratch), config={"threads": "1", "autoinstall_known_extensions": "false",
-                                               "preserve_insertion_order": "true"})  # fmt: skip
+                                               "preserve_insertion_order": "true", "memory_limit": "1GB",
+                                               "temp_directory": str(store.tmp_dir)})  # fmt: skip
     try:
         con.register("flat_rows", reader)
         con.execute("CREATE TABLE flat_sorted AS SELECT * FROM flat_rows").fetchall()
@@ -866,6 +870,7 @@ def generate(
                 t = time.perf_counter()
                 store.finish_run(run)
                 flat_time += time.perf_counter() - t
+                store.purge_retired(older_than=0)  # the merged-away files (no reader can be using them)
             else:
                 t = time.perf_counter()
                 snap["batches"] += entries
@@ -1057,7 +1062,8 @@ def _kind(e: dict) -> str:
     """The catalog's kind, as the tables name it."""
     g = e["generate"]
     kind = "tensors + stats" if g.get("tensor_files", True) else "stats only"
-    return kind + (f", {g['hosts']} shards" if g.get("hosts", 1) > 1 else "")
+    kind += f", {g['hosts']} shards" if g.get("hosts", 1) > 1 else ""
+    return kind + (", flat files by ingest/flat.py" if g.get("flat_writer") == "catalog" else "")
 
 
 def markdown(results: dict[str, dict]) -> str:
@@ -1191,14 +1197,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--force", action="store_true", help="skip the free-disk check")
     p.add_argument("--note", default="", help="a sentence for the report (e.g. what else ran)")
     p.add_argument("--no-docs", action="store_true", help="do not write docs/benchmarks.md")
+    p.add_argument("--report-only", action="store_true", help="only write the table of DIR/results.json")
     a = p.parse_args(argv)
+    if a.report_only:
+        a.rows = []
     work = Path(a.workdir or tempfile.mkdtemp(prefix="dumpcat-scale-")).absolute()
     work.mkdir(parents=True, exist_ok=True)
     engines = set(a.engines.split(","))
     results_file = work / "results.json"
     results = json.loads(results_file.read_text()) if results_file.exists() else {}
     spark = None
-    shown = " ".join(x for x in (argv if argv is not None else sys.argv[1:]) if not x.startswith("/"))
+    shown = _shown_argv(argv if argv is not None else sys.argv[1:])
     try:
         for n in a.rows:
             suffix = (
@@ -1263,6 +1272,22 @@ def main(argv: list[str] | None = None) -> int:
     if not a.no_docs:
         write_docs(md)
     return 0
+
+
+def _shown_argv(argv: list[str]) -> str:
+    """The command line as the report shows it: no machine paths, no note, no --no-docs."""
+    out, skip = [], False
+    for i, x in enumerate(argv):
+        if skip:
+            skip = False
+        elif x in ("--workdir", "--note"):
+            out += ["--workdir", "DIR"] if x == "--workdir" else []
+            skip = i + 1 < len(argv)
+        elif x.startswith("--workdir="):
+            out += ["--workdir", "DIR"]
+        elif x != "--no-docs" and not x.startswith(("--note=", "/")):
+            out.append(x)
+    return " ".join(out)
 
 
 def _save_summary(summary: Summary, path: Path) -> None:

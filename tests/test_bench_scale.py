@@ -106,7 +106,7 @@ def test_lookup_gives_the_row_its_ids_hash(generated):
 def test_flat_files_are_what_the_catalogs_own_writer_builds(generated, tmp_path):
     """The same raw batches given flat files by ingest/flat.py (the upgrade of a catalog from
     before flat files: every batch resolved, then merged into one file per table): the same
-    columns, types, nullability, rows in the same order, row groups, index and snapshot entries."""
+    columns, types, nullability, rows in the same order, index and snapshot entries."""
     path, _ = generated
     ref = tmp_path / "ref"
     shutil.copytree(path, ref)
@@ -123,10 +123,9 @@ def test_flat_files_are_what_the_catalogs_own_writer_builds(generated, tmp_path)
         }
         fa, fb = path / a["path"] / "data.parquet", ref / b["path"] / "data.parquet"
         assert pq.read_schema(fa).equals(pq.read_schema(fb)), table
-        ma, mb = pq.ParquetFile(fa).metadata, pq.ParquetFile(fb).metadata
-        assert [ma.row_group(i).num_rows for i in range(ma.num_row_groups)] == [
-            mb.row_group(i).num_rows for i in range(mb.num_row_groups)
-        ]
+        # (row groups: DuckDB's, ~122,880 rows; flat.py's boundaries move by a few hundred rows with
+        # its range-by-range sort, which no query can tell: at 10^4 rows both have one)
+        assert pq.ParquetFile(fa).metadata.num_row_groups == pq.ParquetFile(fb).metadata.num_row_groups == 1
         # same rows in the same order (EXCEPT ALL counts NaN = NaN, as DuckDB compares)
         numbered = "SELECT row_number() OVER () AS n, * FROM read_parquet('{}')"
         for x, y in ((fa, fb), (fb, fa)):
@@ -180,3 +179,22 @@ def test_spark_gives_the_same_answers(generated, tmp_path):
     finally:
         spark.stop()
     assert [t["query"] for t in timings] == ["register_views", "nan", "nan_count", "first_anomaly", "lookup"]
+
+
+def test_flat_writer_catalog_is_an_ingests_commits(tmp_path):
+    """--flat-writer catalog (the baseline for how long ingest/flat.py takes): each batch through
+    commit_batch, then finish_run; the same answers, one flat file per table, nothing retired left."""
+    summary = bench_scale.generate(
+        tmp_path / "cat", 4_000, step_rows=250, iterations=4, batch_rows=1_000, anomaly_share=0.3,
+        flat_writer="catalog",
+    )  # fmt: skip
+    assert summary.first_anomaly
+    snap = json.loads((tmp_path / "cat" / "snapshot.json").read_text())
+    assert [len(snap["flat"][t]) for t in ("stats", "tensors")] == [1, 1]
+    assert not snap.get("retired")
+    with Catalog.open(tmp_path / "cat") as cat:
+        assert _one(cat, "SELECT count(*) FROM stats WHERE nan_count > 0") == summary.nan_rows
+        firsts = cat.sql("SELECT rank, iteration, row_id FROM first_anomaly").to_pylist()
+        assert {(r["rank"], r["iteration"]): r["row_id"] for r in firsts} == {
+            step: rid for step, (_, rid) in summary.first_anomaly.items()
+        }
