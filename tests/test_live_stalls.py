@@ -111,10 +111,12 @@ def _big_leaf_dump(root: Path, copies: int) -> Path:
     return make_stat_csv_tree(src, root / "dump")
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_a_file_created_between_listing_and_reading_statistic_csv_is_matched(tmp_path, workers):
-    """A settled big directory is listed, its files scanned, then finished: a tensor file (and its
-    row) created in between is matched, though the listing does not show it."""
+def _scan_with_a_file_arriving_mid_scan(
+    tmp_path: Path, workers: int
+) -> tuple[Path, Path, Path, Path, Ingester]:
+    """A live ingester's first pass over a settled big directory whose last tensor file (and its
+    row) is created after the directory is listed, before its leaf is finished: (dump, leaf, the
+    late file, catalog dir, ingester)."""
     dump = _big_leaf_dump(tmp_path, copies=4)
     leaf = dump / "rank_0/Net/0/0"
     assert len(list(leaf.iterdir())) >= 256
@@ -139,6 +141,14 @@ def test_a_file_created_between_listing_and_reading_statistic_csv_is_matched(tmp
     ing.scan_all()
     ing.commit()
     assert not held.exists(), "the scan did not queue the leaf"
+    return dump, leaf, late, cat_dir, ing
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_file_created_between_listing_and_reading_statistic_csv_is_matched(tmp_path, workers):
+    """A settled big directory is listed, its files scanned, then finished: a tensor file (and its
+    row) created in between is matched, though the listing does not show it."""
+    dump, leaf, _, cat_dir, ing = _scan_with_a_file_arriving_mid_scan(tmp_path, workers)
     assert _unmatched_stat_rows(cat_dir) == 0
 
     ing.scan_path(str(leaf))  # the watcher's next pass catalogs the file itself
@@ -179,28 +189,7 @@ def test_a_file_matched_late_is_cataloged_at_once_while_its_directory_is_still_w
     """The file created between listing and reading statistic.csv got its row's row id in that
     pass; in the next pass, with statistic.csv and the directory still changing, the file must not
     wait for a row that is already cataloged, nor get statistics computed beside it."""
-    dump = _big_leaf_dump(tmp_path, copies=4)
-    leaf = dump / "rank_0/Net/0/0"
-    late = _last_tensor(leaf)
-    held = tmp_path / late.name
-    shutil.move(late, held)
-    _age_tree(dump, 30.0)
-
-    cat_dir = tmp_path / "cat"
-    ing = _live_ingester(cat_dir, dump)
-    reader_class = detect(dump).reader
-
-    class FileArrivesDuringTheScan(reader_class):  # type: ignore[misc, valid-type]
-        def _drain_leaves(self) -> None:
-            if self._leaf_queue and held.exists():
-                shutil.move(held, late)
-                _age_tree(leaf, 30.0)
-            super()._drain_leaves()
-
-    ing.reader = FileArrivesDuringTheScan(ing, detect(dump))
-    ing.scan_all()
-    ing.commit()
-    assert not held.exists(), "the scan did not queue the leaf"
+    dump, leaf, late, cat_dir, ing = _scan_with_a_file_arriving_mid_scan(tmp_path, workers=2)
 
     for p in (leaf, leaf / "statistic.csv"):  # the producer goes on writing this iteration
         os.utime(p)
