@@ -34,7 +34,9 @@ writer's, which the store enforces), and a tensor's `path` joins the shard's own
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import shutil
 import time
 import uuid
@@ -47,6 +49,8 @@ if TYPE_CHECKING:
     import duckdb
 
     from ingest.store import CatalogStore
+
+log = logging.getLogger("dumpcat.ingest")
 
 # Flat table -> (query-time view, its source tables: the raw tables whose rows it resolves).
 FLAT_SOURCES: dict[str, tuple[str, ...]] = {"tensors": ("tensors",), "stats": ("stat_rows", "tensor_stats")}
@@ -82,7 +86,9 @@ _INDEX_BATCH_ROWS = 64 * 1024
 # Rows sorted at a time when writing a flat file (bounds the writer's memory).
 _SORT_ROWS = 122_880  # = DuckDB's row group: a merge decodes each input group about once
 # The writer's DuckDB: a cap, not a reservation (sorts and joins spill to the catalog's tmp/ directory;
-# its parquet writer holds a whole row group of a wide table, ~100 MB, in memory).
+# rows are sorted and written in parts sized to fit it). A statement that still runs out of memory
+# (a batch of unusually wide rows resolved in one join) is retried with the cap doubled, up to half
+# the machine's memory, and the writer keeps the raised cap.
 _MEMORY_LIMIT = os.environ.get("DUMPCAT_WRITER_MEMORY", "256MB")
 
 
@@ -93,11 +99,40 @@ def _tier(rows: int) -> int:
     return tier
 
 
-def _ranges(lo: int, hi: int, rows: int) -> list[tuple[int, int]]:
-    """Half-open row-id ranges covering [lo, hi], each holding about _SORT_ROWS of `rows`."""
-    k = max(1, -(-rows // _SORT_ROWS))
+def _ranges(lo: int, hi: int, rows: int, per_range: int = _SORT_ROWS) -> list[tuple[int, int]]:
+    """Half-open row-id ranges covering [lo, hi], each holding about `per_range` of `rows`."""
+    k = max(1, -(-rows // per_range))
     step = (hi - lo) // k + 1
     return [(lo + i * step, min(lo + (i + 1) * step, hi + 1)) for i in range(k)]
+
+
+def _memory_bytes(limit: str) -> int:
+    """DuckDB's memory limit ('256MB', '1GB', '512MiB', ...) in bytes."""
+    match = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?)(I?B)?\s*", limit.upper())
+    if not match:
+        raise ValueError(f"DUMPCAT_WRITER_MEMORY: cannot read {limit!r} (e.g. 256MB)")
+    number, unit, suffix = match.groups()
+    base = 1024 if suffix == "IB" else 1000
+    return int(float(number) * base ** "_KMGT".index(unit or "_"))
+
+
+def _memory_ceiling() -> int:
+    """Half the machine's physical memory: the writer's cap is never raised past it."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    except (ValueError, OSError):
+        return 4 << 30
+
+
+def rows_per_part(row_bytes: float, memory_limit: int) -> int:
+    """Rows sorted at a time, and rows per row group of a flat file: as many as fit in an eighth
+    of the writer's memory limit (a sort, or the parquet writer's row group, takes a few times
+    its rows' own bytes), at most DuckDB's default row group and at least 2,048 rows (one vector).
+
+    Sized in bytes, not rows: a run with long scope names (LLM dumps carry ~600 bytes of path
+    per row) ran out of memory merging 122,880-row ranges under the 256 MB default."""
+    budget = memory_limit // 8
+    return max(2048, min(_SORT_ROWS, int(budget // max(row_bytes, 1.0))))
 
 
 def _quote(text: str) -> str:
@@ -108,6 +143,39 @@ def _listing(paths: list[str]) -> str:
     return "[" + ", ".join(_quote(p) for p in paths) + "]"
 
 
+_SAMPLE_ROWS = 2048
+_MIN_PART = 2048  # rows: DuckDB's vector; fewer rows are written in one part without a sample
+
+
+def _parts(extent: tuple, part: int) -> list[str]:
+    """WHERE clauses that split rows into parts of about `part` rows, in sort order: row-id
+    ranges, then rows without a row id (statistic.csv rows of a statistics-only dump) by
+    stat-id ranges, then rows with neither."""
+    with_row_id, lo, hi, with_stat_id, stat_lo, stat_hi, neither = extent
+    parts = (
+        [f"row_id >= {a} AND row_id < {b}" for a, b in _ranges(lo, hi, with_row_id, part)]
+        if with_row_id
+        else []
+    )
+    if with_stat_id:
+        parts += [
+            f"row_id IS NULL AND stat_id >= {a} AND stat_id < {b}"
+            for a, b in _ranges(stat_lo, stat_hi, with_stat_id, part)
+        ]
+    if neither:
+        parts.append("row_id IS NULL AND stat_id IS NULL" if with_stat_id else "row_id IS NULL")
+    return parts
+
+
+def _sampled_row_bytes(con: duckdb.DuckDBPyConnection, source: str) -> float:
+    """Bytes per row of `source` in memory, from its first rows as Arrow (strings and lists at
+    their length) plus DuckDB's 16-byte value slot per column."""
+    sample = con.sql(f"SELECT * FROM ({source}) LIMIT {_SAMPLE_ROWS}").to_arrow_table()
+    if not sample.num_rows:
+        return 1.0
+    return sample.nbytes / sample.num_rows + 16 * sample.num_columns
+
+
 class FlatWriter:
     """Keeps a catalog's flat files exact as batches commit (the writer's side; holds the lock)."""
 
@@ -115,6 +183,7 @@ class FlatWriter:
         self.store = store
         self._con: duckdb.DuckDBPyConnection | None = None
         self._files: dict[str, list[str]] | None = None
+        self.memory_limit = _memory_bytes(_MEMORY_LIMIT)
 
     def close(self) -> None:
         if self._con is not None:
@@ -137,7 +206,7 @@ class FlatWriter:
                 config={
                     "autoinstall_known_extensions": "false",
                     "autoload_known_extensions": "false",
-                    "memory_limit": _MEMORY_LIMIT,
+                    "memory_limit": f"{self.memory_limit >> 20}MiB",
                     # give freed memory back after each statement: the writer idles between batches
                     "allocator_flush_threshold": "8MB",
                     "allocator_bulk_deallocation_flush_threshold": "8MB",
@@ -170,63 +239,82 @@ class FlatWriter:
         ]
 
     def _write(
+        self, con: duckdb.DuckDBPyConnection, flat: str, query: str, ids: str, run: str, sources: list[str]
+    ) -> dict | None:
+        """`_write_once`, retried with the DuckDB memory cap doubled while it runs out of memory
+        (nothing of a failed attempt stays: its file is removed, its tables dropped)."""
+        import duckdb
+
+        while True:
+            try:
+                return self._write_once(con, flat, query, ids, run, sources)
+            except duckdb.OutOfMemoryException:
+                if self.memory_limit * 2 > max(_memory_ceiling(), _memory_bytes(_MEMORY_LIMIT)):
+                    raise
+                log.warning(
+                    "dumpcat: the catalog writer's DuckDB ran out of memory under %d MiB; retrying with %d "
+                    "MiB (DUMPCAT_WRITER_MEMORY sets where it starts)",
+                    self.memory_limit >> 20,
+                    self.memory_limit >> 19,
+                )
+                self.memory_limit *= 2
+                con.execute(f"SET memory_limit = '{self.memory_limit >> 20}MiB'").fetchall()
+
+    def _write_once(
         self,
         con: duckdb.DuckDBPyConnection,
         flat: str,
         query: str,
+        ids: str,
         run: str,
         sources: list[str],
-        *,
-        sorted_input: bool = False,
     ) -> dict | None:
-        """Write `query`'s rows, sorted by row id, as a new flat file of `flat` (not yet visible);
-        its entry, or None when there are no rows.
+        """Write `query`'s rows, sorted, as a new flat file of `flat` (not yet visible); its entry,
+        or None when there are no rows. `ids` selects (row_id, stat_id) of the rows `query` reads
+        (a cheap scan of the source files: it sizes the parts, the rows are not resolved twice).
 
-        Memory stays bounded whatever the row count: the rows are sorted one row-id range at a
-        time (row ids are uniform hashes, so ranges of equal width hold about equal rows) and
-        appended to a table that DuckDB's own parquet writer then writes with its default row
-        groups: the layout of one `COPY ... ORDER BY`, which scans measurably faster than
-        pyarrow's. A query that is not a scan of already sorted files
-        (`sorted_input`: a merge) is first stored unsorted in a table, so its joins run once."""
+        Memory stays bounded whatever the row count and width: the rows are resolved and sorted
+        one id range at a time (ids are uniform hashes, so ranges of equal width hold about equal
+        rows), each part and each row group holding `rows_per_part` rows, sized in bytes from a
+        sample. Parts go to a table (spilled to tmp/ past the memory limit), which keeps its
+        insertion order, that DuckDB's own parquet writer then writes: the layout of one
+        `COPY ... ORDER BY`, which scans measurably faster than pyarrow's (and, written from a
+        table, marks the columns without nulls as required, as one `COPY` of a table does)."""
         from ingest.store import fsync_path
 
+        extent = con.execute(
+            "SELECT count(row_id), min(row_id), max(row_id), "
+            "count(stat_id) FILTER (row_id IS NULL), min(stat_id) FILTER (row_id IS NULL), "
+            "max(stat_id) FILTER (row_id IS NULL), count(*) FILTER (row_id IS NULL AND stat_id IS NULL) "
+            f"FROM ({ids})"
+        ).fetchall()[0]
+        total = extent[0] + extent[3] + extent[6]
+        if not total:
+            return None
+        part = (
+            _MIN_PART
+            if total <= _MIN_PART
+            else rows_per_part(_sampled_row_bytes(con, query), self.memory_limit)
+        )
         fid = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
         rel = f"{self.store.shard_rel or 'data'}/flat/{flat}/{fid}"
         fdir = self.store.root / rel
-        fdir.mkdir(parents=True)
         data = fdir / DATA_FILE
-        source = query
-        if not sorted_input:
-            # a DuckDB table (spilled to the writer's tmp/ past its memory limit), not a scratch
-            # file: creating and unlinking one costs more than resolving a small batch
-            con.execute(f"CREATE OR REPLACE TABLE flat_unsorted AS {query}").fetchall()
-            source = "SELECT * FROM flat_unsorted"
-        total, lo, hi, nulls = con.execute(
-            f"SELECT count(*), min(row_id), max(row_id), count(*) - count(row_id) FROM ({source})"
-        ).fetchall()[0]
-        if not total:
-            con.execute("DROP TABLE IF EXISTS flat_unsorted").fetchall()
-            shutil.rmtree(fdir, ignore_errors=True)
-            return None
-        bounds = _ranges(lo, hi, total - nulls) if lo is not None else []
-        parts = [f"row_id >= {a} AND row_id < {b}" for a, b in bounds]
-        if nulls:
-            parts.append("row_id IS NULL")
-        # Sorted range after range into a table (spilled to tmp/ past the memory limit), which keeps
-        # its insertion order, then written by DuckDB in that order.
+        fdir.mkdir(parents=True)
+        copy_options = f"FORMAT parquet, ROW_GROUP_SIZE {part}"
+        # the sort must reach the file in order (the connection's default lets DuckDB reorder)
         con.execute("SET preserve_insertion_order = true").fetchall()
         try:
-            con.execute(f"CREATE OR REPLACE TABLE flat_sorted AS SELECT * FROM ({source}) LIMIT 0").fetchall()
-            for where in parts:
-                con.execute(
-                    f"INSERT INTO flat_sorted SELECT * FROM ({source}) WHERE {where} ORDER BY {ORDER[flat]}"
-                ).fetchall()
-            con.execute(f"COPY flat_sorted TO {_quote(str(data))} (FORMAT parquet)").fetchall()
-            keys = con.execute("SELECT DISTINCT run, rank FROM flat_sorted").fetchall()
+            parts = ["true"] if total <= part else _parts(extent, part)
+            rows, keys = self._write_in_parts(con, flat, query, data, copy_options, parts)
+        except BaseException:
+            shutil.rmtree(fdir, ignore_errors=True)
+            raise
         finally:
             con.execute("SET preserve_insertion_order = false").fetchall()
-            con.execute("DROP TABLE IF EXISTS flat_sorted").fetchall()
-        con.execute("DROP TABLE IF EXISTS flat_unsorted").fetchall()
+        if not rows:
+            shutil.rmtree(fdir, ignore_errors=True)
+            return None
         if flat == "tensors":
             self._write_index(data, fdir / INDEX_FILE)
         for name in os.listdir(fdir):
@@ -237,10 +325,28 @@ class FlatWriter:
             "id": fid,
             "path": rel,
             "run": run,
-            "rows": int(total),
+            "rows": rows,
             "sources": sorted(set(sources)),
             "keys": sorted([r, k] for r, k in keys),
         }
+
+    @staticmethod
+    def _write_in_parts(
+        con: duckdb.DuckDBPyConnection, flat: str, query: str, data: Path, copy_options: str, parts: list[str]
+    ) -> tuple[int, list[tuple]]:
+        """Resolve and sort `query` part after part (each a WHERE on ids, in sort order) into a
+        table that keeps its insertion order, then write the table in that order; its row count
+        and distinct (run, rank)."""
+        try:
+            for i, where in enumerate(parts):
+                rows = f"SELECT * FROM ({query}) WHERE {where} ORDER BY {ORDER[flat]}"
+                into = "CREATE OR REPLACE TABLE flat_sorted AS " if i == 0 else "INSERT INTO flat_sorted "
+                con.execute(into + rows).fetchall()
+            con.execute(f"COPY flat_sorted TO {_quote(str(data))} ({copy_options})").fetchall()
+            count = con.execute("SELECT count(*) FROM flat_sorted").fetchall()[0][0]
+            return int(count), con.execute("SELECT DISTINCT run, rank FROM flat_sorted").fetchall()
+        finally:
+            con.execute("DROP TABLE IF EXISTS flat_sorted").fetchall()
 
     @staticmethod
     def _write_index(data: Path, path: Path) -> None:
@@ -265,14 +371,19 @@ class FlatWriter:
         for table in FLAT_SOURCES[flat]:
             files = self._batch_files(snap, wanted, table)
             define_raw_view(con, table, files, view=f"src_{table}", full_schema=table in full)
-        return self._write(con, flat, f"SELECT * FROM {flat}_resolved", run, sources)
+        ids = " UNION ALL ".join(
+            f"SELECT row_id, {'stat_id' if t == 'stat_rows' else 'NULL::BIGINT AS stat_id'} FROM src_{t}"
+            for t in FLAT_SOURCES[flat]
+        )
+        return self._write(con, flat, f"SELECT * FROM {flat}_resolved", ids, run, sources)
 
     def _merge(self, snap: dict, flat: str, entries: list[dict]) -> dict | None:
         con = self._connect(snap)
         paths = [str(self.store.root / e["path"] / DATA_FILE) for e in entries]
         query = f"SELECT * FROM read_parquet({_listing(paths)}, union_by_name = true)"
+        ids = f"SELECT row_id, {'stat_id' if flat == 'stats' else 'NULL::BIGINT AS stat_id'} FROM ({query})"
         sources = [s for e in entries for s in e["sources"]]
-        return self._write(con, flat, query, entries[0]["run"], sources, sorted_input=True)
+        return self._write(con, flat, query, ids, entries[0]["run"], sources)
 
     # -- keeping the files exact ---------------------------------------------------------------
 

@@ -1,0 +1,143 @@
+"""The flat writer (ingest/flat.py) stays inside its DuckDB memory cap on wide rows.
+
+Real LLM dumps carry long scope names: ~600 bytes of path strings per row. Sorting and writing
+122,880 such rows at a time needed more than the writer's 256 MB cap, and an ingest of 10^6 of
+them failed with OutOfMemoryException while merging flat files. The writer now sizes its sort
+ranges and row groups in bytes, and a statement that still runs out of memory is retried with the
+cap doubled. The catalogs here are written by bench/bench_scale.py's generator through the
+store's own commits (a Llama-like model's names), so every flat file is the writer's work.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import sys
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+from catalog.api import Catalog
+from ingest import flat
+from ingest.store import CatalogStore
+from tests.conftest import as_written_before_flat_files
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import bench_scale
+
+ROWS, STEP_ROWS, ITERATIONS = 100_000, 2_500, 10  # 4 ranks; 2 commits of 50,000 rows
+
+
+CAP = "128MiB"
+
+
+class _Messages(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bench_scale.Summary, int]:
+    """A catalog of 10^5 wide rows whose flat files were written under a 128 MiB cap (the old
+    writer ran out of memory here: 122,880 rows of ~1.2 KB sorted at once); the writer's final cap."""
+    path = tmp_path_factory.mktemp("wide") / "cat"
+    messages = _Messages()
+    logging.getLogger("dumpcat.ingest").addHandler(messages)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(flat, "_MEMORY_LIMIT", CAP)
+            summary = bench_scale.generate(
+                path, ROWS, step_rows=STEP_ROWS, iterations=ITERATIONS, flat_writer="catalog"
+            )
+    finally:
+        logging.getLogger("dumpcat.ingest").removeHandler(messages)
+    raised = sum("ran out of memory" in m for m in messages.messages)
+    return path, summary, flat._memory_bytes(CAP) << raised
+
+
+def _flat_files(path: Path) -> dict[str, Path]:
+    snap = json.loads((path / "snapshot.json").read_text())["flat"]
+    assert [len(snap[t]) for t in ("stats", "tensors")] == [1, 1]
+    return {t: path / snap[t][0]["path"] / flat.DATA_FILE for t in ("stats", "tensors")}
+
+
+def test_wide_rows_are_cataloged_exactly_under_a_small_cap(wide):
+    path, summary, _ = wide
+    with Catalog.open(path) as cat:
+        assert cat.sql("SELECT count(*) FROM stats").column(0)[0].as_py() == ROWS
+        nan = cat.sql("SELECT count(*) FROM stats WHERE nan_count > 0").column(0)[0].as_py()
+        assert nan == summary.nan_rows > 0
+        firsts = cat.sql("SELECT rank, iteration, row_id FROM first_anomaly").to_pylist()
+        assert {(r["rank"], r["iteration"]): r["row_id"] for r in firsts} == {
+            step: rid for step, (_, rid) in summary.first_anomaly.items()
+        }
+        # the flat files hold exactly what query-time resolution gives, in row-id order
+        for view in ("stats", "tensors"):
+            for a, b in ((view, f"{view}_resolved"), (f"{view}_resolved", view)):
+                left = cat.sql(f"SELECT count(*) FROM (SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b})")
+                assert left.column(0)[0].as_py() == 0, view
+    con = duckdb.connect()
+    for table, file in _flat_files(path).items():
+        ids = con.sql(f"SELECT row_id FROM read_parquet('{file}')").fetchnumpy()["row_id"]
+        assert (ids[1:] >= ids[:-1]).all(), table
+
+
+def test_row_groups_are_sized_in_bytes(wide):
+    """Each row group holds about an eighth of the cap in row bytes: wide rows, smaller groups
+    (DuckDB's default is 122,880 rows, ~150 MB of these rows in the parquet writer at once)."""
+    path, _, cap = wide
+    for table, file in _flat_files(path).items():
+        meta = pq.ParquetFile(file).metadata
+        sample = pq.ParquetFile(file).read_row_group(0)
+        row_bytes = sample.nbytes / sample.num_rows + 16 * sample.num_columns
+        assert row_bytes > 800, table  # the long names are there
+        biggest = max(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
+        assert meta.num_row_groups > 1, table
+        assert biggest < 122_880 and biggest * row_bytes <= 1.2 * cap / 8, (table, biggest, row_bytes)
+
+
+def test_a_statement_that_runs_out_of_memory_is_retried_with_a_doubled_cap(wide, tmp_path, caplog):
+    """The same raw batches given flat files by a writer capped at 16 MiB (too little for the
+    resolution joins): it says so, doubles its cap until they fit, and writes the same files."""
+    path, _, _ = wide
+    ref = tmp_path / "ref"
+    shutil.copytree(path, ref)
+    as_written_before_flat_files(ref)
+    with pytest.MonkeyPatch.context() as mp, caplog.at_level(logging.WARNING, logger="dumpcat.ingest"):
+        mp.setattr(flat, "_MEMORY_LIMIT", "16MiB")
+        assert CatalogStore(ref).upgrade()
+    raised = [r.getMessage() for r in caplog.records if "ran out of memory" in r.getMessage()]
+    assert raised and raised[0].startswith(
+        "dumpcat: the catalog writer's DuckDB ran out of memory under 16 MiB"
+    )
+    ours, theirs = _flat_files(path), _flat_files(ref)
+    con = duckdb.connect()
+    for table in ours:
+        numbered = "SELECT row_number() OVER () AS n, * FROM read_parquet('{}')"
+        for x, y in ((ours[table], theirs[table]), (theirs[table], ours[table])):
+            diff = f"SELECT count(*) FROM ({numbered.format(x)} EXCEPT ALL {numbered.format(y)})"
+            assert con.sql(diff).fetchall() == [(0,)], table
+    # nothing of a failed attempt is left behind: every flat directory is in the snapshot
+    live = {
+        e["path"]
+        for t in ("stats", "tensors")
+        for e in json.loads((ref / "snapshot.json").read_text())["flat"][t]
+    }
+    retired = {e["path"] for e in json.loads((ref / "snapshot.json").read_text()).get("retired", [])}
+    on_disk = {str(p.relative_to(ref)) for p in (ref / "data" / "flat").glob("*/*")}
+    assert on_disk <= live | retired
+
+
+def test_memory_limits_are_read_as_duckdb_reads_them():
+    assert flat._memory_bytes("256MB") == 256_000_000
+    assert flat._memory_bytes("1GiB") == 1 << 30
+    assert flat._memory_bytes("512 mib") == 512 << 20
+    with pytest.raises(ValueError, match="DUMPCAT_WRITER_MEMORY"):
+        flat._memory_bytes("lots")
