@@ -413,7 +413,7 @@ def test_bad_input_is_one_clear_line(built, tmp_path):
         (["report", str(empty), "--out", out], "holds no run yet"),
         (["report", str(two), "--out", out], "holds 2 runs (a, b): choose one with --run"),
         (["report", str(two), "--run", "a", "--against", "zz", "--out", out], "baseline run 'zz' is not in"),
-        (["report", str(two), "--run", "a", "--against", "b", "--out", out], "dumpcat compare CAT a b"),
+        (["report", str(two), "--run", "a", "--against", "b", "--out", out], f"`dumpcat compare {two} a b`"),
         (["report", pair, "--run", "cast", "--against", "cast", "--out", out], "names the run itself"),
         (["report", nan_cat, "--out", str(tmp_path / "nodir" / "r.html")], "does not exist"),
         (["report", nan_cat, "--out", str(tmp_path)], "is a directory"),
@@ -428,6 +428,49 @@ def test_bad_input_is_one_clear_line(built, tmp_path):
     assert not Path(out).exists()
     proc = cli("report", nan_cat)  # --out is required: a usage error
     assert proc.returncode == 2 and "--out" in proc.stderr
+
+
+def test_out_is_written_as_a_plain_file_or_refused(built, tmp_path):
+    """--out never replaces what is not a regular file (a FIFO here; `/dev/null` as root would be
+    the same rename), writes through a symbolic link, and a write that fails is one line that
+    leaves the old file whole and no temporary file behind."""
+    import os
+    import resource
+
+    nan_cat = str(built("nan_log")[0])
+    fifo = tmp_path / "fifo.html"
+    os.mkfifo(fifo)
+    proc = cli("report", nan_cat, "--out", str(fifo))
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"dumpcat: error: --out {fifo} is not a regular file"), proc.stderr
+    assert fifo.is_fifo()
+
+    target = tmp_path / "real.html"
+    target.write_text("old")
+    link = tmp_path / "link.html"
+    link.symlink_to(target.name)
+    proc = cli("report", nan_cat, "--out", str(link))
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and target.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dirlink").symlink_to("dir")
+    proc = cli("report", nan_cat, "--out", str(tmp_path / "dirlink"))
+    assert proc.returncode == 1 and "dirlink is a directory" in proc.stderr, proc.stderr
+
+    def small_files() -> None:  # a disk that fills up after 1 MB
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+    out = tmp_path / "kept.html"
+    out.write_text("old")
+    proc = subprocess.run(
+        [*CLI, "report", nan_cat, "--out", str(out)], capture_output=True, text=True, preexec_fn=small_files
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == f"dumpcat: error: cannot write {out}: File too large\n", proc.stderr
+    assert out.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["fifo.html", "real.html", "link.html", "dir", "dirlink", "kept.html"]
+    )
 
 
 def test_docs_show_a_screenshot_of_every_sample():
