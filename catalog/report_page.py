@@ -41,7 +41,7 @@ table { border-collapse: collapse; font-size: 12.5px; width: 100%; }
 th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid #edf0f2; vertical-align: top; }
 th { background: #f0f2f5; position: sticky; top: 0; font-weight: 600; white-space: nowrap; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-td { overflow-wrap: anywhere; }
+td.code, td.text { overflow-wrap: anywhere; }
 td.op { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 12px; word-break: break-all; }
 td.code code, td.row code { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 12px; }
 td.line { white-space: nowrap; }
@@ -396,7 +396,7 @@ def _compare(data: ReportData) -> str:
         ("rank", "num", lambda r: _num(r["rank"])),
         ("operator", "op", _op_cell),
         ("tensor", "", _tensor_cell),
-        ("reason", "", lambda r: _e(r["reason"])),
+        ("reason", "text", lambda r: _e(r["reason"])),
         ("cosine", "num", lambda r: _num(r["cosine"])),
         ("max abs error", "num", lambda r: _num(r["max_abs_err"])),
         ("source line", "line", lambda r: _source(r["source_file"], r["source_line"])),
@@ -442,7 +442,7 @@ def _errors(data: ReportData) -> str:
         ("stage", "", lambda r: _e(r["stage"])),
         ("errors", "num", lambda r: _num(r["errors"])),
         ("example", "op", lambda r: _e(r["example_path"])),
-        ("reason", "", lambda r: _e(r["example_reason"])),
+        ("reason", "text", lambda r: _e(r["example_reason"])),
     ]
     return (
         head
