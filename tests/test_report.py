@@ -14,6 +14,7 @@ into the repository.
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import math
@@ -58,6 +59,12 @@ SAMPLES = {
         first=(0, 0, PREFIX + "Sqrt-op0", 34, "x = self.sqrt(x)"),
     ),
     "multigraph": Sample(((dump_of("multigraph"), "multigraph"),), "multigraph"),
+    "div_late": Sample(
+        ((dump_of("div_late"), "div_late"),),
+        "div_late",
+        # step 0 is clean; at step 1 a zero scale makes the Div's output ±Inf (no NaN)
+        first=(0, 1, "Default/network-WithLoss/_backbone-Net/Div-op0", 16, "x = self.div(x, scale)"),
+    ),
     "msprobe_2ranks": Sample(
         ((DATA / "msprobe" / "pt_l1_statistics_2ranks", "msprobe"),),
         "msprobe",
@@ -280,9 +287,44 @@ def test_report_opens_offline_and_shows_what_the_catalog_says(name, built, brows
     top = moved[0][1]
     short = "/".join(top.rsplit("/", 2)[1:]) if top.count("/") >= 2 else top
     assert legend[-1].startswith(f"1. {short} (×10^"), (legend, moved[:3])
+    _check_trends(sample, cat, browser)
 
     if sample.against:
         _check_compare(sample, cat, browser)
+
+
+def _check_trends(sample: Sample, cat: Catalog, browser: Browser) -> None:
+    """Every coloured trend line is its operator's l2norm, max and min per iteration as `stats`
+    gives them (finite values only; l2norm 0 is not drawn on the log panel)."""
+    per = cat.sql(
+        "SELECT op_name, iteration, max(l2norm) FILTER (WHERE isfinite(l2norm)) AS l2norm,"
+        " max(max) FILTER (WHERE isfinite(max)) AS max, min(min) FILTER (WHERE isfinite(min)) AS min "
+        "FROM stats WHERE run = $run AND io <> 'input' AND iteration IS NOT NULL GROUP BY ALL",
+        {"run": sample.run},
+    ).to_pylist()
+    expected: dict[tuple[str, str], dict[int, float]] = {}
+    for p in per:
+        for key in ("l2norm", "max", "min"):
+            v = p[key]
+            if v is not None and not (key == "l2norm" and v <= 0):
+                expected.setdefault((p["op_name"], key), {})[p["iteration"]] = v
+    traces = browser.driver.execute_script(
+        "return document.getElementById('trends-figure')._fullData.filter(t => t.legendgroup !== 'others')"
+        ".map(t => ({op: t.hovertext[0], axis: t.yaxis, x: Array.from(t.x), y: Array.from(t.y)}))"
+    )
+    assert traces
+    key_of = {"y": "l2norm", "y2": "max", "y3": "min"}
+    for t in traces:
+        op = html.unescape(t["op"])
+        drawn = {int(x): y for x, y in zip(t["x"], t["y"], strict=True) if y is not None}
+        want = expected.get((op, key_of[t["axis"]]), {})
+        assert drawn.keys() == want.keys(), (op, t["axis"], drawn, want)
+        assert all(math.isclose(drawn[i], want[i], rel_tol=1e-6) for i in want), (op, drawn, want)
+    log_panel = browser.driver.execute_script(
+        "return document.getElementById('trends-figure')._fullData.filter(t => t.yaxis === 'y')"
+        ".flatMap(t => Array.from(t.y)).filter(v => v !== null && !Number.isNaN(v))"
+    )
+    assert log_panel and min(log_panel) > 0
 
 
 def _check_compare(sample: Sample, cat: Catalog, browser: Browser) -> None:
