@@ -265,7 +265,7 @@ def trends_figure(data: ReportData) -> go.Figure | None:
                     legendgroup=f"mover{s['rank']}",
                     showlegend=row == 1,
                     # the name goes in as hover text, never into the template: a '%{y}' in it is text
-                    hovertext=[label(name)] * len(s["x"]),
+                    hovertext=label(name),  # one string for every point of the line
                     hovertemplate=(
                         f"%{{hovertext}}<br>mover {s['rank']}: l2norm moved ×10^{s['moved']:.2f}<br>"
                         f"iteration %{{x}}: {key} %{{y:.4g}}<extra></extra>"

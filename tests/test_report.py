@@ -310,7 +310,7 @@ def _check_trends(sample: Sample, cat: Catalog, browser: Browser) -> None:
                 expected.setdefault((p["op_name"], key), {})[p["iteration"]] = v
     traces = browser.driver.execute_script(
         "return document.getElementById('trends-figure')._fullData.filter(t => t.legendgroup !== 'others')"
-        ".map(t => ({op: t.hovertext[0], axis: t.yaxis, x: Array.from(t.x), y: Array.from(t.y)}))"
+        ".map(t => ({op: t.hovertext, axis: t.yaxis, x: Array.from(t.x), y: Array.from(t.y)}))"
     )
     assert traces
     key_of = {"y": "l2norm", "y2": "max", "y3": "min"}
@@ -513,6 +513,46 @@ def test_out_is_written_as_a_plain_file_or_refused(built, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["fifo.html", "real.html", "link.html", "dir", "dirlink", "kept.html"]
     )
+
+
+def test_readme_report_section_runs_as_written(tmp_path):
+    """The README's Report section, run from the root of a clone after its set-up command: every
+    command succeeds, each report prints the line shown (but for the seconds), and the error line
+    it quotes is the one printed."""
+    import shlex
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("\n## Report\n") : readme.index("\n## Python API\n")]
+    blocks: list[list[str]] = []
+    for line in section.splitlines():
+        if line.startswith("    ") and line.strip():
+            if not blocks or blocks[-1][-1] is None:
+                blocks.append([])
+            blocks[-1].append(line[4:])
+        elif blocks and blocks[-1][-1] is not None:
+            blocks[-1].append(None)
+    blocks = [[ln for ln in b if ln is not None] for b in blocks]
+    commands = next(b for b in blocks if all(ln.startswith("dumpcat ") for ln in b))
+    shown = next(b for b in blocks if all(ln.startswith("wrote ") for ln in b))
+    (tmp_path / "tests").symlink_to(ROOT / "tests")  # the clone's tests/data, at the same relative path
+    setup = next(ln for ln in readme.splitlines() if "--catalog demo.cat" in ln)
+    ingest = re.search(r"dumpcat ingest \S+ --catalog demo\.cat", setup).group(0)
+
+    def run(command: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*CLI, *shlex.split(command)[1:]], capture_output=True, text=True, cwd=tmp_path)
+
+    assert run(ingest).returncode == 0
+    printed = []
+    for command in commands:
+        proc = run(command)
+        assert proc.returncode == 0, (command, proc.stderr)
+        if command.startswith("dumpcat report "):
+            printed += proc.stdout.splitlines()
+    seconds = re.compile(r" in \d+\.\d\d s$")
+    assert [seconds.sub(" in S s", ln) for ln in printed] == [seconds.sub(" in S s", ln) for ln in shown]
+    quoted = re.search(r"\(`(dumpcat: error: run 'nope' [^`]+)`", section).group(1)
+    proc = run("dumpcat report demo.cat --run nope --out nope.html")
+    assert proc.returncode == 1 and proc.stderr == quoted + "\n", proc.stderr
 
 
 def test_docs_show_a_screenshot_of_every_sample():
