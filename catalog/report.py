@@ -14,6 +14,7 @@ number of tensors. The figures are plotly (`catalog/report_figures.py`), the pag
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,9 +171,9 @@ def _gather_compare(
     p = {"run": run, "baseline": baseline}
     data.compare_status = _query(cur, "report_compare_status", p)
     if data.compare_status.num_rows == 0:
+        command = shlex.join(["dumpcat", "compare", data.catalog, run, baseline])
         raise ReportError(
-            f"run {run!r} has not been compared with {baseline!r} yet: "
-            f"run `dumpcat compare CAT {run} {baseline}` first, then the report"
+            f"run {run!r} has not been compared with {baseline!r} yet: run `{command}` first, then the report"
         )
     _keep(cur, "report_compare_ops", "report_compare_ops", p)
     data.compare_ops = cur.sql("SELECT count(DISTINCT op_name) FROM report_compare_ops").fetchall()[0][0]
@@ -191,9 +192,20 @@ def _gather_compare(
 
 
 def _check_out(out: Path) -> Path:
-    """The output file, or a ReportError saying why it cannot be written there."""
+    """The file to write, or a ReportError saying why it cannot be written there.
+
+    A symbolic link is followed (the file it names is replaced, the link kept). Anything that
+    exists and is not a regular file is refused: the page replaces its target by a rename, which
+    would put a regular file in place of a device (`--out /dev/null` as root), a FIFO or a socket."""
     if out.is_dir():
         raise ReportError(f"--out {out} is a directory: give a file name such as report.html")
+    if out.is_symlink():
+        out = out.resolve()
+    if out.exists() and not out.is_file():
+        raise ReportError(
+            f"--out {out} is not a regular file (a device, FIFO or socket): give a file name such as "
+            "report.html"
+        )
     parent = out.parent if str(out.parent) else Path(".")
     if parent.exists() and not parent.is_dir():
         raise ReportError(f"cannot write {out}: {parent} is not a directory")
@@ -226,6 +238,8 @@ def write_report(
     try:
         tmp.write_text(html, encoding="utf-8")
         os.replace(tmp, out)
+    except OSError as exc:  # a full disk, a file-size limit, a read-only or pseudo file system
+        raise ReportError(f"cannot write {out}: {exc.strerror or exc}") from exc
     finally:
         tmp.unlink(missing_ok=True)
     steps = data.summary.column("anomalous_steps")[0].as_py() if data.summary.num_rows else 0

@@ -7,6 +7,8 @@ figure here is only its data and layout.
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import plotly.graph_objects as go
 import pyarrow as pa
@@ -14,7 +16,7 @@ from plotly.subplots import make_subplots
 
 from catalog.report import ReportData
 
-__all__ = ["compare_figure", "figure_html", "heatmap_figure", "trends_figure"]
+__all__ = ["compare_figure", "figure_html", "heatmap_figure", "label", "op_labels", "trends_figure"]
 
 CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
 CLEAN, PROPAGATED, FIRST = "#dfe4ea", "#f4a261", "#c1121f"
@@ -23,10 +25,41 @@ OTHER_COLOUR = "rgba(140, 140, 140, 0.35)"
 FONT = {"family": "system-ui, -apple-system, 'Segoe UI', sans-serif", "size": 12}
 
 
+AXIS_TEXT = 60  # characters of an axis label or legend entry: a longer one would squeeze the plot away
+HOVER_TEXT = 300  # characters of a name in hover text, and of a heat-map row's name
+
+
 def short_name(op_name: str, parts: int = 2) -> str:
     """The last scope components of an operator name (`fc-Dense/MatMul-op0`): what fits on an axis."""
     tail = op_name.rsplit("/", parts)
     return "/".join(tail[1:]) if len(tail) > parts else op_name
+
+
+def label(text: object, limit: int = HOVER_TEXT) -> str:
+    """`text` (an operator name, a reason: dump content) as plotly.js must show it, verbatim.
+
+    plotly.js reads every label, legend entry, tick and hover text as a subset of HTML (`<a href>`
+    makes a link, `<span style>` styles, `<br>` breaks, entities are decoded), so the HTML special
+    characters become entities; a text longer than `limit` keeps its start and end around '…'."""
+    text = "" if text is None else str(text)
+    if len(text) > limit:
+        tail = (limit - 1) // 3
+        text = text[: limit - 1 - tail] + "…" + text[len(text) - tail :]
+    return html.escape(text, quote=False)
+
+
+def op_labels(names: list[str]) -> list[str]:
+    """The heat map's row names (its y categories, shown in the hover): `label`s, made distinct
+    where two long names cut to the same text."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        text = label(name)
+        if text in seen:
+            text = f"{text} [{i}]"
+        seen.add(text)
+        out.append(text)
+    return out
 
 
 def column_labels(columns: pa.Table) -> list[str]:
@@ -49,7 +82,8 @@ def heatmap_figure(data: ReportData) -> go.Figure | None:
     cells, ops = data.heat_cells, data.heat_ops
     if cells.num_rows == 0 or ops.num_rows == 0:
         return None
-    names = ops.column("op_name").to_pylist()
+    op_names = ops.column("op_name").to_pylist()
+    names = op_labels(op_names)
     labels = column_labels(data.columns)
     n_y, n_x = len(names), len(labels)
     rank = cells.column("rank").to_numpy()
@@ -137,7 +171,7 @@ def heatmap_figure(data: ReportData) -> go.Figure | None:
     fig.update_yaxes(
         autorange="reversed",
         tickvals=names,
-        ticktext=[short_name(n) for n in names],
+        ticktext=[label(short_name(n), AXIS_TEXT) for n in op_names],
         tickfont={"size": 10 if n_y > 40 else 11},
         automargin=True,
     )
@@ -159,7 +193,7 @@ def trends_figure(data: ReportData) -> go.Figure | None:
         cols=1,
         shared_xaxes=True,
         vertical_spacing=0.06,
-        subplot_titles=("l2norm (log scale)", "max", "min"),
+        subplot_titles=("l2norm (log scale; 0 is not drawn)", "max", "min"),
     )
     rows = t.to_pydict()
     order: list[str] = []
@@ -181,7 +215,10 @@ def trends_figure(data: ReportData) -> go.Figure | None:
     mode = "lines+markers" if len(starts) <= 30 else "lines"
 
     def values(s: dict, key: str) -> list[float]:
-        return [np.nan if v is None else v for v in s[key]]
+        # l2norm is drawn on a log axis, where 0 has no place (plotly would draw a line falling off
+        # the panel): a gap, as for NaN/Inf
+        low = 0.0 if key == "l2norm" else -np.inf
+        return [np.nan if v is None or v <= low else v for v in s[key]]
 
     # The grey lines: one trace per panel (operators apart by a gap), drawn first, under the movers.
     others = [n for n in order if not series[n]["top"]]
@@ -215,7 +252,7 @@ def trends_figure(data: ReportData) -> go.Figure | None:
     for name in sorted((n for n in order if series[n]["top"]), key=lambda n: -series[n]["rank"]):
         s = series[name]
         colour = MOVER_COLOURS[(s["rank"] - 1) % len(MOVER_COLOURS)]
-        label = f"{s['rank']}. {short_name(name)} (×10^{s['moved']:.1f})"
+        legend = f"{s['rank']}. {label(short_name(name), AXIS_TEXT)} (×10^{s['moved']:.1f})"
         for row, key in enumerate(metrics, start=1):
             fig.add_trace(
                 go.Scatter(
@@ -224,11 +261,13 @@ def trends_figure(data: ReportData) -> go.Figure | None:
                     mode=mode,
                     line={"color": colour, "width": 2.5},
                     marker={"size": 5},
-                    name=label,
-                    legendgroup=name,
+                    name=legend,
+                    legendgroup=f"mover{s['rank']}",
                     showlegend=row == 1,
+                    # the name goes in as hover text, never into the template: a '%{y}' in it is text
+                    hovertext=label(name),  # one string for every point of the line
                     hovertemplate=(
-                        f"{name}<br>mover {s['rank']}: l2norm moved ×10^{s['moved']:.2f}<br>"
+                        f"%{{hovertext}}<br>mover {s['rank']}: l2norm moved ×10^{s['moved']:.2f}<br>"
                         f"iteration %{{x}}: {key} %{{y:.4g}}<extra></extra>"
                     ),
                 ),
@@ -267,9 +306,9 @@ def compare_figure(data: ReportData) -> go.Figure | None:
         colour = MOVER_COLOURS[k % len(MOVER_COLOURS)]
         xs = [p["x"][i] for i in idx]
         hover = [
-            p["op_name"][i]
-            + (f" … {p['last_op_name'][i]} ({p['ops'][i]} operators)" if p["ops"][i] > 1 else "")
-            + f"<br>{p['statuses'][i]}"
+            label(p["op_name"][i])
+            + (f" … {label(p['last_op_name'][i])} ({p['ops'][i]} operators)" if p["ops"][i] > 1 else "")
+            + f"<br>{label(p['statuses'][i])}"
             for i in idx
         ]
         for row, key in ((1, "cosine"), (2, "max_abs_err")):
@@ -313,7 +352,8 @@ def compare_figure(data: ReportData) -> go.Figure | None:
                         legendgroup=kind,
                         showlegend=row == 1,
                         hovertext=[
-                            f"iteration {d['iteration'][i]}: {d['op_name'][i]}<br>{d['reason'][i]}"
+                            f"iteration {d['iteration'][i]}: {label(d['op_name'][i])}<br>"
+                            + label(d["reason"][i])
                             for i in sel
                         ],
                         hovertemplate="%{hovertext}<extra></extra>",
@@ -331,7 +371,7 @@ def compare_figure(data: ReportData) -> go.Figure | None:
             fig.add_vline(
                 x=d["x"][i],
                 line={"color": FIRST, "dash": "dash", "width": 1},
-                annotation_text=f"first divergence: {short_name(d['op_name'][i])}",
+                annotation_text=f"first divergence: {label(short_name(d['op_name'][i]), AXIS_TEXT)}",
                 annotation_position="top right",
                 annotation_font={"color": FIRST},
             )

@@ -41,6 +41,7 @@ table { border-collapse: collapse; font-size: 12.5px; width: 100%; }
 th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid #edf0f2; vertical-align: top; }
 th { background: #f0f2f5; position: sticky; top: 0; font-weight: 600; white-space: nowrap; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.code, td.text { overflow-wrap: anywhere; }
 td.op { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 12px; word-break: break-all; }
 td.code code, td.row code { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 12px; }
 td.line { white-space: nowrap; }
@@ -80,8 +81,16 @@ document.getElementById('{plot_id}').on('plotly_click', function (ev) {
 """
 
 
+MAX_TEXT = 1000  # characters of one name, path, line of code or message on the page
+
+
 def _e(value: object) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
+    """Text from the catalog (dump content: names, paths, code, messages) as HTML: escaped, and
+    cut at MAX_TEXT characters so that no string can make the page large."""
+    text = "" if value is None else str(value)
+    if len(text) > MAX_TEXT:
+        text = f"{text[:MAX_TEXT]}… ({len(text) - MAX_TEXT:,} more characters)"
+    return html.escape(text, quote=True)
 
 
 def _num(value: object) -> str:
@@ -152,7 +161,7 @@ def _summary(data: ReportData) -> str:
     def iterations(r: dict) -> str:
         if not r["iterations"]:
             return "0"
-        return f"{r['iterations']:,} ({r['first_iteration']}–{r['last_iteration']})"
+        return f"{r['iterations']:,} ({_span(r['first_iteration'], r['last_iteration'])})"
 
     def where(r: dict) -> str:
         parts = [p for p in (r["device_target"], r["ms_version"] and f"MindSpore {r['ms_version']}") if p]
@@ -188,6 +197,16 @@ def _summary(data: ReportData) -> str:
             f"{_e(f['io'])} {f['slot']}){line}. {_num(f['steps'])} step(s) hold NaN or Inf: see "
             '<a href="#first-anomalies">the first anomaly of every step</a>.</div>'
         )
+    elif rows and not rows[0]["stat_rows"] and not rows[0]["tensors"]:
+        errors = rows[0]["errors"]
+        why = (
+            f'none of its files could be cataloged: see <a href="#errors">the {errors:,} ingest error(s)</a>'
+            if errors
+            else "its dump held no tensor"
+        )
+        headline = (
+            f'<div class="headline">Run <b>{_e(data.run)}</b> holds no tensor and no statistic: {why}.</div>'
+        )
     elif rows and not rows[0]["stat_rows"]:
         headline = (
             f'<div class="headline">Run <b>{_e(data.run)}</b> has no statistics (ingested with '
@@ -208,7 +227,14 @@ def _first_anomalies(data: ReportData) -> str:
     steps = data.steps.to_pylist()
     if not steps:
         stats = data.summary.num_rows and data.summary.column("stat_rows")[0].as_py()
-        why = "No step has an output holding NaN or Inf." if stats else "The run has no statistics."
+        tensors = data.summary.num_rows and data.summary.column("tensors")[0].as_py()
+        why = (
+            "No step has an output holding NaN or Inf."
+            if stats
+            else "The run has no statistics."
+            if tensors
+            else "The run holds no tensor."
+        )
         return f'<section id="first-anomalies"><h2>First anomaly of every step</h2><p>{why}</p></section>'
 
     total = steps[0]["steps"]
@@ -370,7 +396,7 @@ def _compare(data: ReportData) -> str:
         ("rank", "num", lambda r: _num(r["rank"])),
         ("operator", "op", _op_cell),
         ("tensor", "", _tensor_cell),
-        ("reason", "", lambda r: _e(r["reason"])),
+        ("reason", "text", lambda r: _e(r["reason"])),
         ("cosine", "num", lambda r: _num(r["cosine"])),
         ("max abs error", "num", lambda r: _num(r["max_abs_err"])),
         ("source line", "line", lambda r: _source(r["source_file"], r["source_line"])),
@@ -416,7 +442,7 @@ def _errors(data: ReportData) -> str:
         ("stage", "", lambda r: _e(r["stage"])),
         ("errors", "num", lambda r: _num(r["errors"])),
         ("example", "op", lambda r: _e(r["example_path"])),
-        ("reason", "", lambda r: _e(r["example_reason"])),
+        ("reason", "text", lambda r: _e(r["example_reason"])),
     ]
     return (
         head

@@ -14,6 +14,7 @@ into the repository.
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import math
@@ -58,6 +59,12 @@ SAMPLES = {
         first=(0, 0, PREFIX + "Sqrt-op0", 34, "x = self.sqrt(x)"),
     ),
     "multigraph": Sample(((dump_of("multigraph"), "multigraph"),), "multigraph"),
+    "div_late": Sample(
+        ((dump_of("div_late"), "div_late"),),
+        "div_late",
+        # step 0 is clean; at step 1 a zero scale makes the Div's output ±Inf (no NaN)
+        first=(0, 1, "Default/network-WithLoss/_backbone-Net/Div-op0", 16, "x = self.div(x, scale)"),
+    ),
     "msprobe_2ranks": Sample(
         ((DATA / "msprobe" / "pt_l1_statistics_2ranks", "msprobe"),),
         "msprobe",
@@ -280,9 +287,44 @@ def test_report_opens_offline_and_shows_what_the_catalog_says(name, built, brows
     top = moved[0][1]
     short = "/".join(top.rsplit("/", 2)[1:]) if top.count("/") >= 2 else top
     assert legend[-1].startswith(f"1. {short} (×10^"), (legend, moved[:3])
+    _check_trends(sample, cat, browser)
 
     if sample.against:
         _check_compare(sample, cat, browser)
+
+
+def _check_trends(sample: Sample, cat: Catalog, browser: Browser) -> None:
+    """Every coloured trend line is its operator's l2norm, max and min per iteration as `stats`
+    gives them (finite values only; l2norm 0 is not drawn on the log panel)."""
+    per = cat.sql(
+        "SELECT op_name, iteration, max(l2norm) FILTER (WHERE isfinite(l2norm)) AS l2norm,"
+        " max(max) FILTER (WHERE isfinite(max)) AS max, min(min) FILTER (WHERE isfinite(min)) AS min "
+        "FROM stats WHERE run = $run AND io <> 'input' AND iteration IS NOT NULL GROUP BY ALL",
+        {"run": sample.run},
+    ).to_pylist()
+    expected: dict[tuple[str, str], dict[int, float]] = {}
+    for p in per:
+        for key in ("l2norm", "max", "min"):
+            v = p[key]
+            if v is not None and not (key == "l2norm" and v <= 0):
+                expected.setdefault((p["op_name"], key), {})[p["iteration"]] = v
+    traces = browser.driver.execute_script(
+        "return document.getElementById('trends-figure')._fullData.filter(t => t.legendgroup !== 'others')"
+        ".map(t => ({op: t.hovertext, axis: t.yaxis, x: Array.from(t.x), y: Array.from(t.y)}))"
+    )
+    assert traces
+    key_of = {"y": "l2norm", "y2": "max", "y3": "min"}
+    for t in traces:
+        op = html.unescape(t["op"])
+        drawn = {int(x): y for x, y in zip(t["x"], t["y"], strict=True) if y is not None}
+        want = expected.get((op, key_of[t["axis"]]), {})
+        assert drawn.keys() == want.keys(), (op, t["axis"], drawn, want)
+        assert all(math.isclose(drawn[i], want[i], rel_tol=1e-6) for i in want), (op, drawn, want)
+    log_panel = browser.driver.execute_script(
+        "return document.getElementById('trends-figure')._fullData.filter(t => t.yaxis === 'y')"
+        ".flatMap(t => Array.from(t.y)).filter(v => v !== null && !Number.isNaN(v))"
+    )
+    assert log_panel and min(log_panel) > 0
 
 
 def _check_compare(sample: Sample, cat: Catalog, browser: Browser) -> None:
@@ -413,7 +455,7 @@ def test_bad_input_is_one_clear_line(built, tmp_path):
         (["report", str(empty), "--out", out], "holds no run yet"),
         (["report", str(two), "--out", out], "holds 2 runs (a, b): choose one with --run"),
         (["report", str(two), "--run", "a", "--against", "zz", "--out", out], "baseline run 'zz' is not in"),
-        (["report", str(two), "--run", "a", "--against", "b", "--out", out], "dumpcat compare CAT a b"),
+        (["report", str(two), "--run", "a", "--against", "b", "--out", out], f"`dumpcat compare {two} a b`"),
         (["report", pair, "--run", "cast", "--against", "cast", "--out", out], "names the run itself"),
         (["report", nan_cat, "--out", str(tmp_path / "nodir" / "r.html")], "does not exist"),
         (["report", nan_cat, "--out", str(tmp_path)], "is a directory"),
@@ -428,6 +470,89 @@ def test_bad_input_is_one_clear_line(built, tmp_path):
     assert not Path(out).exists()
     proc = cli("report", nan_cat)  # --out is required: a usage error
     assert proc.returncode == 2 and "--out" in proc.stderr
+
+
+def test_out_is_written_as_a_plain_file_or_refused(built, tmp_path):
+    """--out never replaces what is not a regular file (a FIFO here; `/dev/null` as root would be
+    the same rename), writes through a symbolic link, and a write that fails is one line that
+    leaves the old file whole and no temporary file behind."""
+    import os
+    import resource
+
+    nan_cat = str(built("nan_log")[0])
+    fifo = tmp_path / "fifo.html"
+    os.mkfifo(fifo)
+    proc = cli("report", nan_cat, "--out", str(fifo))
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"dumpcat: error: --out {fifo} is not a regular file"), proc.stderr
+    assert fifo.is_fifo()
+
+    target = tmp_path / "real.html"
+    target.write_text("old")
+    link = tmp_path / "link.html"
+    link.symlink_to(target.name)
+    proc = cli("report", nan_cat, "--out", str(link))
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and target.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dirlink").symlink_to("dir")
+    proc = cli("report", nan_cat, "--out", str(tmp_path / "dirlink"))
+    assert proc.returncode == 1 and "dirlink is a directory" in proc.stderr, proc.stderr
+
+    def small_files() -> None:  # a disk that fills up after 1 MB
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+    out = tmp_path / "kept.html"
+    out.write_text("old")
+    proc = subprocess.run(
+        [*CLI, "report", nan_cat, "--out", str(out)], capture_output=True, text=True, preexec_fn=small_files
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == f"dumpcat: error: cannot write {out}: File too large\n", proc.stderr
+    assert out.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["fifo.html", "real.html", "link.html", "dir", "dirlink", "kept.html"]
+    )
+
+
+def test_readme_report_section_runs_as_written(tmp_path):
+    """The README's Report section, run from the root of a clone after its set-up command: every
+    command succeeds, each report prints the line shown (but for the seconds), and the error line
+    it quotes is the one printed."""
+    import shlex
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("\n## Report\n") : readme.index("\n## Python API\n")]
+    blocks: list[list[str]] = []
+    for line in section.splitlines():
+        if line.startswith("    ") and line.strip():
+            if not blocks or blocks[-1][-1] is None:
+                blocks.append([])
+            blocks[-1].append(line[4:])
+        elif blocks and blocks[-1][-1] is not None:
+            blocks[-1].append(None)
+    blocks = [[ln for ln in b if ln is not None] for b in blocks]
+    commands = next(b for b in blocks if all(ln.startswith("dumpcat ") for ln in b))
+    shown = next(b for b in blocks if all(ln.startswith("wrote ") for ln in b))
+    (tmp_path / "tests").symlink_to(ROOT / "tests")  # the clone's tests/data, at the same relative path
+    setup = next(ln for ln in readme.splitlines() if "--catalog demo.cat" in ln)
+    ingest = re.search(r"dumpcat ingest \S+ --catalog demo\.cat", setup).group(0)
+
+    def run(command: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*CLI, *shlex.split(command)[1:]], capture_output=True, text=True, cwd=tmp_path)
+
+    assert run(ingest).returncode == 0
+    printed = []
+    for command in commands:
+        proc = run(command)
+        assert proc.returncode == 0, (command, proc.stderr)
+        if command.startswith("dumpcat report "):
+            printed += proc.stdout.splitlines()
+    seconds = re.compile(r" in \d+\.\d\d s$")
+    assert [seconds.sub(" in S s", ln) for ln in printed] == [seconds.sub(" in S s", ln) for ln in shown]
+    quoted = re.search(r"\(`(dumpcat: error: run 'nope' [^`]+)`", section).group(1)
+    proc = run("dumpcat report demo.cat --run nope --out nope.html")
+    assert proc.returncode == 1 and proc.stderr == quoted + "\n", proc.stderr
 
 
 def test_docs_show_a_screenshot_of_every_sample():
