@@ -90,7 +90,7 @@ _SORT_ROWS = 122_880  # = DuckDB's row group: a merge decodes each input group a
 # rows are sorted and written in parts sized to fit it). A statement that still runs out of memory
 # (a batch of unusually wide rows resolved in one join) is retried with the cap doubled, up to half
 # the machine's memory, and the writer keeps the raised cap.
-_MEMORY_LIMIT = os.environ.get("DUMPCAT_WRITER_MEMORY", "256MB")
+_MEMORY_LIMIT = os.environ.get("DUMPCAT_WRITER_MEMORY", "128MB")
 
 
 def _tier(rows: int) -> int:
