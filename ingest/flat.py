@@ -38,7 +38,6 @@ import logging
 import os
 import re
 import shutil
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -185,51 +184,16 @@ class FlatWriter:
         self._con: duckdb.DuckDBPyConnection | None = None
         self._files: dict[str, list[str]] | None = None
         self.memory_limit = _memory_bytes(_MEMORY_LIMIT)
-        self._warming: threading.Thread | None = None
-        self._warm_up_failed = False
 
     def close(self) -> None:
-        self._join_warm_up()
         if self._con is not None:
             self._con.close()
             self._con = None
 
     # -- the connection ----------------------------------------------------------------------
 
-    def warm_up(self, snap: dict) -> None:
-        """Open the writer's DuckDB and define its views in a thread, while the ingest reads its
-        first files: DuckDB binds the resolution SQL (~70 ms) without holding the GIL, and on a
-        small dump that binding was most of the first commit's time. The first use waits for it;
-        if it failed, the first use connects again and raises there."""
-        if self._con is not None or self._warming is not None:
-            return
-
-        def connect() -> None:
-            try:
-                self._connect_now(snap)
-            except BaseException:
-                self._warm_up_failed = True
-
-        self._warming = threading.Thread(target=connect, name="dumpcat-writer-warm-up", daemon=True)
-        self._warming.start()
-
-    def _join_warm_up(self) -> None:
-        if self._warming is None:
-            return
-        self._warming.join()
-        self._warming = None
-        if self._warm_up_failed:
-            self._warm_up_failed = False
-            if self._con is not None:
-                self._con.close()
-            self._con, self._files = None, None
-
     def _connect(self, snap: dict) -> duckdb.DuckDBPyConnection:
         """A private DuckDB whose raw views list every live batch of `snap`."""
-        self._join_warm_up()
-        return self._connect_now(snap)
-
-    def _connect_now(self, snap: dict) -> duckdb.DuckDBPyConnection:
         from catalog.views import define_raw_view, define_sql_views
 
         if self._con is None:

@@ -356,8 +356,6 @@ class CatalogStore:
             if "flat" not in snap:  # a catalog from before flat files: give it them once
                 self._retire(snap, self._flat_writer().build_all(snap))
                 self._commit_snapshot(snap)
-            else:
-                self._flat_writer().warm_up(snap)
             yield
         finally:
             if self._flat is not None:
