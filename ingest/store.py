@@ -472,25 +472,47 @@ class CatalogStore:
         """Record in `snap` the ranks of `run` this shard holds rows of, and refuse (CatalogError)
         a rank that another shard of the run holds too: each rank is one writer's (its tensors
         resolve against its own operators, and two shards ingesting the same files would show
-        each row twice). Best effort: two writers committing the same new rank at the same moment
-        both pass, and the next commit of either fails."""
+        each row twice). A rank new to this shard is claimed under the catalog's shards.lock and
+        committed (in this shard's snapshot, before any of its rows) while the lock is held, so
+        that of two writers bringing the same new rank at the same moment exactly one gets it."""
         claimed = snap.setdefault("ranks", {})
-        mine = set(claimed.get(run, []))
+        held = set(claimed.get(run, []))
+        mine = set(held)
         for name, table in tables.items():
             if name != "comparisons" and "rank" in table.column_names:
                 mine.update(r for r in pc.unique(table.column("rank")).to_pylist() if r is not None)
-        if mine:
-            claimed[run] = sorted(mine)
-        others = [e for e in self.shards() if e["run"] == run and e["path"] != self.shard_rel]
-        if self.writer is None and not others:
+        if mine == held:
+            # ranks it holds already: checked when claimed (an unreadable shard does not stop it)
+            self._check_ranks(run, mine, strict=False)
             return
+        fd = os.open(self.root / "shards.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._check_ranks(run, mine, strict=True)
+            claimed[run] = sorted(mine)
+            self._commit_snapshot(snap)
+        finally:
+            os.close(fd)
+
+    def _check_ranks(self, run: str, mine: set[int], *, strict: bool) -> None:
+        """CatalogError if another shard of `run` holds one of the ranks `mine`; a shard whose
+        snapshot cannot be read is an error when `strict` (its ranks are unknown)."""
+        others = [e for e in self.shards() if e["run"] == run and e["path"] != self.shard_rel]
         if self.writer is not None:
             others = [{"path": "", "writer": None}, *others]
         for other in others:
             path = self.root / other["path"] / SNAPSHOT
             if not path.exists():
                 continue
-            theirs = _read_snapshot(path)
+            try:
+                theirs = _read_snapshot(path)
+            except CatalogError as exc:
+                if not strict:
+                    continue
+                raise CatalogError(
+                    f"{exc}: cannot tell which ranks it holds, so no writer of run {run!r} can take a new "
+                    f"rank until it is restored ({self.describe()} was refused)"
+                ) from exc
             held = set(theirs.get("ranks", {}).get(run, []))
             if "ranks" not in theirs:  # a default shard written before ranks were recorded
                 held = {k for entries in theirs.get("flat", {}).values() for e in entries

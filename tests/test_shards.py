@@ -144,7 +144,7 @@ def dumpcat(*args, check: bool = True) -> subprocess.CompletedProcess:
     return proc
 
 
-def start_ingest(root: Path, cat_dir: Path, k: int) -> subprocess.Popen:
+def start_ingest(root: Path, cat_dir: Path, k: int | str) -> subprocess.Popen:
     """`dumpcat ingest ROOT --writer hostK` as its own process."""
     return subprocess.Popen(
         [sys.executable, "-m", "catalog.cli", "ingest", str(root), "--catalog", str(cat_dir),
@@ -369,6 +369,25 @@ def test_damaged_registry_and_missing_shard_snapshot(tree, tmp_path):
     (cat_dir / "shards.json").write_text('{"shards": [')
     proc = dumpcat("sql", cat_dir, "SELECT count(*) FROM tensors", check=False)
     assert proc.returncode == 1 and "cannot read" in proc.stderr and "shards.json" in proc.stderr, proc.stderr
+
+
+def test_writers_racing_for_the_same_rank_one_gets_it(tree, tmp_path):
+    """Two writers of different names (two hosts mounting the same dump, say) ingest the same ranks
+    at the same moment: one catalogs them and the other is refused in one line, never both (each
+    row would show twice). Tried a few times, since the start is a race."""
+    _, hosts = tree
+    for attempt in range(4):
+        cat_dir = tmp_path / f"cat{attempt}"
+        Catalog.open(cat_dir, create=True).close()
+        procs = [start_ingest(hosts[0], cat_dir, name) for name in ("A", "B")]
+        results = [(p.wait(120), p.stderr.read()) for p in procs]
+        assert sorted(rc for rc, _ in results) == [0, 1], (attempt, results)
+        refused = next(err for rc, err in results if rc == 1)
+        assert "of run 'multi' is already cataloged by writer 'host" in refused, refused
+        assert "Traceback" not in refused
+        assert_readable_without_duplicates(cat_dir, f"after race {attempt}")
+        with Catalog.open(cat_dir) as cat:
+            assert cat.sql("SELECT DISTINCT rank FROM tensors ORDER BY 1").column(0).to_pylist() == [0, 3]
 
 
 def test_status_of_watchers_on_other_hosts(tmp_path):
