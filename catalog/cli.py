@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import NoReturn
 
@@ -23,7 +24,7 @@ from catalog.output import write_table
 from catalog.views import query_text
 from ingest.pipeline import DumpRootError, detect_dump
 from ingest.readers.registry import reader_names
-from ingest.store import CatalogError, check_writer_name
+from ingest.store import CatalogError, CatalogWarning, check_writer_name
 
 # Options shared by `ingest` and `watch`.
 CATALOG_OPTION = click.option(
@@ -73,11 +74,23 @@ def _fail(message: str) -> NoReturn:
     sys.exit(1)
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A CatalogWarning (a shard left out as unreadable) is one line, as errors are."""
+    if issubclass(category, CatalogWarning):
+        click.echo(f"dumpcat: warning: {' '.join(str(message).split())}", err=True)
+    else:
+        _python_show_warning(message, category, filename, lineno, file, line)
+
+
+_python_show_warning = warnings.showwarning
+
+
 class _Commands(click.Group):
     """Every command's expected failures (a bad query, an unusable catalog or dump, a file that
     cannot be written) become one line on stderr and exit status 1, never a traceback."""
 
     def invoke(self, ctx: click.Context):
+        warnings.showwarning = _show_warning
         try:
             return super().invoke(ctx)
         except BrokenPipeError:  # `dumpcat sql ... | head`: the reader has what it wanted

@@ -211,8 +211,19 @@ def compute_missing_stats(
                 summary.where = f"Spark {sessions[0].sparkContext.master}"
             return sessions[0]
 
+        unreadable = []
         for shard in _shards(catalog.store, run):
+            if (shard.shard_dir / SNAPSHOT).exists():
+                try:
+                    shard.snapshot()
+                except CatalogError as exc:  # left out of the views too (a warning said so)
+                    unreadable.append(f"{shard.describe()}: {exc}")
+                    continue
             _shard_stats(shard, run, summary, session if spark is not None else None, workers, md5, progress)
+    if unreadable:
+        raise StatsError(
+            f"the statistics of the other shards are committed, but not those of {'; '.join(unreadable)}"
+        )
     if spark is not None and summary.tasks:
         summary.where += f", {summary.tasks:,} tasks"
     catalog.refresh()

@@ -39,10 +39,11 @@ import shutil
 import socket
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -82,6 +83,10 @@ class CatalogError(Exception):
     """The catalog directory is missing, not a catalog, or unusable."""
 
 
+class CatalogWarning(UserWarning):
+    """Part of the catalog is unreadable (a damaged shard snapshot or registry): readers show the rest."""
+
+
 def run_dir_name(run: str) -> str:
     """Directory name for a run: hive style, with the run name percent-encoded."""
     return "run=" + quote(run, safe="")
@@ -112,7 +117,8 @@ class CatalogStore:
         self.writer: str | None = None
         self.shard_run: str | None = None
         self.shard_rel = ""
-        self._shards_cache: tuple[tuple[int, int] | None, list[dict]] = (None, [])
+        self._shards_cache: tuple[tuple[int, int] | None, list[dict], list[str]] = (None, [], [])
+        self._warned: set[str] = set()
         marker = self.root / MARKER
         if not marker.exists():
             if not create:
@@ -171,26 +177,58 @@ class CatalogStore:
         return f"shard writer={self.writer} of run {self.shard_run!r} in {self.root}"
 
     def shards(self) -> list[dict]:
-        """The registered named shards ({"run", "writer", "path"}), sorted by path; [] when none."""
+        """The registered named shards ({"run", "writer", "path"}), sorted by path; [] when none.
+        A damaged shards.json does not hide the catalog: an entry that names no shard of this
+        catalog is left out, and the shards are then also found from the layout (`shard_problems`
+        says so; the next writer to register rewrites the file)."""
         token = _stat_token(self.root / SHARDS)
-        cached_token, cached = self._shards_cache
+        cached_token, cached, _ = self._shards_cache
         if token is not None and token == cached_token:
             return cached
         if token is None:
             return []
+        problems: list[str] = []
         try:
-            shards = json.loads((self.root / SHARDS).read_text())["shards"]
+            listed = json.loads((self.root / SHARDS).read_text())["shards"]
+            if not isinstance(listed, list):
+                raise TypeError("'shards' is not a list")
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise CatalogError(f"cannot read {self.root / SHARDS}: {exc}") from exc
-        shards = sorted(shards, key=lambda e: e["path"])
-        self._shards_cache = (token, shards)
+            problems.append(f"cannot read {self.root / SHARDS} ({exc})")
+            listed = []
+        shards = []
+        for e in listed:
+            if _valid_shard_entry(e):
+                shards.append({"run": e["run"], "writer": e["writer"], "path": e["path"]})
+            else:
+                problems.append(f"{self.root / SHARDS} lists {e!r}, which is not a shard of this catalog")
+        if problems:
+            shards += self._found_shards()
+            problems[-1] += ": the shards were found from the directories data/run=*/writer=*/ instead"
+        shards = sorted({e["path"]: e for e in shards}.values(), key=lambda e: e["path"])
+        self._shards_cache = (token, shards, problems)
         return shards
+
+    def shard_problems(self) -> list[str]:
+        """What `shards` could not read in shards.json (empty when it is sound)."""
+        self.shards()
+        return list(self._shards_cache[2])
+
+    def _found_shards(self) -> list[dict]:
+        """The named shards as the layout shows them: each data/run=<run>/writer=<name>/ directory
+        (a shard's first writer makes it before registering it)."""
+        found = []
+        for sdir in sorted((self.root / "data").glob("run=*/writer=*")):
+            run, writer = unquote(sdir.parent.name.removeprefix("run=")), sdir.name.removeprefix("writer=")
+            entry = {"run": run, "writer": writer, "path": f"data/{sdir.parent.name}/{sdir.name}"}
+            if sdir.is_dir() and _valid_shard_entry(entry):
+                found.append(entry)
+        return found
 
     def _register_shard(self) -> None:
         """List this named shard in shards.json (idempotent; under the registry's own lock, since
         writers of several shards may register at once) and mark the catalog as sharded."""
         entry = {"run": self.shard_run, "writer": self.writer, "path": self.shard_rel}
-        if any(e["path"] == self.shard_rel for e in self.shards()):
+        if any(e["path"] == self.shard_rel for e in self.shards()) and not self.shard_problems():
             return
         fd = os.open(self.root / "shards.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -200,8 +238,9 @@ class CatalogStore:
             if info.get("version", 0) < FORMAT_SHARDED:
                 write_json_atomic(marker, {**info, "version": FORMAT_SHARDED})
             path = self.root / SHARDS
-            shards = json.loads(path.read_text())["shards"] if path.exists() else []
-            if not any(e["path"] == self.shard_rel for e in shards):
+            shards = self.shards() if path.exists() else []  # a damaged registry is rewritten whole
+            if not any(e["path"] == self.shard_rel for e in shards) or self.shard_problems():
+                shards = [e for e in shards if e["path"] != self.shard_rel]
                 write_json_atomic(path, {"shards": [*shards, entry]})
         finally:
             os.close(fd)
@@ -211,7 +250,8 @@ class CatalogStore:
     def snapshot(self) -> dict:
         """This shard's current snapshot (which of its batches are committed). Readers want
         `union_snapshot`: every shard's."""
-        return _read_snapshot(self.shard_dir / SNAPSHOT)
+        path = self.shard_dir / SNAPSHOT
+        return _checked_snapshot(_read_snapshot(path), self.shard_rel, path)
 
     def snapshot_token(self) -> tuple[int, int]:
         """Cheap change detector for this shard: (mtime_ns, inode) of its snapshot.json."""
@@ -240,18 +280,41 @@ class CatalogStore:
         batches and flat files, each shard's snapshot read whole (so each is consistent; shards
         commit independently). Entries carry "shard" (their shard's path, "" for the default).
         "flat" is left out when a shard has no flat files (the default shard of a catalog from
-        before them): readers then resolve names at query time."""
-        base = self.root / SNAPSHOT
-        snap = _read_snapshot(base)
+        before them): readers then resolve names at query time.
+
+        A shard whose snapshot cannot be read (damaged by hand or by the storage) is left out, so
+        that the others stay readable: "unreadable" lists each one in words, and a CatalogWarning
+        says so once per store. Without named shards a damaged snapshot is a CatalogError."""
         shards = self.shards()
-        if not shards:
-            return snap
-        parts = [("", snap)]
-        for e in shards:
-            path = self.root / e["path"] / SNAPSHOT
-            if path.exists():  # written before the shard is registered; a missing one holds nothing
-                parts.append((e["path"], _read_snapshot(path)))
-        union: dict = {"version": snap.get("version", 0), "batches": [], "shards": shards}
+        if not shards and not self.shard_problems():
+            return _read_snapshot(self.root / SNAPSHOT)
+        problems = self.shard_problems()
+        parts = []
+        for rel, e in [("", None), *((e["path"], e) for e in shards)]:
+            path = self.root / rel / SNAPSHOT
+            if rel and not path.exists():
+                continue  # written before the shard is registered; a missing one holds nothing
+            try:
+                parts.append((rel, _checked_snapshot(_read_snapshot(path), rel, path)))
+            except CatalogError as exc:
+                who = f"shard writer={e['writer']} of run {e['run']!r}" if e else "the default shard"
+                problems.append(
+                    f"{who} is left out (its rows are in no view): {exc}; restore the file, or delete "
+                    f"it and run that writer again (it catalogs its ranks anew)"
+                )
+        for message in problems:
+            if message not in self._warned:
+                self._warned.add(message)
+                warnings.warn(message, CatalogWarning, stacklevel=2)
+        if not parts:
+            raise CatalogError(f"no shard of {self.root} is readable: {problems[-1]}")
+        base = next((part for rel, part in parts if rel == ""), {})
+        union: dict = {
+            "version": base.get("version", 0),
+            "batches": [],
+            "shards": shards,
+            "unreadable": problems,
+        }
         has_flat = all("flat" in part for _, part in parts)
         if has_flat:
             union["flat"] = empty_flat()
@@ -472,25 +535,47 @@ class CatalogStore:
         """Record in `snap` the ranks of `run` this shard holds rows of, and refuse (CatalogError)
         a rank that another shard of the run holds too: each rank is one writer's (its tensors
         resolve against its own operators, and two shards ingesting the same files would show
-        each row twice). Best effort: two writers committing the same new rank at the same moment
-        both pass, and the next commit of either fails."""
+        each row twice). A rank new to this shard is claimed under the catalog's shards.lock and
+        committed (in this shard's snapshot, before any of its rows) while the lock is held, so
+        that of two writers bringing the same new rank at the same moment exactly one gets it."""
         claimed = snap.setdefault("ranks", {})
-        mine = set(claimed.get(run, []))
+        held = set(claimed.get(run, []))
+        mine = set(held)
         for name, table in tables.items():
             if name != "comparisons" and "rank" in table.column_names:
                 mine.update(r for r in pc.unique(table.column("rank")).to_pylist() if r is not None)
-        if mine:
-            claimed[run] = sorted(mine)
-        others = [e for e in self.shards() if e["run"] == run and e["path"] != self.shard_rel]
-        if self.writer is None and not others:
+        if mine == held:
+            # ranks it holds already: checked when claimed (an unreadable shard does not stop it)
+            self._check_ranks(run, mine, strict=False)
             return
+        fd = os.open(self.root / "shards.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._check_ranks(run, mine, strict=True)
+            claimed[run] = sorted(mine)
+            self._commit_snapshot(snap)
+        finally:
+            os.close(fd)
+
+    def _check_ranks(self, run: str, mine: set[int], *, strict: bool) -> None:
+        """CatalogError if another shard of `run` holds one of the ranks `mine`; a shard whose
+        snapshot cannot be read is an error when `strict` (its ranks are unknown)."""
+        others = [e for e in self.shards() if e["run"] == run and e["path"] != self.shard_rel]
         if self.writer is not None:
             others = [{"path": "", "writer": None}, *others]
         for other in others:
             path = self.root / other["path"] / SNAPSHOT
             if not path.exists():
                 continue
-            theirs = _read_snapshot(path)
+            try:
+                theirs = _read_snapshot(path)
+            except CatalogError as exc:
+                if not strict:
+                    continue
+                raise CatalogError(
+                    f"{exc}: cannot tell which ranks it holds, so no writer of run {run!r} can take a new "
+                    f"rank until it is restored ({self.describe()} was refused)"
+                ) from exc
             held = set(theirs.get("ranks", {}).get(run, []))
             if "ranks" not in theirs:  # a default shard written before ranks were recorded
                 held = {k for entries in theirs.get("flat", {}).values() for e in entries
@@ -593,9 +678,42 @@ class CatalogStore:
 
 def _read_snapshot(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
+        snap = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise CatalogError(f"cannot read {path}: {exc}") from exc
+    if not isinstance(snap, dict) or not isinstance(snap.get("batches"), list):
+        raise CatalogError(f"cannot read {path}: not a dumpcat snapshot (no list of batches)")
+    return snap
+
+
+def _checked_snapshot(snap: dict, rel: str, path: Path) -> dict:
+    """`snap`, read from `path`, of the shard at `rel` ("" for the default), if every path it names
+    is a relative one inside that shard's directory; else CatalogError (a reader would read, and its
+    writer delete, files elsewhere)."""
+    prefix = f"{rel}/" if rel else "data/"
+
+    def inside(entry: object) -> bool:
+        where = entry.get("path") if isinstance(entry, dict) else None
+        return isinstance(where, str) and where.startswith(prefix) and ".." not in Path(where).parts
+
+    flats, retired = snap.get("flat", {}), snap.get("retired", [])
+    ok = (
+        all(inside(b) and isinstance(b.get("tables"), dict) for b in snap["batches"])
+        and isinstance(flats, dict)
+        and all(isinstance(v, list) and all(map(inside, v)) for v in flats.values())
+        and isinstance(retired, list) and all(map(inside, retired))
+    )  # fmt: skip
+    if not ok:
+        raise CatalogError(f"cannot read {path}: it names a file outside its shard's directory")
+    return snap
+
+
+def _valid_shard_entry(e: object) -> bool:
+    """A shards.json entry naming a shard of this catalog: its path is the one its run and writer give."""
+    return (
+        isinstance(e, dict) and isinstance(e.get("run"), str) and isinstance(e.get("writer"), str)
+        and bool(_WRITER_NAME.fullmatch(e["writer"])) and e.get("path") == shard_path(e["run"], e["writer"])
+    )  # fmt: skip
 
 
 def _stat_token(path: Path) -> tuple[int, int] | None:

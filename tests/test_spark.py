@@ -34,7 +34,7 @@ import duckdb  # noqa: E402
 from catalog import spark as dspark  # noqa: E402
 from catalog.api import Catalog  # noqa: E402
 from ingest.pipeline import ingest_dump  # noqa: E402
-from ingest.store import CatalogStore  # noqa: E402
+from ingest.store import CatalogStore, CatalogWarning, shard_path  # noqa: E402
 from tests.conftest import DATA, as_written_before_flat_files, dump_of  # noqa: E402
 from tests.test_flat import ROOTS, _run_name  # noqa: E402
 from tests.writers.ascend_tree import write_tree  # noqa: E402
@@ -360,3 +360,23 @@ def test_spark_sql_of_a_view_is_spark_sql(registered):
     assert "DISTINCT ON" not in text and "ROW_NUMBER()" in text
     assert "TRANSFORM(ARRAY_SORT(COLLECT_LIST(NAMED_STRUCT(" in dspark.spark_sql("op_feeders")
     assert "printf" not in dspark.macro_sql("watch_tensor_too_large", max_gt=1).lower()
+
+
+@pytest.mark.parametrize("spark", ["local"], indirect=True)
+def test_a_damaged_shard_is_left_out_with_a_warning(spark, tmp_path):
+    """A writer's shard whose snapshot is damaged: `register_views` warns, naming it, and the views
+    hold the other shards' rows, as DuckDB's do (it used to fail for the whole catalog)."""
+    path = tmp_path / "cat"
+    for k, root in enumerate(_hosts(tmp_path)):
+        ingest_dump(path, root, run="sharded", workers=1, writer=f"host{k}")
+    snap = path / shard_path("sharded", "host1") / "snapshot.json"
+    snap.write_text(snap.read_text()[:200])
+    session = spark.newSession()
+    with pytest.warns(CatalogWarning, match="shard writer=host1 of run 'sharded' is left out"):
+        dspark.register_views(session, path)
+    with pytest.warns(CatalogWarning), Catalog.open(path) as cat:
+        for view in ("tensors", "stats", "first_anomaly", "runs", "raw_tensors"):
+            duck = _duckdb_rows(cat, f"SELECT * FROM {view}")
+            assert duck[1], view
+            _assert_same(view, duck, _spark_rows(session.table(view)))
+        assert cat.sql("SELECT DISTINCT rank FROM tensors").column(0).to_pylist() == [0]
