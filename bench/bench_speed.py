@@ -19,7 +19,11 @@
 
 Scales: 10^5 tensors by default; `--scale 1000000 --scale 10000000` on request. A 10^7-row catalog
 is ten runs of the 10^6 tree (the dump files exist once; the rows are real ingests), which is also
-what a platform catalog of many jobs looks like.
+what a platform catalog of many jobs looks like. `--catalog PATH` runs part 1 on an existing
+catalog too, e.g. one of 10^7 rows written by bench/bench_scale.py in a few minutes:
+
+    python bench/bench_scale.py --rows 1e7 --engines duckdb --workdir SCALE_DIR --keep --no-docs
+    python bench/bench_speed.py --only queries --catalog SCALE_DIR/CATALOG --workdir DIR --no-docs
 
     python bench/bench_speed.py                                   # 10^5, every part but 6
     python bench/bench_speed.py --scale 1000000 --workdir BIG_DIR --only queries,tensor,memory
@@ -328,6 +332,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lookups", type=int, default=1000)
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--no-docs", action="store_true", help="do not write docs/benchmarks.md")
+    p.add_argument(
+        "--catalog",
+        action="append",
+        default=[],
+        help="also run part 1 on this existing catalog (e.g. bench/bench_scale.py's 10^7 rows, whose "
+        "synth tree would need ~42 GB of dump files)",
+    )
     a = p.parse_args(argv)
     parts = set(a.only.split(","))
     scales = a.scale or [100_000]
@@ -343,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
                     bench_queries(rows, cat, work, a.query_runs)
                 if "tensor" in parts:
                     bench_tensor(rows, cat, a.lookups)
+        if "queries" in parts:
+            for given in a.catalog:
+                bench_queries(rows, Path(given), work, a.query_runs)
         if "stats" in parts:
             import bench_stats
 
