@@ -194,6 +194,12 @@ def test_batchnorm_outputs_are_flattened_into_slots():
 # --- execution order: forward operators have a user line -------------------------------------------
 
 
+def _line_of(source_file: str, line: int) -> str:
+    """The line of a sample's train.py (committed beside its dump) that a node's trace names."""
+    sample = next(p for p in DATA.glob("**/train.py") if p.parent.name in source_file.split("/"))
+    return sample.read_text().splitlines()[line - 1]
+
+
 def _exec_orders():
     for csv in sorted(DATA.glob("**/dump/rank_0/execution_order/ms_execution_order_graph_*.csv")):
         gid = csv.stem.rsplit("_", 1)[1]
@@ -214,11 +220,16 @@ def test_every_forward_network_kernel_has_a_user_line(csv, pb_path):
                 # copies the control-flow backend inserts (control_flow's loop state): no trace
                 assert known[name].node_key not in g.frames, name
             elif name.startswith("Default/"):
-                if "/_loss_fn-" in name or name.startswith("Default/optimizer-"):
-                    # built-in loss and optimizer cells are called by TrainOneStepCell and
-                    # WithLossCell, never from the user's script: framework frames only
+                if "/network-WithLossCell/_loss_fn-" in name or name.startswith("Default/optimizer-"):
+                    # built-in loss and optimizer cells called by MindSpore's own TrainOneStepCell
+                    # and WithLossCell, never from the user's script: framework frames only
                     assert g.frames[known[name].node_key], name
                     assert name not in mapping, name
+                elif "/_loss_fn-" in name:
+                    # a loss cell the user's own wrapper calls (div_late's WithLoss): the line of
+                    # that call in the user's script
+                    assert mapping[name][0].endswith("train.py"), name
+                    assert "self._loss_fn(" in _line_of(*mapping[name]), name
                 else:
                     assert name in mapping, name
 
