@@ -298,10 +298,8 @@ class CatalogStore:
                 parts.append((rel, _checked_snapshot(_read_snapshot(path), rel, path)))
             except CatalogError as exc:
                 who = f"shard writer={e['writer']} of run {e['run']!r}" if e else "the default shard"
-                problems.append(
-                    f"{who} is left out (its rows are in no view): {exc}; restore the file, or delete "
-                    f"it and run that writer again (it catalogs its ranks anew)"
-                )
+                fix = " or delete it and run that writer again (it catalogs its ranks anew)" if e else ""
+                problems.append(f"{who} is left out (its rows are in no view): {exc}; restore the file{fix}")
         for message in problems:
             if message not in self._warned:
                 self._warned.add(message)
