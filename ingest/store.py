@@ -303,7 +303,8 @@ class CatalogStore:
         for message in [*self.shard_problems(), *left_out]:
             if message not in self._warned:
                 self._warned.add(message)
-                warnings.warn(message, CatalogWarning, stacklevel=2)
+                # one line wherever it is shown (a server's statement workers too): no source line
+                warnings.warn_explicit(message, CatalogWarning, "dumpcat", 0)
         if not parts:
             raise CatalogError(f"no shard of {self.root} is readable: {left_out[-1]}")
         base = next((part for rel, part in parts if rel == ""), {})
