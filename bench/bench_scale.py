@@ -727,7 +727,8 @@ def write_flat(
         con.register("flat_rows", reader)
         con.execute("CREATE TABLE flat_sorted AS SELECT * FROM flat_rows").fetchall()
         con.unregister("flat_rows")
-        con.execute(f"COPY flat_sorted TO '{data}' (FORMAT parquet)").fetchall()
+        quoted = str(data).replace("'", "''")  # a catalog path may hold a quote
+        con.execute(f"COPY flat_sorted TO '{quoted}' (FORMAT parquet)").fetchall()
     finally:
         con.close()
         for leftover in (scratch, scratch.with_name(scratch.name + ".wal")):

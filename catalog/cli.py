@@ -56,11 +56,24 @@ STATS_OPTION = click.option(
     default=True,
     help="Compute statistics from tensor data where statistic.csv has none (default: on).",
 )
+
+
+def _spark_master(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A mistyped master URL is an error before any work, even when there is nothing to do."""
+    from catalog.spark_jobs import SparkJobError, check_master_url
+
+    try:
+        return None if value is None else check_master_url(value)
+    except SparkJobError as exc:
+        _fail(str(exc))
+
+
 SPARK_OPTION = click.option(
     "--spark",
     "spark_master",
     default=None,
     metavar="MASTER_URL",
+    callback=_spark_master,
     help="Do the work as Spark tasks on this master (local[4], spark://host:7077, ...), one dump directory "
     "each; needs pip install 'dumpcat[spark]', and the executors must see the dump at the same paths.",
 )

@@ -87,6 +87,10 @@ def compare_runs(
             raise CompareError(f"run {name!r} is not in the catalog (runs: {known})")
     if run == baseline:
         raise CompareError("a run compared with itself: give two different runs")
+    if catalog._snap.get("unreadable"):  # its tensors would be committed as unmatched pairs
+        raise CompareError(
+            f"not compared while part of the catalog is unreadable: {catalog._snap['unreadable'][0]}"
+        )
     _register_mapping(catalog._con, mapping)
     from catalog.views import query_text
 

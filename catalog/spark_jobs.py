@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SparkJobError",
+    "check_master_url",
     "compare_on_spark",
     "pack_tasks",
     "run_tasks",
@@ -104,6 +105,25 @@ def spark_session(spark: str | SparkSession, app: str) -> Iterator[SparkSession]
         session.stop()
         with contextlib.suppress(OSError):
             os.unlink(log)
+
+
+# The master URLs Spark itself accepts (SparkContext.createTaskScheduler), by form only.
+_MASTER_URL = re.compile(
+    r"local(\[(\*|\d+)(\s*,\s*\d+)?\])?|local-cluster\[\s*\d+\s*,\s*\d+\s*,\s*\d+\s*\]|yarn"
+    r"|spark://[^\s,/]+:\d+(,[^\s,/]+:\d+)*|k8s://\S+"
+)
+
+
+def check_master_url(master: str) -> str:
+    """`master` if it has the form of a Spark master URL; else SparkJobError, in one line. Checked
+    before any work, so that a mistyped URL is an error even when there is nothing to do (no
+    session is started then, and Spark would never see it)."""
+    if not _MASTER_URL.fullmatch(master):
+        raise SparkJobError(
+            f"bad Spark master URL {master!r}: expected local, local[N], local[*], spark://HOST:PORT, "
+            "yarn or k8s://…"
+        )
+    return master
 
 
 def _check_master(master: str) -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import duckdb
 import pyarrow as pa
 
-from catalog.spark_jobs import pack_tasks
+from catalog.spark_jobs import check_master_url, pack_tasks
 from catalog.views import define_raw_view, query_text
 from ingest.helper_pool import resolve_workers
 from ingest.schema import STAT_VALUE_FIELDS, TABLES
@@ -191,6 +191,8 @@ def compute_missing_stats(
     """Compute and commit the statistics of every tensor of `run` (every run when None) that has
     none yet; see the module docstring. `spark` is a SparkSession or a master URL."""
     started = time.perf_counter()
+    if isinstance(spark, str):
+        check_master_url(spark)  # before any work: with nothing to do no session is started
     catalog.refresh()
     with catalog.cursor() as cur:
         runs = sorted(r[0] for r in cur.execute("SELECT run FROM runs").fetchall())

@@ -284,12 +284,12 @@ class CatalogStore:
 
         A shard whose snapshot cannot be read (damaged by hand or by the storage) is left out, so
         that the others stay readable: "unreadable" lists each one in words, and a CatalogWarning
-        says so once per store. Without named shards a damaged snapshot is a CatalogError."""
+        says so once per store (as it says what was wrong with shards.json, which hides nothing).
+        Without named shards a damaged snapshot is a CatalogError."""
         shards = self.shards()
         if not shards and not self.shard_problems():
             return _read_snapshot(self.root / SNAPSHOT)
-        problems = self.shard_problems()
-        parts = []
+        parts, left_out = [], []
         for rel, e in [("", None), *((e["path"], e) for e in shards)]:
             path = self.root / rel / SNAPSHOT
             if rel and not path.exists():
@@ -298,22 +298,21 @@ class CatalogStore:
                 parts.append((rel, _checked_snapshot(_read_snapshot(path), rel, path)))
             except CatalogError as exc:
                 who = f"shard writer={e['writer']} of run {e['run']!r}" if e else "the default shard"
-                problems.append(
-                    f"{who} is left out (its rows are in no view): {exc}; restore the file, or delete "
-                    f"it and run that writer again (it catalogs its ranks anew)"
-                )
-        for message in problems:
+                fix = " or delete it and run that writer again (it catalogs its ranks anew)" if e else ""
+                left_out.append(f"{who} is left out (its rows are in no view): {exc}; restore the file{fix}")
+        for message in [*self.shard_problems(), *left_out]:
             if message not in self._warned:
                 self._warned.add(message)
-                warnings.warn(message, CatalogWarning, stacklevel=2)
+                # one line wherever it is shown (a server's statement workers too): no source line
+                warnings.warn_explicit(message, CatalogWarning, "dumpcat", 0)
         if not parts:
-            raise CatalogError(f"no shard of {self.root} is readable: {problems[-1]}")
+            raise CatalogError(f"no shard of {self.root} is readable: {left_out[-1]}")
         base = next((part for rel, part in parts if rel == ""), {})
         union: dict = {
             "version": base.get("version", 0),
             "batches": [],
             "shards": shards,
-            "unreadable": problems,
+            "unreadable": left_out,
         }
         has_flat = all("flat" in part for _, part in parts)
         if has_flat:

@@ -162,6 +162,14 @@ def test_shards_one_per_host(tmp_path):
         assert all(e["path"].startswith(shard["path"] + "/") for e in snap["flat"]["stats"])
 
 
+def test_a_catalog_path_with_quotes(tmp_path):
+    """The generator writes flat files with a DuckDB COPY: a quote in the catalog's path is data."""
+    path = tmp_path / """it's a "cat"; x"""
+    bench_scale.generate(path, 1_000, step_rows=250, iterations=4)
+    with Catalog.open(path) as cat:
+        assert _one(cat, "SELECT count(*) FROM stats") == 1_000
+
+
 @pytest.mark.skipif(
     os.environ.get("DUMPCAT_SKIP_SPARK") == "1" or shutil.which("java") is None,
     reason="Spark needs Java",

@@ -426,6 +426,14 @@ def test_a_damaged_shard_is_left_out_the_others_stay_readable(tmp_path):
         lines = proc.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith("dumpcat: warning: shard writer=host1 of run"), lines
         assert str(snap_file) in lines[0]
+    # a compare would commit the left-out shard's tensors as unmatched pairs: refused
+    dumpcat("ingest", hosts[2], "--catalog", cat_dir, "--run", "base")
+    proc = dumpcat("compare", cat_dir, RUN, "base", check=False)
+    errors = [line for line in proc.stderr.splitlines() if not line.startswith("dumpcat: warning: ")]
+    assert proc.returncode == 1 and len(errors) == 1, proc.stderr
+    assert errors[0].startswith("dumpcat: error: not compared while part of the catalog is unreadable: shard")
+    with pytest.warns(CatalogWarning), Catalog.open(cat_dir) as cat:
+        assert cat.sql("SELECT count(*) FROM comparisons").column(0)[0].as_py() == 0
     proc = dumpcat("ingest", hosts[1], "--catalog", cat_dir, "--run", RUN, "--writer", "host1", check=False)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.splitlines()[-1].startswith(f"dumpcat: error: cannot read {snap_file}"), proc.stderr
@@ -448,6 +456,7 @@ def test_a_damaged_shard_is_left_out_the_others_stay_readable(tmp_path):
     assert proc.stderr == ""
     cat2 = tmp_path / "cat2"
     ingest_hosts(cat2, hosts)
+    dumpcat("ingest", hosts[2], "--catalog", cat2, "--run", "base")
     assert shard_diff(content(cat2), content(cat_dir)) == ""
     assert_readable_without_duplicates(cat_dir, "after recovery")
 

@@ -26,7 +26,7 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("Spark needs Java (openjdk-17-jre-headless)", allow_module_level=True)
 
 from catalog import Catalog
-from catalog.spark_jobs import pack_tasks, task_bounds
+from catalog.spark_jobs import check_master_url, pack_tasks, task_bounds
 from ingest.pipeline import ingest_dump
 from ingest.store import CatalogStore
 from tests.compare import catalog_content
@@ -340,9 +340,9 @@ def test_bad_master_and_missing_pyspark_are_one_line_errors(spark, no_stats, two
     assert (
         line == f"dumpcat: error: cannot reach the Spark master {url}: 127.0.0.1:{port}: Connection refused"
     )
-    line = _one_line_error(_cli("stats", str(no_stats), "--spark", "bogus", check=False))
-    why = "Master must either be yarn or start with spark, k8s, or local"
-    assert line.startswith(f"dumpcat: error: cannot start Spark on 'bogus': {why} (Spark's log: "), line
+    line = _one_line_error(_cli("stats", str(no_stats), "--spark", "local[0]", check=False))
+    why = "Asked to run locally with 0 threads"  # a URL of the right form that Spark refuses
+    assert line.startswith(f"dumpcat: error: cannot start Spark on 'local[0]': {why} (Spark's log: "), line
     compare = _cli(
         "compare", str(two_runs), "cast", "base", "--spark", f"spark://127.0.0.1:{port}", check=False
     )
@@ -361,6 +361,33 @@ def test_bad_master_and_missing_pyspark_are_one_line_errors(spark, no_stats, two
 
 
 # -- tasks -----------------------------------------------------------------------------------------------
+
+
+def test_a_mistyped_master_url_is_an_error_even_with_nothing_to_do(two_runs, tmp_path):
+    """A master URL that is no Spark master URL (a typo, a quote too many) is one error line before
+    any work, also when there is nothing to compute and no session would start (it used to end
+    in success then, the URL never looked at); `dumpcat stats` and `compare`, CLI and Python."""
+    from catalog.spark_jobs import SparkJobError
+
+    path = Path(shutil.copytree(two_runs, tmp_path / "cat"))  # ingested with statistics
+    with Catalog.open(path) as cat:
+        cat.compare("cast", "base", workers=1)
+    for url in ("bogus://x", "local[x]", "spark://head", "spark://head:7077/", "local[2]'", ""):
+        for args in (("stats", str(path)), ("compare", str(path), "cast", "base")):
+            line = _one_line_error(_cli(*args, "--spark", url, check=False))
+            assert line.startswith(f"dumpcat: error: bad Spark master URL {url!r}: expected local"), line
+        with pytest.raises(SparkJobError, match="bad Spark master URL"), Catalog.open(path) as cat:
+            cat.compute_stats(spark=url)
+    for url in (
+        "local",
+        "local[2]",
+        "local[*]",
+        "local[2, 3]",
+        "spark://a:7077,b:7077",
+        "yarn",
+        "k8s://h:6443",
+    ):
+        assert check_master_url(url) == url
 
 
 def test_tasks_are_whole_directories_within_the_bounds():
