@@ -174,13 +174,13 @@ def test_a_catalog_path_with_quotes(tmp_path):
     os.environ.get("DUMPCAT_SKIP_SPARK") == "1" or shutil.which("java") is None,
     reason="Spark needs Java",
 )
+@pytest.mark.parametrize("generated", [True], indirect=True, ids=["tensor_files"])
 def test_spark_gives_the_same_answers(generated, tmp_path):
     """Every query the benchmark times gives the generator's answers in Spark local mode too
     (time_spark checks each; once, on the catalog with tensor files: Spark starts in ~10 s)."""
     pytest.importorskip("pyspark")
     path, summary = generated
-    if not summary.tensor_files:
-        pytest.skip("checked on the catalog with tensor files")
+    assert summary.tensor_files
     spark = bench_scale.spark_session(tmp_path, "1g", shuffle_partitions=2)
     try:
         timings = bench_scale.time_spark(spark, path, summary, runs=0)  # checks every answer
