@@ -39,13 +39,12 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
+import docs_block  # noqa: E402
 import synth  # noqa: E402
 
 from catalog.api import Catalog  # noqa: E402
 from catalog.report_browser import Browser  # noqa: E402
 
-DOCS = ROOT / "docs" / "benchmarks.md"
-START, END = "<!-- bench_report -->", "<!-- /bench_report -->"
 SAMPLE = ROOT / "tests" / "data" / "ms210" / "nan_log" / "dump"
 
 
@@ -139,15 +138,7 @@ def plotly_only(work: Path, loads: int) -> tuple[float, float, float]:
 
 
 def write_docs(text: str) -> None:
-    doc = DOCS.read_text(encoding="utf-8")
-    block = f"{START}\n{text}{END}"
-    if START in doc and END in doc:
-        head, rest = doc.split(START, 1)
-        _, tail = rest.split(END, 1)
-        doc = head + block + tail
-    else:
-        doc = doc.rstrip("\n") + "\n\n## HTML report (bench/bench_report.py)\n\n" + block + "\n"
-    DOCS.write_text(doc, encoding="utf-8")
+    docs_block.write_block("bench_report", text, "HTML report (bench/bench_report.py)")
 
 
 def main(argv: list[str] | None = None) -> int:

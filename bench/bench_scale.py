@@ -23,7 +23,7 @@ How it is written, and why this way:
   them in the layout `ingest/flat.py` gives at the end of a one-shot ingest: one file per table per
   shard, rows sorted by row id, written by DuckDB's parquet writer from a DuckDB table (one thread,
   its 122,880-row groups; flat.py's boundaries differ by a few hundred rows), the `index.arrow`
-  sidecar of the tensors file by `FlatWriter._write_index`, and the snapshot entries (`sources`,
+  sidecar of the tensors file by `flat.seal_flat_dir`, and the snapshot entries (`sources`,
   `keys`) flat.py writes. The column values are what `stats_resolved` / `tensors_resolved` give for
   these rows (every name resolves `exact`), computed here from the same per-row function that wrote
   the raw rows; the column list and types are read from those views in DuckDB, so a changed view
@@ -61,7 +61,6 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,14 +73,13 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
+import docs_block  # noqa: E402
+
 from ingest import flat as flat_mod  # noqa: E402
 from ingest.ids import TensorIdHasher, stat_row_ids  # noqa: E402
 from ingest.npy_name import op_type_of, sanitize_v23, short_name, without_op_index  # noqa: E402
 from ingest.schema import TABLES  # noqa: E402
-from ingest.store import SNAPSHOT, CatalogStore, fsync_path, write_json_atomic  # noqa: E402
-
-DOCS = ROOT / "docs" / "benchmarks.md"
-START, END = "<!-- bench_scale -->", "<!-- /bench_scale -->"
+from ingest.store import SNAPSHOT, CatalogStore, write_json_atomic  # noqa: E402
 
 NET = "Net"
 GRAPH = 0
@@ -702,10 +700,7 @@ def write_flat(
     DuckDB's parquet writer, one thread, rows in row-id order; returns its snapshot entry."""
     import duckdb
 
-    fid = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
-    rel = f"{store.shard_rel or 'data'}/flat/{table}/{fid}"
-    fdir = store.root / rel
-    fdir.mkdir(parents=True)
+    fid, rel, fdir = flat_mod.new_flat_dir(store, table)
     data = fdir / flat_mod.DATA_FILE
     rows = 0
 
@@ -733,20 +728,9 @@ def write_flat(
         con.close()
         for leftover in (scratch, scratch.with_name(scratch.name + ".wal")):
             leftover.unlink(missing_ok=True)
-    if table == "tensors":
-        flat_mod.FlatWriter._write_index(data, fdir / flat_mod.INDEX_FILE)
-    for name in os.listdir(fdir):
-        fsync_path(fdir / name)
-    fsync_path(fdir)
-    fsync_path(fdir.parent)
-    return {
-        "id": fid,
-        "path": rel,
-        "run": plan.run,
-        "rows": rows,
-        "sources": sorted(sources),
-        "keys": run_keys,
-    }
+    return flat_mod.seal_flat_dir(
+        fdir, table, fid=fid, rel=rel, run=plan.run, rows=rows, sources=sources, keys=run_keys
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1133,15 +1117,7 @@ def markdown(results: dict[str, dict]) -> str:
 
 
 def write_docs(text: str) -> None:
-    doc = DOCS.read_text(encoding="utf-8")
-    block = f"{START}\n{text}{END}"
-    if START in doc and END in doc:
-        head, rest = doc.split(START, 1)
-        _, tail = rest.split(END, 1)
-        doc = head + block + tail
-    else:
-        doc = doc.rstrip("\n") + "\n\n## Scale (bench/bench_scale.py)\n\n" + block + "\n"
-    DOCS.write_text(doc, encoding="utf-8")
+    docs_block.write_block("bench_scale", text, "Scale (bench/bench_scale.py)")
 
 
 def machine() -> dict:

@@ -54,10 +54,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
 import bench_core  # noqa: E402
+import docs_block  # noqa: E402
 import synth  # noqa: E402
-
-DOCS = ROOT / "docs" / "benchmarks.md"
-START, END = "<!-- bench_speed -->", "<!-- /bench_speed -->"
 
 
 class Rows:
@@ -310,15 +308,7 @@ def bench_memory(rows: Rows, work: Path, scale: int) -> None:
 
 
 def write_docs(markdown: str) -> None:
-    text = DOCS.read_text(encoding="utf-8")
-    block = f"{START}\n{markdown}{END}"
-    if START in text and END in text:
-        head, rest = text.split(START, 1)
-        _, tail = rest.split(END, 1)
-        text = head + block + tail
-    else:
-        text = text.rstrip("\n") + "\n\n## Issue 14 figures (bench/bench_speed.py)\n\n" + block + "\n"
-    DOCS.write_text(text, encoding="utf-8")
+    docs_block.write_block("bench_speed", markdown, "Issue 14 figures (bench/bench_speed.py)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -176,6 +176,53 @@ def _sampled_row_bytes(con: duckdb.DuckDBPyConnection, source: str) -> float:
     return sample.nbytes / sample.num_rows + 16 * sample.num_columns
 
 
+def new_flat_dir(store: CatalogStore, flat: str) -> tuple[str, str, Path]:
+    """A new flat file's id, its directory relative to the catalog root, and that directory
+    (created): under the store's shard, named by time and a random suffix."""
+    fid = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
+    rel = f"{store.shard_rel or 'data'}/flat/{flat}/{fid}"
+    fdir = store.root / rel
+    fdir.mkdir(parents=True)
+    return fid, rel, fdir
+
+
+def seal_flat_dir(
+    fdir: Path, flat: str, *, fid: str, rel: str, run: str, rows: int, sources: list[str], keys: list
+) -> dict:
+    """Finish a flat file whose data.parquet is written: its sidecar index (tensors), everything
+    fsynced, and its snapshot entry. Also used by bench/bench_scale.py, which writes flat files in
+    this layout without resolving them."""
+    from ingest.store import fsync_path
+
+    if flat == "tensors":
+        write_index(fdir / DATA_FILE, fdir / INDEX_FILE)
+    for name in os.listdir(fdir):
+        fsync_path(fdir / name)
+    fsync_path(fdir)
+    fsync_path(fdir.parent)
+    return {
+        "id": fid,
+        "path": rel,
+        "run": run,
+        "rows": int(rows),
+        "sources": sorted(set(sources)),
+        "keys": sorted([r, k] for r, k in keys),
+    }
+
+
+def write_index(data: Path, path: Path) -> None:
+    """The location columns of a tensors file, in its order (by row id), as Arrow IPC batches."""
+    import pyarrow.parquet as pq
+
+    source = pq.ParquetFile(str(data))
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, INDEX_SCHEMA) as out:
+        for batch in source.iter_batches(batch_size=_INDEX_BATCH_ROWS, columns=INDEX_SCHEMA.names):
+            out.write_batch(pa.RecordBatch.from_arrays(
+                [batch.column(name).cast(INDEX_SCHEMA.field(name).type) for name in INDEX_SCHEMA.names],
+                schema=INDEX_SCHEMA,
+            ))  # fmt: skip
+
+
 class FlatWriter:
     """Keeps a catalog's flat files exact as batches commit (the writer's side; holds the lock)."""
 
@@ -280,8 +327,6 @@ class FlatWriter:
         insertion order, that DuckDB's own parquet writer then writes: the layout of one
         `COPY ... ORDER BY`, which scans measurably faster than pyarrow's (and, written from a
         table, marks the columns without nulls as required, as one `COPY` of a table does)."""
-        from ingest.store import fsync_path
-
         extent = con.execute(
             "SELECT count(row_id), min(row_id), max(row_id), "
             "count(stat_id) FILTER (row_id IS NULL), min(stat_id) FILTER (row_id IS NULL), "
@@ -296,11 +341,8 @@ class FlatWriter:
             if total <= _MIN_PART
             else rows_per_part(_sampled_row_bytes(con, query), self.memory_limit)
         )
-        fid = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:12]}"
-        rel = f"{self.store.shard_rel or 'data'}/flat/{flat}/{fid}"
-        fdir = self.store.root / rel
+        fid, rel, fdir = new_flat_dir(self.store, flat)
         data = fdir / DATA_FILE
-        fdir.mkdir(parents=True)
         copy_options = f"FORMAT parquet, ROW_GROUP_SIZE {part}"
         # the sort must reach the file in order (the connection's default lets DuckDB reorder)
         con.execute("SET preserve_insertion_order = true").fetchall()
@@ -315,20 +357,7 @@ class FlatWriter:
         if not rows:
             shutil.rmtree(fdir, ignore_errors=True)
             return None
-        if flat == "tensors":
-            self._write_index(data, fdir / INDEX_FILE)
-        for name in os.listdir(fdir):
-            fsync_path(fdir / name)
-        fsync_path(fdir)
-        fsync_path(fdir.parent)
-        return {
-            "id": fid,
-            "path": rel,
-            "run": run,
-            "rows": rows,
-            "sources": sorted(set(sources)),
-            "keys": sorted([r, k] for r, k in keys),
-        }
+        return seal_flat_dir(fdir, flat, fid=fid, rel=rel, run=run, rows=rows, sources=sources, keys=keys)
 
     @staticmethod
     def _write_in_parts(
@@ -347,19 +376,6 @@ class FlatWriter:
             return int(count), con.execute("SELECT DISTINCT run, rank FROM flat_sorted").fetchall()
         finally:
             con.execute("DROP TABLE IF EXISTS flat_sorted").fetchall()
-
-    @staticmethod
-    def _write_index(data: Path, path: Path) -> None:
-        """The location columns of a tensors file, in its order (by row id), as Arrow IPC batches."""
-        import pyarrow.parquet as pq
-
-        source = pq.ParquetFile(str(data))
-        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, INDEX_SCHEMA) as out:
-            for batch in source.iter_batches(batch_size=_INDEX_BATCH_ROWS, columns=INDEX_SCHEMA.names):
-                out.write_batch(pa.RecordBatch.from_arrays(
-                    [batch.column(name).cast(INDEX_SCHEMA.field(name).type) for name in INDEX_SCHEMA.names],
-                    schema=INDEX_SCHEMA,
-                ))  # fmt: skip
 
     def _resolve(self, snap: dict, flat: str, run: str, sources: list[str]) -> dict | None:
         """Resolve the rows of `sources` (batch ids) into a new flat file of `flat`."""
