@@ -1,5 +1,21 @@
-"""dumpcat's query side: `from catalog import Catalog`."""
+"""dumpcat's query side: `from catalog import Catalog`.
 
-from catalog.api import Catalog, CatalogError, QueryRefused, TensorNotFoundError
+The names are loaded on first use (PEP 562), so that `dumpcat` commands, which live in this
+package, start without importing DuckDB, numpy and pyarrow before they need them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from catalog.api import Catalog, CatalogError, QueryRefused, TensorNotFoundError
 
 __all__ = ["Catalog", "CatalogError", "QueryRefused", "TensorNotFoundError"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        import catalog.api
+
+        return getattr(catalog.api, name)
+    raise AttributeError(f"module 'catalog' has no attribute {name!r}")

@@ -8,23 +8,29 @@ counted and listed in `ingest_errors`.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 import warnings
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
-import duckdb
-import numpy as np
 
-from catalog.api import Catalog, QueryRefused, TensorNotFoundError
-from catalog.export import DEFAULT_STORAGE_VERSION
-from catalog.output import write_table
-from catalog.views import query_text
-from ingest.pipeline import DumpRootError, detect_dump
-from ingest.readers.registry import reader_names
-from ingest.store import CatalogError, CatalogWarning, check_writer_name
+from ingest.readers import PRODUCER_NAMES
+
+# No command multiplies matrices: without this, numpy's OpenBLAS starts a spinning thread per core at
+# import (in every helper process too), which takes CPU from the ingest (~10 ms of a small one).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from catalog.api import Catalog
+
+# Each command imports what it uses: a one-shot `dumpcat ingest` of a small dump is mostly start-up,
+# and DuckDB, numpy, pyarrow and the readers are most of that (the `ingest` command starts its
+# writer's DuckDB before importing the rest, see ingest.writer_warm_up).
 
 # Options shared by `ingest` and `watch`.
 CATALOG_OPTION = click.option(
@@ -38,7 +44,7 @@ CATALOG_OPTION = click.option(
 RUN_OPTION = click.option("--run", "run", default=None, help="Run name (default: the dump folder's name).")
 PRODUCER_OPTION = click.option(
     "--producer",
-    type=click.Choice(reader_names()),
+    type=click.Choice(PRODUCER_NAMES),
     default=None,
     help="Read the dump as this producer's layout instead of detecting it.",
 )
@@ -89,6 +95,8 @@ def _fail(message: str) -> NoReturn:
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """A CatalogWarning (a shard left out as unreadable) is one line, as errors are."""
+    from ingest.store import CatalogWarning
+
     if issubclass(category, CatalogWarning):
         click.echo(f"dumpcat: warning: {' '.join(str(message).split())}", err=True)
     else:
@@ -109,17 +117,41 @@ class _Commands(click.Group):
         except BrokenPipeError:  # `dumpcat sql ... | head`: the reader has what it wanted
             sys.stderr.close()
             sys.exit(0)
-        except (CatalogError, DumpRootError, TensorNotFoundError, duckdb.Error) as exc:
-            _fail(" ".join(str(exc).split()))
-        except QueryRefused as exc:
-            _fail(f"refused: {' '.join(str(exc).split())}")
-        except OSError as exc:
-            where = f": {exc.filename}" if exc.filename else ""
-            _fail(f"{exc.strerror or exc}{where}")
+        except click.ClickException:
+            raise
+        except Exception as exc:
+            expected, refused = _expected_errors()
+            if isinstance(exc, expected):
+                _fail(" ".join(str(exc).split()))
+            if isinstance(exc, refused):
+                _fail(f"refused: {' '.join(str(exc).split())}")
+            if isinstance(exc, OSError):
+                where = f": {exc.filename}" if exc.filename else ""
+                _fail(f"{exc.strerror or exc}{where}")
+            raise
+
+
+def _expected_errors() -> tuple[tuple[type[Exception], ...], type[Exception]]:
+    """The errors a user can act on (one line each), and a refused query's."""
+    import duckdb
+
+    from catalog.api import QueryRefused, TensorNotFoundError
+    from ingest.pipeline import DumpRootError
+    from ingest.store import CatalogError
+
+    return (CatalogError, DumpRootError, TensorNotFoundError, duckdb.Error), QueryRefused
+
+
+def _print_table(result: pa.Table, fmt: str) -> None:
+    from catalog.output import write_table
+
+    write_table(result, sys.stdout, fmt)
 
 
 def _open(path: str) -> Catalog:
     """Open a catalog and load its views now, so that a damaged one fails here, in one line."""
+    from catalog.api import Catalog
+
     cat = Catalog.open(path)
     cat.refresh()
     return cat
@@ -160,6 +192,13 @@ def ingest(
     progress: bool | None,
 ) -> None:
     """Catalog one or more dump trees (DUMP_DIR: the dump `path`; its producer is detected)."""
+    from ingest.writer_warm_up import warm_up_writer
+
+    warm_up_writer()  # the writer's DuckDB gets ready while the rest is imported and the dump scanned
+    from catalog.api import Catalog
+    from ingest.pipeline import detect_dump
+    from ingest.store import check_writer_name
+
     if run is not None and len(dump_dirs) > 1:
         _fail("--run names a single dump; give one DUMP_DIR per run or leave --run out")
     if writer is not None:
@@ -200,7 +239,7 @@ def sql(catalog_path: str, query: str, fmt: str) -> None:
     """Run a SQL QUERY against the catalog's views (stats, tensors, ops, ...)."""
     cat = _open(catalog_path)
     result = cat.sql(query)
-    write_table(result, sys.stdout, fmt)
+    _print_table(result, fmt)
 
 
 @main.command()
@@ -220,6 +259,8 @@ def sql(catalog_path: str, query: str, fmt: str) -> None:
 )
 def tensor(catalog_path: str, row_id: int, out: Path | None, device_layout: bool) -> None:
     """Fetch the tensor with ROW_ID: print it, or save it with --out."""
+    import numpy as np
+
     cat = _open(catalog_path)
     path, _ = cat.locate(row_id)
     try:
@@ -343,6 +384,7 @@ def status(catalog_path: str, fmt: str) -> None:
     """Per run: files ingested, pending and in error, and the watcher's lag."""
     import pyarrow as pa
 
+    from catalog.views import query_text
     from ingest.watch import read_status
 
     cat = _open(catalog_path)
@@ -364,7 +406,7 @@ def status(catalog_path: str, fmt: str) -> None:
             "last_flush": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(w["last_flush"])) if w else None,
         })  # fmt: skip
     empty = pa.table({"run": pa.array([], pa.string())})
-    write_table(pa.Table.from_pylist(rows) if rows else empty, sys.stdout, fmt)
+    _print_table(pa.Table.from_pylist(rows) if rows else empty, fmt)
 
 
 @main.command()
@@ -394,7 +436,7 @@ def where(catalog_path: str, line_spec: str | None, code: str | None, fmt: str) 
         click.echo(
             "no operator was created by that line (is the graph IR in the dump? see `ir_nodes`)", err=True
         )
-    write_table(result, sys.stdout, fmt)
+    _print_table(result, fmt)
 
 
 @main.command()
@@ -411,7 +453,7 @@ def anomalies(catalog_path: str, run: str | None, by_graph: bool, fmt: str) -> N
     step executed across all its kernel graphs, with the source line that made it."""
     cat = _open(catalog_path)
     result = cat.anomalies(run, by_graph=by_graph)
-    write_table(result, sys.stdout, fmt)
+    _print_table(result, fmt)
     if not by_graph and fmt == "table" and result.num_rows:
         spread = (
             cat.sql(
@@ -485,7 +527,7 @@ def compare(
         "FROM first_divergence() WHERE run = $run AND baseline_run = $baseline ORDER BY rank, iteration",
         {"run": run, "baseline": baseline},
     )
-    write_table(result, sys.stdout, fmt)
+    _print_table(result, fmt)
 
 
 @main.command()
@@ -587,7 +629,7 @@ def views(catalog_path: str) -> None:
 )
 @click.option(
     "--storage-version",
-    default=DEFAULT_STORAGE_VERSION,
+    default="v1.0.0",  # catalog.export.DEFAULT_STORAGE_VERSION (tests/test_cli.py checks)
     show_default=True,
     help="DuckDB storage format; v1.0.0 opens in DuckDB 1.0+, 'latest' only in DuckDB 2.",
 )

@@ -34,12 +34,15 @@ writer's, which the store enforces), and a tensor's `path` joins the shard's own
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import shutil
 import time
 import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -116,6 +119,17 @@ def _memory_bytes(limit: str) -> int:
     return int(float(number) * base ** "_KMGT".index(unit or "_"))
 
 
+def writer_memory_limit() -> int:
+    """DUMPCAT_WRITER_MEMORY in bytes; CatalogError (one line, before anything is written: ingest
+    checks it first) when it cannot be read."""
+    try:
+        return _memory_bytes(_MEMORY_LIMIT)
+    except ValueError as exc:
+        from ingest.store import CatalogError
+
+        raise CatalogError(str(exc)) from None
+
+
 def _memory_ceiling() -> int:
     """Half the machine's physical memory: the writer's cap is never raised past it."""
     try:
@@ -144,6 +158,8 @@ def _listing(paths: list[str]) -> str:
 
 
 _SAMPLE_ROWS = 2048
+# A batch of at most this many tensors and statistic rows resolves both flat tables at once.
+_SIDE_BY_SIDE_ROWS = 20_000
 _MIN_PART = 2048  # rows: DuckDB's vector; fewer rows are written in one part without a sample
 
 
@@ -218,9 +234,50 @@ def write_index(data: Path, path: Path) -> None:
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, INDEX_SCHEMA) as out:
         for batch in source.iter_batches(batch_size=_INDEX_BATCH_ROWS, columns=INDEX_SCHEMA.names):
             out.write_batch(pa.RecordBatch.from_arrays(
-                [batch.column(name).cast(INDEX_SCHEMA.field(name).type) for name in INDEX_SCHEMA.names],
+                [_as_type(batch.column(name), INDEX_SCHEMA.field(name).type) for name in INDEX_SCHEMA.names],
                 schema=INDEX_SCHEMA,
             ))  # fmt: skip
+
+
+def _as_type(column: pa.Array, type_: pa.DataType) -> pa.Array:
+    """`column` cast to `type_` if it is not of it already (casting imports pyarrow.compute, a
+    tenth of a small ingest's time, for columns that are nearly always of their type already)."""
+    return column if column.type == type_ else column.cast(type_)
+
+
+def open_writer_connection() -> duckdb.DuckDBPyConnection:
+    """A new in-memory DuckDB for the writer, with the resolution views of sql/ defined over empty
+    raw views (the writer points those at the live files; its memory limit and temp directory are
+    set when it takes the connection). Also opened ahead of time by ingest.writer_warm_up."""
+    import duckdb
+
+    from catalog.views import raw_view_sql, view_sql_files
+
+    con = duckdb.connect(
+        ":memory:",
+        config={
+            "autoinstall_known_extensions": "false",
+            "autoload_known_extensions": "false",
+            "memory_limit": f"{_memory_bytes(_MEMORY_LIMIT) >> 20}MiB",
+            # give freed memory back after each statement: the writer idles between batches
+            "allocator_flush_threshold": "8MB",
+            "allocator_bulk_deallocation_flush_threshold": "8MB",
+            "threads": "1",
+            # names are the catalog's views, never Python variables; looking them up in Python
+            # frames needs the GIL at every table reference it binds
+            "python_enable_replacements": "false",
+            # the files it reads are read once: caching them only takes memory
+            "enable_external_file_cache": "false",
+            # every order that matters is an ORDER BY: streaming copies need not buffer
+            "preserve_insertion_order": "false",
+        },
+    )
+    # One execute for every statement: run in a thread beside busy imports, each return to Python
+    # would wait for the GIL.
+    empty_raw_views = [raw_view_sql(table, []) for table in _RAW_READ]
+    resolution = [text for name, text in view_sql_files() if name in RESOLUTION_SQL]
+    con.execute(";\n".join([*empty_raw_views, *resolution]))
+    return con
 
 
 class FlatWriter:
@@ -230,7 +287,8 @@ class FlatWriter:
         self.store = store
         self._con: duckdb.DuckDBPyConnection | None = None
         self._files: dict[str, list[str]] | None = None
-        self.memory_limit = _memory_bytes(_MEMORY_LIMIT)
+        self.memory_limit = writer_memory_limit()
+        self._ordered = False  # inside _insertion_order
 
     def close(self) -> None:
         if self._con is not None:
@@ -241,38 +299,20 @@ class FlatWriter:
 
     def _connect(self, snap: dict) -> duckdb.DuckDBPyConnection:
         """A private DuckDB whose raw views list every live batch of `snap`."""
-        from catalog.views import define_raw_view, define_sql_views
+        from catalog.views import define_raw_view
+        from ingest.writer_warm_up import take_warm_connection
 
         if self._con is None:
-            import duckdb
-
-            tmp = self.store.tmp_dir
-            self._files = None
-            self._con = duckdb.connect(
-                ":memory:",
-                config={
-                    "autoinstall_known_extensions": "false",
-                    "autoload_known_extensions": "false",
-                    "memory_limit": f"{self.memory_limit >> 20}MiB",
-                    # give freed memory back after each statement: the writer idles between batches
-                    "allocator_flush_threshold": "8MB",
-                    "allocator_bulk_deallocation_flush_threshold": "8MB",
-                    "threads": "1",
-                    # the files it reads are read once: caching them only takes memory
-                    "enable_external_file_cache": "false",
-                    "temp_directory": str(tmp),
-                    # every order that matters is an ORDER BY: streaming copies need not buffer
-                    "preserve_insertion_order": "false",
-                },
-            )
+            con = take_warm_connection() or open_writer_connection()
+            con.execute(f"SET memory_limit = '{self.memory_limit >> 20}MiB'").fetchall()
+            con.execute(f"SET temp_directory = {_quote(str(self.store.tmp_dir))}").fetchall()
+            self._con, self._files = con, None
         files = self.store.table_files(snap)
         if files != self._files:
             full = self.store.full_schema_tables(snap)
             for table in _RAW_READ:
                 if self._files is None or files[table] != self._files[table]:
                     define_raw_view(self._con, table, files[table], full_schema=table in full)
-            if self._files is None:
-                define_sql_views(self._con, RESOLUTION_SQL)
             self._files = files
         return self._con
 
@@ -344,16 +384,13 @@ class FlatWriter:
         fid, rel, fdir = new_flat_dir(self.store, flat)
         data = fdir / DATA_FILE
         copy_options = f"FORMAT parquet, ROW_GROUP_SIZE {part}"
-        # the sort must reach the file in order (the connection's default lets DuckDB reorder)
-        con.execute("SET preserve_insertion_order = true").fetchall()
         try:
-            parts = ["true"] if total <= part else _parts(extent, part)
-            rows, keys = self._write_in_parts(con, flat, query, data, copy_options, parts)
+            with self._insertion_order(con):
+                parts = ["true"] if total <= part else _parts(extent, part)
+                rows, keys = self._write_in_parts(con, flat, query, data, copy_options, parts)
         except BaseException:
             shutil.rmtree(fdir, ignore_errors=True)
             raise
-        finally:
-            con.execute("SET preserve_insertion_order = false").fetchall()
         if not rows:
             shutil.rmtree(fdir, ignore_errors=True)
             return None
@@ -365,23 +402,33 @@ class FlatWriter:
     ) -> tuple[int, list[tuple]]:
         """Resolve and sort `query` part after part (each a WHERE on ids, in sort order) into a
         table that keeps its insertion order, then write the table in that order; its row count
-        and distinct (run, rank)."""
+        and distinct (run, rank). The table is named after `flat`: tensors and stats of a small
+        batch are written at the same time (`_resolve_batch`)."""
+        table = f"flat_sorted_{flat}"
         try:
             for i, where in enumerate(parts):
                 rows = f"SELECT * FROM ({query}) WHERE {where} ORDER BY {ORDER[flat]}"
-                into = "CREATE OR REPLACE TABLE flat_sorted AS " if i == 0 else "INSERT INTO flat_sorted "
+                into = f"CREATE OR REPLACE TABLE {table} AS " if i == 0 else f"INSERT INTO {table} "
                 con.execute(into + rows).fetchall()
-            con.execute(f"COPY flat_sorted TO {_quote(str(data))} ({copy_options})").fetchall()
-            count = con.execute("SELECT count(*) FROM flat_sorted").fetchall()[0][0]
-            return int(count), con.execute("SELECT DISTINCT run, rank FROM flat_sorted").fetchall()
+            con.execute(f"COPY {table} TO {_quote(str(data))} ({copy_options})").fetchall()
+            count = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
+            return int(count), con.execute(f"SELECT DISTINCT run, rank FROM {table}").fetchall()
         finally:
-            con.execute("DROP TABLE IF EXISTS flat_sorted").fetchall()
+            con.execute(f"DROP TABLE IF EXISTS {table}").fetchall()
 
-    def _resolve(self, snap: dict, flat: str, run: str, sources: list[str]) -> dict | None:
-        """Resolve the rows of `sources` (batch ids) into a new flat file of `flat`."""
+    def _resolve(
+        self,
+        snap: dict,
+        flat: str,
+        run: str,
+        sources: list[str],
+        con: duckdb.DuckDBPyConnection | None = None,
+    ) -> dict | None:
+        """Resolve the rows of `sources` (batch ids) into a new flat file of `flat` (on `con`, a
+        cursor of the writer's connection, or on the connection itself)."""
         from catalog.views import define_raw_view
 
-        con = self._connect(snap)
+        con = con or self._connect(snap)
         wanted = set(sources)
         full = self.store.full_schema_tables({"batches": [b for b in snap["batches"] if b["id"] in wanted]})
         for table in FLAT_SOURCES[flat]:
@@ -407,9 +454,9 @@ class FlatWriter:
         """`snap` just gained batch `entry`: resolve its rows, re-resolve what it changes, merge.
         Edits snap["flat"]; returns the paths of flat files to retire."""
         flat_state = snap.setdefault("flat", {name: [] for name in FLAT_SOURCES})
-        tables = entry["tables"]
         retired: list[str] = []
         stale = self._stale_entries(snap, entry)
+        fresh = self._resolve_batch(snap, entry)
         for flat in FLAT_SOURCES:
             entries = flat_state.setdefault(flat, [])
             for old in [e for e in entries if e["id"] in stale.get(flat, set())]:
@@ -417,12 +464,50 @@ class FlatWriter:
                 entries[entries.index(old)] = new
                 retired.append(old["path"])
             flat_state[flat] = entries = [e for e in entries if e is not None]
-            if any(t in tables for t in FLAT_SOURCES[flat]):
-                new = self._resolve(snap, flat, entry["run"], [entry["id"]])
-                if new is not None:
-                    entries.append(new)
+            if fresh.get(flat) is not None:
+                entries.append(fresh[flat])
             retired += self._merge_tiers(snap, flat, entry["run"])
         return retired
+
+    def _resolve_batch(self, snap: dict, entry: dict) -> dict[str, dict | None]:
+        """The new flat files of batch `entry`'s rows, per flat table that has rows in it.
+
+        A small batch (a watcher's flush, a small dump) resolves its tensors and its stats side by
+        side, on two cursors: each is mostly DuckDB planning the resolution joins, which does not
+        hold the GIL, and a small batch needs little memory twice over."""
+        tables, run, sources = entry["tables"], entry["run"], [entry["id"]]
+        flats = [flat for flat, src in FLAT_SOURCES.items() if any(t in tables for t in src)]
+        rows = sum(tables.get(t, 0) for flat in flats for t in FLAT_SOURCES[flat])
+        if len(flats) < 2 or rows > _SIDE_BY_SIDE_ROWS:
+            return {flat: self._resolve(snap, flat, run, sources) for flat in flats}
+        con = self._connect(snap)
+
+        def resolve(flat: str) -> dict | None:
+            cursor = con.cursor()
+            try:
+                return self._resolve(snap, flat, run, sources, con=cursor)
+            finally:
+                cursor.close()
+
+        with self._insertion_order(con), ThreadPoolExecutor(len(flats), "dumpcat-resolve") as pool:
+            futures = {flat: pool.submit(resolve, flat) for flat in flats}
+            return {flat: future.result() for flat, future in futures.items()}
+
+    @contextlib.contextmanager
+    def _insertion_order(self, con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+        """Sorted rows reach the file in order inside (the connection's default lets DuckDB
+        reorder). The setting is the database's, not a cursor's: only the outermost use sets it
+        and sets it back, so cursors writing side by side keep it until both are done."""
+        if self._ordered:
+            yield
+            return
+        self._ordered = True
+        con.execute("SET preserve_insertion_order = true").fetchall()
+        try:
+            yield
+        finally:
+            con.execute("SET preserve_insertion_order = false").fetchall()
+            self._ordered = False
 
     def _stale_entries(self, snap: dict, entry: dict) -> dict[str, set[str]]:
         """Ids of the flat files (per flat table) whose rows `entry`'s batch changes."""

@@ -32,6 +32,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
+from ingest.flat import writer_memory_limit
 from ingest.pipeline import DumpRootError, Ingester, default_run_name, detect_dump, resolve_dump_dir
 from ingest.store import CatalogError, CatalogStore, check_writer_name, run_dir_name, write_json_atomic
 
@@ -98,6 +99,7 @@ class Watcher:
     ) -> None:
         if writer is not None:
             check_writer_name(writer)
+        writer_memory_limit()  # a mistyped DUMPCAT_WRITER_MEMORY fails here, not at the first flush
         try:
             detection = detect_dump(dump_root, producer)
             self.root = detection.root

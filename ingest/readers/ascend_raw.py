@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ingest.formats.legacy_names import ConvertedName, parse_converted_name
 from ingest.formats.overflow import (
@@ -157,6 +156,8 @@ class RawFiles:
             ing.pending_files.pop(rel, None)
             ing.record(rel, "raw_dump", size, size, 0, "ok")
         if ing.compute_stats:
+            import pyarrow.compute as pc  # here, not at start-up: most dumps never need it
+
             decodable = pc.not_equal(table.column("stored_dtype"), "raw")
             ing.pending.stat_ids.extend(table.column("row_id").filter(decodable).to_pylist())
 
@@ -349,6 +350,8 @@ class AscendRawReader(MindSporeNpyReader):
         return prev is not None and prev[3] == "ok"
 
     def _add_scanned_tensors(self, leaf, table: pa.Table, row_ids: list[int], matched: set[int]) -> None:
+        import pyarrow.compute as pc
+
         is_raw = pc.equal(table.column("name_era"), "raw")
         if not pc.any(is_raw).as_py():
             super()._add_scanned_tensors(leaf, table, row_ids, matched)

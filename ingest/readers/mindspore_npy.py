@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ingest import kernel_args, mapping_csv
 from ingest.helper_pool import resolve_task, resolve_workers, run_ordered
@@ -42,8 +41,6 @@ from ingest.pipeline import age, fresh_age, size_or_none
 from ingest.readers.base import Detection, Place, first_file
 from ingest.readers.rank_layout import RankLayoutReader, rank_root
 from ingest.schema import TABLES, conform
-from ingest.stat_match import FILE_KEYS, file_keys, match_stat_rows, mismatch_note
-from ingest.statistic_csv import read_statistic_csv
 
 _entry_name = operator.attrgetter("name")
 MAPPED_NAME = re.compile(r"^\d+\.npy$")
@@ -338,6 +335,8 @@ class MindSporeNpyReader(RankLayoutReader):
             that grew later still finds its tensors. With `late`, also the tensor files created
             since the directory was listed: statistic.csv is read now, so its newest rows may
             describe them (their rows are cataloged by a later pass)."""
+            from ingest.stat_match import FILE_KEYS, file_keys
+
             others = []
             if scanned:
                 unscanned = leaf.irregular + leaf.known_names
@@ -363,6 +362,11 @@ class MindSporeNpyReader(RankLayoutReader):
         matched: set[int] = set()
         csv_young: os.DirEntry | None = None
         if stat_table is not None:
+            # statistic.csv's modules (pyarrow.compute, pyarrow.csv) load with the first one
+            import pyarrow.compute as pc
+
+            from ingest.stat_match import match_stat_rows
+
             table, result = stat_table
             csv_entry = by_name["statistic.csv"]
             if table.num_rows:
@@ -535,6 +539,10 @@ class MindSporeNpyReader(RankLayoutReader):
     ) -> tuple[pa.Table, object] | None:
         """The new complete lines of a statistic.csv, as rows of `stat_rows` without row ids yet.
         Nothing is recorded until `_commit_stat_chunk`: live ingest may decide to read it later."""
+        import pyarrow.compute as pc
+
+        from ingest.statistic_csv import read_statistic_csv
+
         rel = f"{rel_dir}/statistic.csv"
         size = size_or_none(entry)
         prev = self.ing.manifest.get(rel)
@@ -575,6 +583,10 @@ class MindSporeNpyReader(RankLayoutReader):
 
         With `upto_line`, only the lines up to it are taken (live ingest keeps the rest, whose
         tensor files have not appeared yet, for the next scan)."""
+        import pyarrow.compute as pc
+
+        from ingest.stat_match import mismatch_note
+
         size = size_or_none(entry)
         end_offset, end_line, errors = result.end_offset, result.end_line, result.errors
         if upto_line is not None and upto_line < end_line:
