@@ -37,7 +37,9 @@ def warm_up_writer() -> None:
     with _lock:
         if _thread is not None:
             return
-        _thread = threading.Thread(target=_open, name="dumpcat-writer-warm-up", daemon=True)
+        # Not a daemon: the interpreter waits for it at exit. A daemon thread still inside DuckDB
+        # when the process ends (a dump root refused right away) aborts it.
+        _thread = threading.Thread(target=_open, name="dumpcat-writer-warm-up")
         _thread.start()
 
 

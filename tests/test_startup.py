@@ -165,3 +165,15 @@ def test_mistyped_writer_memory_is_one_line_before_anything_is_written(small_tre
         "dumpcat: error: DUMPCAT_WRITER_MEMORY: cannot read 'lots' (e.g. 256MB)"
     ]
     assert not list(cat.rglob("*.parquet"))
+
+
+def test_a_refused_ingest_ends_cleanly_while_the_writer_warms_up(tmp_path):
+    """A dump root refused at once ends the process while the warm-up thread may still be inside
+    DuckDB: the process waits for it (a daemon thread there aborted the interpreter, exit -6)."""
+    for _ in range(5):
+        out = subprocess.run(
+            [sys.executable, "-m", "catalog.cli", "ingest", str(tmp_path), "--catalog", str(tmp_path / "c")],
+            capture_output=True, text=True, cwd=ROOT, timeout=300,
+        )  # fmt: skip
+        assert out.returncode == 1, out.stderr
+        assert out.stderr.startswith("dumpcat: error: ") and len(out.stderr.strip().splitlines()) == 1
