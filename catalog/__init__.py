@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import ingest  # noqa: F401  (sets up the allocators before pyarrow and DuckDB load: ingest/memory.py)
+
 if TYPE_CHECKING:
     from catalog.api import Catalog, CatalogError, QueryRefused, TensorNotFoundError
 

@@ -149,7 +149,11 @@ class _Helper:
         self.owner = os.getpid()
         # One compute thread per helper: tensor_stats sizes its BLAS calls never to need more, and
         # idle BLAS thread pools in every helper would only compete for the cores.
-        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        # Their allocators give freed memory back as the ingesting process's do (ingest/memory.py).
+        from ingest.memory import helper_environment
+
+        threads = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        env = {**helper_environment(), **threads}
         self.proc = subprocess.Popen(
             _helper_argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=env
         )

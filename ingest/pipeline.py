@@ -440,6 +440,14 @@ class Ingester:
         """Let the reader finish queued work, compute statistics, commit one batch."""
         if self.reader is not None:
             self.reader.finish()
+        tables = self._batch_tables()
+        # the batch's rows are in `tables` alone now: the store lets them go once written
+        self.pending = _Pending()
+        if tables and self.store.commit_batch(self.run, tables):
+            self.summary.batches += 1
+
+    def _batch_tables(self) -> dict[str, pa.Table]:
+        """The pending rows as one table per catalog table, computed statistics included."""
         tables: dict[str, pa.Table] = {}
         tensors = self._pending_table("tensors")
         if tensors is not None:
@@ -450,9 +458,7 @@ class Ingester:
         for name in TABLES:
             if name not in ("tensors", "tensor_stats") and (table := self._pending_table(name)) is not None:
                 tables[name] = table
-        if tables and self.store.commit_batch(self.run, tables):
-            self.summary.batches += 1
-        self.pending = _Pending()
+        return tables
 
 
 # `tensor_stats` = a tensor's keys (from its `tensors` row) + the statistics computed from its data.

@@ -49,6 +49,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ingest import flat
+from ingest.memory import release_free_memory
 from ingest.schema import TABLES
 
 FORMAT_VERSION = 2  # the newest catalog format this dumpcat reads
@@ -494,22 +495,28 @@ class CatalogStore:
                     shutil.rmtree(bdir, ignore_errors=True)
 
     def commit_batch(self, run: str, tables: dict[str, pa.Table]) -> str | None:
-        """Write one batch of tables and commit it. Caller holds writer_lock. Returns the batch id."""
-        tables = {k: v for k, v in tables.items() if v is not None and v.num_rows > 0}
-        if not tables:
+        """Write one batch of tables and commit it. Caller holds writer_lock. Returns the batch id.
+
+        Takes the tables: `tables` is emptied, and the rows are let go once their files are
+        written, so that a batch's rows and the flat writer's DuckDB (which reads the files) are
+        not in memory at the same time (a caller that keeps no other reference to them)."""
+        live = {k: v for k, v in tables.items() if v is not None and v.num_rows > 0}
+        tables.clear()
+        if not live:
             return None
         if self.writer is not None and run != self.shard_run:
             raise CatalogError(f"{self.describe()} cannot hold rows of run {run!r}")
         snap = self.snapshot()
-        self._claim_ranks(snap, run, tables)
-        entry = self._write_batch(run, tables)
+        self._claim_ranks(snap, run, live)
+        entry = self._write_batch(run, live)
+        live.clear()
         snap["batches"].append(entry)
         if "flat" in snap:
             self._retire(snap, self._flat_writer().after_batch(snap, entry))
         self._commit_snapshot(snap)
-        # Arrow's allocator keeps freed blocks for reuse; an ingest idles between batches, so give
-        # them back (the next batch is minutes of walking away on a big dump).
-        pa.default_memory_pool().release_unused()
+        # the allocators keep freed blocks for reuse; an ingest idles between batches, so give
+        # them back (the next batch is minutes of walking away on a big dump)
+        release_free_memory()
         return entry["id"]
 
     def _write_batch(self, run: str, tables: dict[str, pa.Table], suffix: str = "") -> dict:
