@@ -383,7 +383,7 @@ class FlatWriter:
         )
         fid, rel, fdir = new_flat_dir(self.store, flat)
         data = fdir / DATA_FILE
-        copy_options = f"FORMAT parquet, ROW_GROUP_SIZE {part}"
+        copy_options = f"FORMAT parquet, ROW_GROUP_SIZE {_SORT_ROWS}"
         try:
             with self._insertion_order(con):
                 parts = ["true"] if total <= part else _parts(extent, part)

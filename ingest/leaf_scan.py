@@ -1,8 +1,11 @@
 """Turn a chunk of tensor file names into `tensors` rows: parse each name, read each npy header.
 
 This is the per-file loop of a metadata ingest (a million files is a million opens), so it runs in
-helper processes as well as in the ingesting one (`helper_pool.run_ordered`) and returns Arrow
-columns, which cross a pipe and join the pending batch without a per-row step in the caller.
+helper processes as well as in the ingesting one (`helper_pool.run_ordered`). Helpers return the
+rows as columns of Python values (`scan_tensor_columns`), which the ingesting process makes Arrow
+arrays of in one C loop each (`columns_table`): a helper that imported pyarrow took ~25 MiB more
+(~65 MiB, two of them on two cores), and memory, not the caller's few milliseconds per batch, is
+what bounds an ingest of millions of files.
 
 Only files that are complete and well-formed become rows here. Every other file (a name that
 fits no pattern, an unreadable or truncated npy) is handed back as *irregular*: the caller judges
@@ -12,19 +15,23 @@ it with its full rules (live ingest may wait for it, a one-shot ingest records a
 from __future__ import annotations
 
 import os
-
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from ingest.ids import TensorIdHasher
 from ingest.npy_header import NpyHeaderError, read_npy_header
 from ingest.npy_name import TensorNameError, parse_tensor_name, without_op_index
-from ingest.schema import TENSORS
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # (run, rank, net, graph_id, iteration, dir_kind): what every file of a leaf directory shares.
 LeafContext = tuple[str, int, str, int, int | None, str]
 # One leaf directory's share of a batch: context, absolute dir, dir relative to the dump root,
 # file names, and for each the original name from mapping.csv (or None).
 LeafChunk = tuple[LeafContext, str, str, list[str], list[str | None]]
+# A chunk scanned: its context, its well-formed files' values per column of _FILE_COLUMNS (empty
+# when there are none), and the names of the other files.
+ScannedColumns = tuple[LeafContext, list[tuple], list[str]]
 
 _CONSTANT_COLUMNS = ("run", "rank", "net", "graph_id", "iteration", "dir_kind")
 # Columns filled per file, in the order of the row tuples built below.
@@ -40,7 +47,7 @@ _READER_COLUMNS = {
     "op_full_name": None,
     "source_row_id": None,
 }
-assert set(_CONSTANT_COLUMNS) | set(_FILE_COLUMNS) | set(_READER_COLUMNS) == set(TENSORS.names)
+# (tests/test_leaf_scan.py checks that these three name every column of `tensors`)
 
 _op_base: dict[str, str] = {}  # file op name -> without its -opN (op names repeat across iterations)
 _hashers: dict[str, TensorIdHasher] = {}
@@ -49,7 +56,13 @@ _hashers: dict[str, TensorIdHasher] = {}
 def scan_tensor_files(batch: list[LeafChunk]) -> list[tuple[pa.Table, list[str]]]:
     """For each chunk of `batch`: `tensors` rows of its well-formed complete files, and the names
     of the others."""
-    out: list[tuple[pa.Table, list[str]]] = []
+    return [columns_table(scanned) for scanned in scan_tensor_columns(batch)]
+
+
+def scan_tensor_columns(batch: list[LeafChunk]) -> list[ScannedColumns]:
+    """`scan_tensor_files` without pyarrow (what helpers run): for each chunk, its rows as
+    columns of Python values, and the names of its irregular files."""
+    out: list[ScannedColumns] = []
     for ctx, dir_path, rel_dir, names, originals in batch:
         rows = []
         irregular: list[str] = []
@@ -80,15 +93,21 @@ def scan_tensor_files(batch: list[LeafChunk]) -> list[tuple[pa.Table, list[str]]
                     stored, header.shape, header.data_offset, header.nbytes, size, tn.era,
                 )
             )  # fmt: skip
-        out.append((_table(ctx, rows), irregular))
+        out.append((ctx, list(zip(*rows, strict=True)), irregular))
     return out
 
 
-def _table(ctx: LeafContext, rows: list[tuple]) -> pa.Table:
-    n = len(rows)
-    if not n:
-        return TENSORS.empty_table()
-    columns = dict(zip(_FILE_COLUMNS, zip(*rows, strict=True), strict=True))
+def columns_table(scanned: ScannedColumns) -> tuple[pa.Table, list[str]]:
+    """A scanned chunk as (`tensors` rows, irregular names)."""
+    import pyarrow as pa
+
+    from ingest.schema import TENSORS
+
+    ctx, values, irregular = scanned
+    if not values:
+        return TENSORS.empty_table(), irregular
+    n = len(values[0])
+    columns = dict(zip(_FILE_COLUMNS, values, strict=True))
     arrays = []
     for field in TENSORS:
         if field.name in columns:
@@ -98,4 +117,4 @@ def _table(ctx: LeafContext, rows: list[tuple]) -> pa.Table:
         else:
             value = ctx[_CONSTANT_COLUMNS.index(field.name)]
             arrays.append(pa.array([value] * n, field.type))
-    return pa.Table.from_arrays(arrays, schema=TENSORS)
+    return pa.Table.from_arrays(arrays, schema=TENSORS), irregular

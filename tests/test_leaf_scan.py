@@ -269,3 +269,43 @@ def test_default_workers_follow_the_usable_cores(tmp_path):
         [*cmd[:3], str(tmp_path / "cat3"), str(big)], capture_output=True, text=True, cwd=repo, check=True
     )
     assert both.stdout.split() == [str(min(cores, 8))] * 2  # the header scan runs in `workers` helpers
+
+
+def test_scan_columns_name_every_tensors_column():
+    from ingest import leaf_scan
+
+    named = set(leaf_scan._CONSTANT_COLUMNS) | set(leaf_scan._FILE_COLUMNS) | set(leaf_scan._READER_COLUMNS)
+    assert named == set(TENSORS.names)
+
+
+def test_helpers_scan_without_pyarrow(tmp_path):
+    """A helper process as ingest starts it (its preloads, its environment) has not imported
+    pyarrow (~25 MiB of each helper's memory), nor after scanning a real leaf directory, and its
+    columns make the same rows as the in-process scan."""
+    leaf = next(p for p in sorted((dump_of("simple") / "rank_0").glob("*/*/*")) if p.is_dir())
+    names = sorted(n for n in os.listdir(leaf) if n.endswith(".npy"))
+    ctx = ("r", 0, "Net", 0, 0, "iteration")
+    chunk = (ctx, str(leaf), "rank_0/Net/0/0", names, [None] * len(names))
+    probe = (
+        "import sys\n"
+        "from ingest.helper_pool import _PRELOAD\n"
+        "import importlib\n"
+        "for m in _PRELOAD: importlib.import_module(m)\n"
+        "before = 'pyarrow' in sys.modules\n"
+        "from ingest.leaf_scan import scan_tensor_columns\n"
+        f"out = scan_tensor_columns([{chunk!r}])\n"
+        "print(before, 'pyarrow' in sys.modules, len(out[0][1][0]))\n"
+    )
+    from ingest.memory import helper_environment
+
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=helper_environment(), timeout=120,
+        cwd=Path(__file__).parents[1],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False", str(len(names))]
+    from ingest.leaf_scan import columns_table, scan_tensor_columns
+
+    [(table, irregular)] = scan_tensor_files([chunk])
+    assert columns_table(scan_tensor_columns([chunk])[0]) == (table, irregular)
+    assert table.num_rows == len(names) and not irregular

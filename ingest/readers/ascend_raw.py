@@ -338,6 +338,11 @@ class AscendRawReader(MindSporeNpyReader):
     # Overflow debug files are decoded here (file by file): a run has few of them.
     scan_function = "ingest.raw_scan:scan_raw_files"
 
+    @staticmethod
+    def scanned_table(scanned: tuple[pa.Table, list[str]]) -> tuple[pa.Table, list[str]]:
+        """scan_raw_files returns Arrow already (its helpers decode raw headers with pyarrow)."""
+        return scanned
+
     def is_scanned(self, name: str) -> bool:
         if name.endswith(".npy"):
             return self.is_tensor_npy(name)

@@ -28,7 +28,7 @@ import pyarrow as pa
 from ingest import kernel_args, mapping_csv
 from ingest.helper_pool import resolve_task, resolve_workers, run_ordered
 from ingest.ids import stat_row_ids
-from ingest.leaf_scan import LeafChunk
+from ingest.leaf_scan import LeafChunk, ScannedColumns, columns_table
 from ingest.npy_header import NpyHeaderError, read_npy_header
 from ingest.npy_name import (
     OP_INDEX_PATTERN,
@@ -140,7 +140,13 @@ class MindSporeNpyReader(RankLayoutReader):
     # What a one-shot ingest scans in helper processes: the function (see leaf_scan) and which
     # files of a leaf directory it is given. Files it hands back as irregular are judged here:
     # tensor npy files by the npy rules, any other by `other_file`.
-    scan_function = "ingest.leaf_scan:scan_tensor_files"
+    scan_function = "ingest.leaf_scan:scan_tensor_columns"
+
+    @staticmethod
+    def scanned_table(scanned: ScannedColumns) -> tuple[pa.Table, list[str]]:
+        """One chunk's result of `scan_function` as (its `tensors` rows, its irregular names):
+        helpers send columns of Python values, not Arrow (they do not import pyarrow)."""
+        return columns_table(scanned)
 
     def is_scanned(self, name: str) -> bool:
         """Is this file of a leaf directory read by `scan_function`?"""
@@ -261,7 +267,8 @@ class MindSporeNpyReader(RankLayoutReader):
         # Finish each leaf as soon as its last chunk is back, while the helpers scan the next.
         finished = 0
         for owner, result in zip(owners, results, strict=True):
-            for index, (table, irregular) in zip(owner, result, strict=True):
+            for index, scanned in zip(owner, result, strict=True):
+                table, irregular = self.scanned_table(scanned)
                 queue[index].tables.append(table)
                 queue[index].irregular.extend(irregular)
             upto = owner[-1] if owner else finished
