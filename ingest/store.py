@@ -456,6 +456,7 @@ class CatalogStore:
         snap = self.snapshot()
         if "flat" not in snap:
             return
+        release_free_memory()
         retired = self._flat_writer().consolidate(snap, run)
         if retired:
             self._retire(snap, retired)
@@ -510,6 +511,9 @@ class CatalogStore:
         self._claim_ranks(snap, run, live)
         entry = self._write_batch(run, live)
         live.clear()
+        # and what held them goes back to the system before the flat writer's DuckDB, which
+        # allocates its own, takes its share
+        release_free_memory()
         snap["batches"].append(entry)
         if "flat" in snap:
             self._retire(snap, self._flat_writer().after_batch(snap, entry))
