@@ -287,11 +287,13 @@ def bench_memory(rows: Rows, work: Path, scale: int) -> None:
     tree = tree_of(work, scale)
     nocsv = work / f"nocsv_{scale}"
     cat = work / f"cat_mem_{scale}"
-    imports = "import catalog.api, ingest.pipeline, ingest.flat, resource; "
+    # The imports' own high-water mark: VmHWM, not ru_maxrss, which Linux carries over exec from
+    # the forked copy of this (by now large) process.
+    imports = "import catalog.api, ingest.pipeline, ingest.flat, re; "
+    hwm = "print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))"
     base_kib = subprocess.run(
-        [sys.executable, "-c", imports + "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"],
-        check=True, capture_output=True, text=True, cwd=ROOT,
-    ).stdout  # fmt: skip
+        [sys.executable, "-c", imports + hwm], check=True, capture_output=True, text=True, cwd=ROOT
+    ).stdout
     base_mib = int(base_kib) / 1024
     for label, root, computed in (("statistic.csv", tree, False), ("computed statistics", nocsv, True)):
         if computed and not (root / "rank_0").exists():

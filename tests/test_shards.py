@@ -660,6 +660,11 @@ class UnionReader:
             cat.close()
 
     def stop(self) -> None:
+        """Stop once it has run at least 10 rounds (a loaded machine may finish the writers
+        first; queries of the finished catalog are checked the same way)."""
+        deadline = time.monotonic() + 60
+        while len(self.counts) < 10 and not self.errors and time.monotonic() < deadline:
+            time.sleep(0.05)
         self._stop.set()
         self._thread.join(60)
 
