@@ -20,7 +20,6 @@ After every commit `release_free_memory()` hands back what the allocators hold f
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 
 _ARENAS = "2"
@@ -36,7 +35,8 @@ def _glibc() -> ctypes.CDLL | None:
     global _libc
     if _libc is None:
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            # the C library Python itself runs on (no `find_library`: it runs ldconfig, a process)
+            libc = ctypes.CDLL(None)
             libc.gnu_get_libc_version  # noqa: B018 - raises AttributeError on other C libraries
         except (OSError, AttributeError):
             return None
