@@ -263,8 +263,8 @@ def open_writer_connection() -> duckdb.DuckDBPyConnection:
             "allocator_flush_threshold": "8MB",
             "allocator_bulk_deallocation_flush_threshold": "8MB",
             "threads": "1",
-            # names are the catalog's views, never Python variables; looking them up in Python
-            # frames needs the GIL at every table reference it binds
+            # names are the catalog's views, never the caller's Python variables (which DuckDB's
+            # Python client otherwise looks a table name it cannot find up among)
             "python_enable_replacements": "false",
             # the files it reads are read once: caching them only takes memory
             "enable_external_file_cache": "false",
