@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -135,11 +136,23 @@ def test_warm_connection_has_the_resolution_views():
 def test_side_by_side_resolution_writes_the_same_files(root, tmp_path, monkeypatch):
     """Small batches resolve tensors and stats on two cursors at once; forced one after the other
     (the path of big batches), every flat file has the same rows in the same order."""
+    pools: list[int] = []
+
+    class CountedPool(ThreadPoolExecutor):  # the real pool, counted: which path each ingest took
+        def __init__(self, *args, **kwargs) -> None:
+            pools.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(flat, "ThreadPoolExecutor", CountedPool)
     both = tmp_path / "both"
     ingest_dump(both, root, run="r", batch_rows=50, workers=1)
+    side_by_side = len(pools)
     monkeypatch.setattr(flat, "_SIDE_BY_SIDE_ROWS", -1)
     serial = tmp_path / "serial"
     ingest_dump(serial, root, run="r", batch_rows=50, workers=1)
+    assert len(pools) == side_by_side, "a batch was resolved side by side with the path turned off"
+    has_both = root.name == "dump"  # control_flow: tensors and computed stats in every batch
+    assert (side_by_side > 0) == has_both
     rows = 0
     for view in flat.FLAT_SOURCES:
         files = []
