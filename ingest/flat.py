@@ -289,6 +289,12 @@ class FlatWriter:
         self._files: dict[str, list[str]] | None = None
         self.memory_limit = writer_memory_limit()
         self._ordered = False  # inside _insertion_order
+        # A one-shot ingest is running (the store says so): every file written now is merged into
+        # one at its end (`consolidate`), so it is written in row groups of one sort part, which
+        # need a fraction of the memory of DuckDB's 122,880-row groups (the parquet writer holds a
+        # row group's rows: ~100 MB of tensors rows). Its entry says `interim` until then.
+        self.interim = False
+        self._final = False  # inside consolidate: the file that stays
 
     def close(self) -> None:
         if self._con is not None:
@@ -387,7 +393,8 @@ class FlatWriter:
         )
         fid, rel, fdir = new_flat_dir(self.store, flat)
         data = fdir / DATA_FILE
-        copy_options = f"FORMAT parquet, ROW_GROUP_SIZE {_SORT_ROWS}"
+        interim = self.interim and not self._final
+        copy_options = f"FORMAT parquet, ROW_GROUP_SIZE {part if interim else _SORT_ROWS}"
         try:
             with self._insertion_order(con):
                 parts = ["true"] if total <= part else _parts(extent, part)
@@ -398,7 +405,10 @@ class FlatWriter:
         if not rows:
             shutil.rmtree(fdir, ignore_errors=True)
             return None
-        return seal_flat_dir(fdir, flat, fid=fid, rel=rel, run=run, rows=rows, sources=sources, keys=keys)
+        entry = seal_flat_dir(fdir, flat, fid=fid, rel=rel, run=run, rows=rows, sources=sources, keys=keys)
+        if interim:
+            entry["interim"] = True
+        return entry
 
     @staticmethod
     def _write_in_parts(
@@ -579,12 +589,17 @@ class FlatWriter:
         return [e["path"] for e in group]
 
     def consolidate(self, snap: dict, run: str) -> list[str]:
-        """Merge every flat file of `run` into one per table (the end of a one-shot ingest)."""
+        """Merge every flat file of `run` into one per table, in DuckDB's row groups (the end of a
+        one-shot ingest; a single interim file is rewritten so)."""
         retired: list[str] = []
-        for flat in FLAT_SOURCES:
-            group = [e for e in snap.get("flat", {}).get(flat, []) if e["run"] == run]
-            if len(group) > 1:
-                retired += self._replace(snap, flat, group)
+        self._final = True
+        try:
+            for flat in FLAT_SOURCES:
+                group = [e for e in snap.get("flat", {}).get(flat, []) if e["run"] == run]
+                if len(group) > 1 or any(e.get("interim") for e in group):
+                    retired += self._replace(snap, flat, group)
+        finally:
+            self._final = False
         return retired
 
     def batches_compacted(self, snap: dict, merged_ids: set[str], new_id: str) -> list[str]:

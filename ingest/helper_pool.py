@@ -38,7 +38,14 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["default_workers", "resolve_task", "resolve_workers", "run_ordered", "start_helpers"]
+__all__ = [
+    "default_workers",
+    "resolve_task",
+    "resolve_workers",
+    "run_ordered",
+    "start_helpers",
+    "stop_idle_helpers",
+]
 
 _FRAME = 8  # bytes of little-endian length before each pickle
 _HELPER_SLOTS = 2  # batches per helper: one running, the next one ready (more lengthens the tail)
@@ -290,6 +297,12 @@ def _shutdown_helpers() -> None:
 
 
 atexit.register(_shutdown_helpers)
+
+
+def stop_idle_helpers() -> None:
+    """Stop the idle helpers now, rather than when they time out: an ingest that has no more
+    work for them (a one-shot ingest's last merge) gives their memory back."""
+    _shutdown_helpers()
 
 
 def run_ordered(

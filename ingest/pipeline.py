@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ingest.flat import writer_memory_limit
-from ingest.helper_pool import start_helpers
+from ingest.helper_pool import start_helpers, stop_idle_helpers
 from ingest.ids import TensorIdHasher
 from ingest.row_id_set import RowIdSet
 from ingest.schema import STAT_VALUE_FIELDS, TABLES
@@ -341,8 +341,11 @@ class Ingester:
             # process of the same name (two hosts given one name) is refused at once.
             with self.store.writer_lock(wait=self.store.writer is None):
                 self._load_state()
+                self.store.start_run()
                 self.scan_all()
                 self.flush()
+                # the walk is done: idle helpers give their memory back before the last merge
+                stop_idle_helpers()
                 self.store.finish_run(self.run)
         finally:
             if gc_was_enabled:

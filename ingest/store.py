@@ -449,10 +449,17 @@ class CatalogStore:
             now = time.time()
             snap.setdefault("retired", []).extend({"path": p, "at": now} for p in paths)
 
+    def start_run(self) -> None:
+        """A one-shot ingest starts: the flat files it writes are interim, merged by `finish_run`
+        (see FlatWriter.interim). Caller holds writer_lock."""
+        self._flat_writer().interim = True
+
     def finish_run(self, run: str) -> None:
         """A one-shot ingest of `run` ended: merge its flat files into one per table, so queries
         read one file (the watcher never calls this; its files stay merged by size tiers).
         Caller holds writer_lock."""
+        if self._flat is not None:
+            self._flat.interim = False
         snap = self.snapshot()
         if "flat" not in snap:
             return

@@ -333,3 +333,65 @@ def test_contained_engine_reads_flat_and_old_catalogs(tmp_path, views_flat):
             engine.close()
         assert [list(r.values()) for r in got] == [list(r.values()) for r in want]
         assert [list(r.values()) for r in got_tensors] == [list(r.values()) for r in want_tensors]
+
+
+def _row_groups(path: Path, entry: dict) -> list[int]:
+    meta = pq.ParquetFile(path / entry["path"] / flat.DATA_FILE).metadata
+    return [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+
+
+def test_one_shot_ingest_writes_interim_files_then_one_file_in_duckdbs_row_groups(tmp_path, monkeypatch):
+    """While a one-shot ingest walks, its flat files are interim: row groups of one sort part
+    (less memory in the parquet writer). When it ends they are merged into one file per table in
+    DuckDB's 122,880-row groups, the file queries read."""
+    import synth
+
+    from ingest.pipeline import Ingester, detect_dump
+
+    root = tmp_path / "tree"
+    synth.generate(root, 10_000, ranks=1, iterations=2, statistic_csv=False, workers=1)
+    # sort parts, and so interim row groups, of DuckDB's smallest: one vector of 2,048 rows
+    monkeypatch.setattr(flat, "rows_per_part", lambda row_bytes, limit: 2048)
+    path = tmp_path / "cat"
+    store = CatalogStore(path, create=True).shard("r", None)
+    ing = Ingester(store, "r", root, detect_dump(root), workers=1, batch_rows=4000)
+    with store.writer_lock():
+        ing.begin()
+        store.start_run()
+        ing.scan_all()
+        ing.flush()
+        walked = store.snapshot()["flat"]
+        assert all(e.get("interim") for es in walked.values() for e in es)
+        assert max(e["rows"] for e in walked["tensors"]) > 2048
+        for entry in walked["tensors"]:
+            assert max(_row_groups(path, entry)) <= 2048
+        store.finish_run("r")
+    with Catalog.open(path) as cat:
+        done = cat.store.snapshot()["flat"]
+        _assert_flat_exact(cat)
+    for view in flat.FLAT_SOURCES:
+        (entry,) = done[view]
+        assert "interim" not in entry and _row_groups(path, entry) == [10_000]  # one (< 122,880)
+
+
+def test_an_interrupted_one_shot_ingest_leaves_interim_files_the_next_one_merges(tmp_path, monkeypatch):
+    """A one-shot ingest killed before its end leaves interim files (exact, only in small row
+    groups); the next one-shot ingest of the run rewrites them, even a single one."""
+    from ingest.pipeline import Ingester, detect_dump
+
+    root = DATA / "ms210" / "nan_log" / "dump"
+    path = tmp_path / "cat"
+    store = CatalogStore(path, create=True).shard("nan_log", None)
+    ing = Ingester(store, "nan_log", root, detect_dump(root), workers=1)
+    with store.writer_lock():
+        ing.begin()
+        store.start_run()
+        ing.scan_all()
+        ing.flush()  # ... and the process dies here
+    with Catalog.open(path) as cat:
+        _assert_flat_exact(cat)
+        assert all(e.get("interim") for es in cat.store.snapshot()["flat"].values() for e in es)
+    ingest_dump(path, root, workers=1)  # nothing new to read: it only finishes the run
+    with Catalog.open(path) as cat:
+        _assert_flat_exact(cat)
+        assert not any(e.get("interim") for es in cat.store.snapshot()["flat"].values() for e in es)
