@@ -24,7 +24,8 @@ the raw tables. Old files are retired like compacted batches. A tensors file has
 `index.arrow` (Arrow IPC, memory-mapped by readers): its location columns, for `Catalog.tensor`.
 
 Layout: data/flat/<table>/<id>/{data.parquet,index.arrow}; snapshot.json's "flat" holds, per
-table, entries {"id", "path", "run", "rows", "sources": [batch ids], "keys": [[run, rank], ...]}.
+table, entries {"id", "path", "run", "rows", "sources": [batch ids], "keys": [[run, rank], ...]},
+and "interim": true on a file a one-shot ingest wrote while walking (see FlatWriter.interim).
 
 Each shard of a catalog (ingest/store.py) keeps its own flat files, under
 data/run=<run>/writer=<name>/flat/, resolved by its own writer against its own raw tables only:
