@@ -394,7 +394,8 @@ class FlatWriter:
         )
         fid, rel, fdir = new_flat_dir(self.store, flat)
         data = fdir / DATA_FILE
-        interim = self.interim and not self._final
+        # (rows that fit one part are one row group either way: such a file is final as written)
+        interim = self.interim and not self._final and total > part
         copy_options = f"FORMAT parquet, ROW_GROUP_SIZE {part if interim else _SORT_ROWS}"
         try:
             with self._insertion_order(con):

@@ -379,6 +379,9 @@ def test_an_interrupted_one_shot_ingest_leaves_interim_files_the_next_one_merges
     groups); the next one-shot ingest of the run rewrites them, even a single one."""
     from ingest.pipeline import Ingester, detect_dump
 
+    # parts of 64 rows: this dump's 180 tensors are more than one part, so its files are interim
+    monkeypatch.setattr(flat, "_MIN_PART", 64)
+    monkeypatch.setattr(flat, "rows_per_part", lambda row_bytes, limit: 64)
     root = DATA / "ms210" / "nan_log" / "dump"
     path = tmp_path / "cat"
     store = CatalogStore(path, create=True).shard("nan_log", None)
@@ -395,3 +398,13 @@ def test_an_interrupted_one_shot_ingest_leaves_interim_files_the_next_one_merges
     with Catalog.open(path) as cat:
         _assert_flat_exact(cat)
         assert not any(e.get("interim") for es in cat.store.snapshot()["flat"].values() for e in es)
+
+
+def test_a_dump_that_fits_one_sort_part_is_written_once(tmp_path):
+    """Rows that fit one part are one row group either way: such a flat file is final as written,
+    and the end of the ingest rewrites nothing (a small ingest's start-up)."""
+    path = tmp_path / "cat"
+    ingest_dump(path, DATA / "ms210" / "nan_log" / "dump", workers=1)
+    snap = json.loads((path / "snapshot.json").read_text())
+    assert all("interim" not in e for es in snap["flat"].values() for e in es)
+    assert not [r for r in snap.get("retired", []) if "/flat/" in r["path"]]
