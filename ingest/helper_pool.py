@@ -14,7 +14,8 @@ length-prefixed pickle frames over its stdin/stdout. The caller never blocks on 
 (non-blocking pipes, selectors), so there is no pipe deadlock, and it computes batches itself while
 helpers start (~80-250 ms: Python plus the task's imports) or are busy. Idle helpers are kept for
 the next call (ingest calls once per flush) and exit by themselves after _HELPER_IDLE_S seconds
-without work, or when this process exits.
+without work, when this process exits, or when a one-shot ingest has walked its dump
+(`stop_idle_helpers`: its last merge is its memory peak).
 
 A task is named ``"ingest.module:function"``; helpers run only functions of `ingest` modules.
 The function takes ``(batch, *args)`` and returns that batch's result (any picklable object).

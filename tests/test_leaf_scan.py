@@ -242,13 +242,26 @@ def test_default_workers_follow_the_usable_cores(tmp_path):
     """One worker per core the ingest may run on (taskset / container limits), at most 8: on a
     1-core affinity an ingest starts no helper process at all, nor does a small dump; a big one
     starts `workers` helpers."""
+    # the most helper processes seen while the ingest ran (it stops them before its last merge)
     code = (
-        "import sys, psutil\n"
+        "import sys, threading, psutil\n"
         "from ingest.helper_pool import default_workers\n"
         "from ingest.pipeline import ingest_dump\n"
+        "seen, done = [0], threading.Event()\n"
+        "def watch():\n"
+        "    while not done.is_set():\n"
+        "        try:\n"
+        "            kids = [c for c in psutil.Process().children() if '_serve' in ' '.join(c.cmdline())]\n"
+        "        except psutil.Error:\n"
+        "            continue\n"
+        "        seen[0] = max(seen[0], len(kids))\n"
+        "        done.wait(0.01)\n"
+        "t = threading.Thread(target=watch)\n"
+        "t.start()\n"
         "ingest_dump(sys.argv[1], sys.argv[2])\n"
-        "kids = [c for c in psutil.Process().children() if '_serve' in ' '.join(c.cmdline())]\n"
-        "print(default_workers(), len(kids))\n"
+        "done.set()\n"
+        "t.join()\n"
+        "print(default_workers(), seen[0])\n"
     )
     repo = str(Path(__file__).parents[1])
     cmd = [sys.executable, "-c", code, str(tmp_path / "cat"), str(dump_of("simple"))]
