@@ -195,8 +195,9 @@ def _scan_lines(buf: np.ndarray) -> _Lines:
     """Line boundaries and field counts; ``buf`` must end with '\\n'.
 
     Field count = commas per line - commas inside quoted fields + 1. Both comma counts are
-    segment sums (``np.add.reduceat``) over the comma mask, which is far cheaper than locating
-    every comma.
+    differences of positions in the sorted comma offsets (``np.searchsorted``): 8 bytes per
+    comma, where segment sums over the comma mask (``np.add.reduceat``) cast the whole chunk to
+    int64 first, 8 bytes per byte (128 MB for a 16 MB chunk).
     """
     ends = np.flatnonzero(buf == 10)
     n = len(ends)
@@ -207,8 +208,8 @@ def _scan_lines(buf: np.ndarray) -> _Lines:
     starts[1:] = ends[:-1] + 1
     nonempty = ends > starts
     content_end = ends - (nonempty & (buf[ends - 1] == 13))
-    is_comma = buf == 44
-    nfields = np.add.reduceat(is_comma, starts, dtype=np.int64) + 1
+    commas = np.flatnonzero(buf == 44)
+    nfields = np.searchsorted(commas, ends) - np.searchsorted(commas, starts) + 1
     quotes = np.flatnonzero(buf == 34)
     odd_quotes = np.zeros(n, dtype=bool)
     if len(quotes):
@@ -217,8 +218,9 @@ def _scan_lines(buf: np.ndarray) -> _Lines:
         if odd_quotes.any():  # drop those lines' quotes so the rest pair up within their lines
             quotes = quotes[~odd_quotes[np.searchsorted(ends, quotes)]]
     if len(quotes):
-        inside = np.add.reduceat(is_comma, quotes, dtype=np.int64)[::2]  # [q0,q1), [q2,q3), ...
-        pair_line = np.searchsorted(ends, quotes[::2])
+        opening, closing = quotes[::2], quotes[1::2]  # [q0,q1), [q2,q3), ...
+        inside = np.searchsorted(commas, closing) - np.searchsorted(commas, opening)
+        pair_line = np.searchsorted(ends, opening)
         nfields -= np.bincount(pair_line, weights=inside, minlength=n).astype(np.int64)
     last_is_comma = (content_end > starts) & (buf[np.maximum(content_end - 1, 0)] == 44)
     return _Lines(starts, ends, content_end, nfields, odd_quotes, last_is_comma)

@@ -374,6 +374,56 @@ def test_one_shot_ingest_writes_interim_files_then_one_file_in_duckdbs_row_group
         assert "interim" not in entry and _row_groups(path, entry) == [10_000]  # one (< 122,880)
 
 
+@pytest.mark.parametrize("fanin", [32, 4])
+def test_a_one_shot_ingest_merges_its_interim_files_at_its_end(tmp_path, monkeypatch, fanin):
+    """While it walks (its helpers running), a one-shot ingest leaves its interim files unmerged
+    (a merge there was its memory peak) unless a table has INTERIM_FANIN of them; its end merges
+    them into one file per table."""
+    import synth
+
+    from ingest.pipeline import Ingester, detect_dump
+
+    root = tmp_path / "tree"
+    from ingest.readers import mindspore_npy
+
+    synth.generate(root, 6_000, ranks=1, iterations=12, statistic_csv=False, workers=1)
+    monkeypatch.setattr(mindspore_npy, "_SCAN_GROUP_FILES", 500)  # a batch per 500-file iteration
+    monkeypatch.setattr(flat, "rows_per_part", lambda row_bytes, limit: 256)  # 500 rows: interim
+    monkeypatch.setattr(flat, "_MIN_PART", 128)
+    monkeypatch.setattr(flat, "INTERIM_FANIN", fanin)
+    path = tmp_path / "cat"
+    store = CatalogStore(path, create=True).shard("r", None)
+    ing = Ingester(store, "r", root, detect_dump(root), workers=1, batch_rows=400)
+    counts: list[int] = []
+    with store.writer_lock():
+        ing.begin()
+        store.start_run()
+        original = store.commit_batch
+
+        def commit_batch(run, tables):
+            batch = original(run, tables)
+            counts.append(len(store.snapshot()["flat"]["tensors"]))
+            return batch
+
+        monkeypatch.setattr(store, "commit_batch", commit_batch)
+        ing.scan_all()
+        ing.flush()
+        walked = store.snapshot()
+        tensor_batches = sum("tensors" in b["tables"] for b in walked["batches"])
+        assert tensor_batches >= 10
+        if fanin > tensor_batches:  # (tier merges would have merged four 500-row files at once)
+            assert counts == list(range(1, len(counts) + 1))
+        else:
+            assert max(counts) < fanin and any(len(e["sources"]) >= fanin for e in walked["flat"]["tensors"])
+        assert all(e.get("interim") for es in walked["flat"].values() for e in es)
+        store.finish_run("r")
+    with Catalog.open(path) as cat:
+        _assert_flat_exact(cat)
+        done = cat.store.snapshot()["flat"]
+    assert [len(done[t]) for t in flat.FLAT_SOURCES] == [1, 1]
+    assert not any(e.get("interim") for es in done.values() for e in es)
+
+
 def test_an_interrupted_one_shot_ingest_leaves_interim_files_the_next_one_merges(tmp_path, monkeypatch):
     """A one-shot ingest killed before its end leaves interim files (exact, only in small row
     groups); the next one-shot ingest of the run rewrites them, even a single one."""
