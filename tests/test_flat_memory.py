@@ -61,8 +61,9 @@ def wide(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bench_scale.Su
             )
     finally:
         logging.getLogger("dumpcat.ingest").removeHandler(messages)
-    raised = sum("ran out of memory" in m for m in messages.messages)
-    return path, summary, flat._memory_bytes(CAP) << raised
+    said = [m for m in messages.messages if "ran out of memory" in m]
+    raised = [int(m.split("retrying with ")[1].split()[0]) for m in said]
+    return path, summary, (raised[-1] << 20) if raised else flat._memory_bytes(CAP)
 
 
 def _flat_files(path: Path) -> dict[str, Path]:
