@@ -360,7 +360,8 @@ class FlatWriter:
     def _raise_cap(self, con: duckdb.DuckDBPyConnection, exc: Exception, factor: float = 2.0) -> None:
         """Raise the writer's DuckDB memory cap by `factor` after a statement ran out of memory,
         and say so; re-raise the error when the cap is at its ceiling (half the machine's memory)."""
-        raised = int(self.memory_limit * factor) >> 20 << 20  # whole MiB
+        # whole MiB, and at least one more (a cap of a few MiB would not grow by half)
+        raised = max(int(self.memory_limit * factor) >> 20, (self.memory_limit >> 20) + 1) << 20
         if raised > max(_memory_ceiling(), _memory_bytes(_MEMORY_LIMIT)):
             raise exc
         log.warning(

@@ -207,3 +207,20 @@ def test_the_writer_gives_back_what_its_statements_freed(wide):
         )
     finally:
         writer.close()
+
+
+def test_the_cap_grows_at_every_retry_however_small(tmp_path, caplog):
+    """A write retried under a cap raised by half still gets more memory each time when the cap
+    is a few MiB (rounded to whole MiB, half of 1 MiB is nothing): no retry loops on one cap."""
+    store = CatalogStore(tmp_path / "cat", create=True)
+    writer = flat.FlatWriter(store)
+    writer.memory_limit = 1_000_000
+    con = duckdb.connect()
+    caps = []
+    with caplog.at_level(logging.WARNING, logger="dumpcat.ingest"):
+        for _ in range(4):
+            writer._raise_cap(con, duckdb.OutOfMemoryException("test"), factor=1.5)
+            caps.append(writer.memory_limit >> 20)
+    assert caps == [1, 2, 3, 4]
+    assert con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == "4.0 MiB"
+    assert len([r for r in caplog.records if "retrying with" in r.getMessage()]) == 4
