@@ -127,13 +127,17 @@ def _memory_bytes(limit: str) -> int:
 
 def writer_memory_limit() -> int:
     """DUMPCAT_WRITER_MEMORY in bytes; CatalogError (one line, before anything is written: ingest
-    checks it first) when it cannot be read."""
-    try:
-        return _memory_bytes(_MEMORY_LIMIT)
-    except ValueError as exc:
-        from ingest.store import CatalogError
+    checks it first) when it cannot be read or is under 1 MiB (DuckDB's limit is set in whole MiB:
+    '1MB' was a limit of 0, under which the writer could not even retry)."""
+    from ingest.store import CatalogError
 
+    try:
+        limit = _memory_bytes(_MEMORY_LIMIT)
+    except ValueError as exc:
         raise CatalogError(str(exc)) from None
+    if limit < 1 << 20:
+        raise CatalogError(f"DUMPCAT_WRITER_MEMORY: {_MEMORY_LIMIT!r} is less than 1 MiB (e.g. 256MB)")
+    return limit
 
 
 def _memory_ceiling() -> int:

@@ -9,7 +9,7 @@ bench/bench_speed.py, not here.
 - a small batch resolves its tensors and stats side by side on two cursors, with the same files
   as one after the other;
 - a small npy dump with computed statistics never imports pyarrow.compute (~40 ms);
-- a mistyped DUMPCAT_WRITER_MEMORY is one line before anything is written.
+- a mistyped DUMPCAT_WRITER_MEMORY, or one under 1 MiB, is one line before anything is written.
 """
 
 from __future__ import annotations
@@ -166,17 +166,19 @@ def test_side_by_side_resolution_writes_the_same_files(root, tmp_path, monkeypat
     assert _flat_rows(both) == _flat_rows(serial)
 
 
-def test_mistyped_writer_memory_is_one_line_before_anything_is_written(small_tree, tmp_path):
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [("lots", "cannot read 'lots' (e.g. 256MB)"), ("1MB", "'1MB' is less than 1 MiB (e.g. 256MB)")],
+)
+def test_a_bad_writer_memory_is_one_line_before_anything_is_written(small_tree, tmp_path, setting, message):
     cat = tmp_path / "cat"
-    env = dict(os.environ, DUMPCAT_WRITER_MEMORY="lots")
+    env = dict(os.environ, DUMPCAT_WRITER_MEMORY=setting)
     out = subprocess.run(
         [sys.executable, "-m", "catalog.cli", "ingest", str(small_tree), "--catalog", str(cat)],
         capture_output=True, text=True, cwd=ROOT, env=env, timeout=300,
     )  # fmt: skip
     assert out.returncode == 1
-    assert out.stderr.strip().splitlines() == [
-        "dumpcat: error: DUMPCAT_WRITER_MEMORY: cannot read 'lots' (e.g. 256MB)"
-    ]
+    assert out.stderr.strip().splitlines() == [f"dumpcat: error: DUMPCAT_WRITER_MEMORY: {message}"]
     assert not list(cat.rglob("*.parquet"))
 
 
