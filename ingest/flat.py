@@ -332,12 +332,14 @@ class FlatWriter:
             self._files = files
         return self._con
 
-    def release_buffers(self) -> None:
+    def release_buffers(self, con: duckdb.DuckDBPyConnection | None = None) -> None:
         """Make DuckDB give back the blocks its statements freed. Its buffer pool keeps them for
         reuse (duckdb_memory() shows none of it): ~70-90 MiB after a 50,000-row batch, kept
-        while the ingest walks on. Setting the memory limit (to what it is) frees them."""
-        if self._con is not None:
-            self._con.execute(f"SET memory_limit = '{self.memory_limit >> 20}MiB'").fetchall()
+        while the ingest walks on. Setting the memory limit (to what it is) frees them. On `con`,
+        a cursor of the writer's connection, when another thread may be using the connection."""
+        con = con or self._con
+        if con is not None:
+            con.execute(f"SET memory_limit = '{self.memory_limit >> 20}MiB'").fetchall()
 
     # -- resolving -----------------------------------------------------------------------------
 
@@ -471,6 +473,8 @@ class FlatWriter:
             return int(count), con.execute(f"SELECT DISTINCT run, rank FROM {table}").fetchall()
         finally:
             con.execute(f"DROP TABLE IF EXISTS {table}").fetchall()
+            # before the sidecar index is read back with pyarrow: not both at their peak at once
+            self.release_buffers(con)
 
     def _resolve(
         self,
