@@ -575,17 +575,16 @@ def _manifest_csv(plan: Plan, csv: list[tuple[int, str]]) -> pa.Table:
 
 
 def flat_schemas() -> dict[str, pa.Schema]:
-    """Columns and types of what flat files hold (`stats_resolved`, and `tensors_resolved` with
-    two columns stored derived: views.FLAT_STORED_SQL)."""
+    """Columns and types of `stats_resolved` and `tensors_resolved`: what flat files hold."""
     import duckdb
 
-    from catalog.views import FLAT_STORED_SQL, define_views
+    from catalog.views import define_views
 
     con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": "false"})
     try:
         define_views(con, {}, None)
         return {
-            name: con.sql(f"{FLAT_STORED_SQL[name]} LIMIT 0").to_arrow_table().schema
+            name: con.sql(f"SELECT * FROM {name}_resolved LIMIT 0").to_arrow_table().schema
             for name in flat_mod.FLAT_SOURCES
         }
     finally:
@@ -635,17 +634,16 @@ def flat_batch(
             has_inf=pa.array(v["neg_inf_count"] + v["pos_inf_count"] > 0),
         )
     else:
-        _, _, rel = _paths(v["rank"], v["iteration"], v["t"], v["timestamp_us"], tpl)
+        _, name, rel = _paths(v["rank"], v["iteration"], v["t"], v["timestamp_us"], tpl)
         cols.update(
             dir_kind=_const("iteration", n, string),
             stored_dtype=_const("float16", n, string),
             format=_const("DefaultFormat", n, string),
             task_id=_const(0, n, i64),
             stream_id=_const(0, n, i64),
-            # stored as flat.py stores them: `path` NULL beside the run's root, `file_name` NULL
-            # where it is the last component of `rel_path` (every file here)
-            dump_root=_const(plan.dump_root, n, string),
+            path=pc.binary_join_element_wise(plan.dump_root + "/", rel, ""),
             rel_path=rel,
+            file_name=name,
             data_offset=_const(DATA_OFFSET, n, i64),
             file_size=pa.array(v["nbytes"] + DATA_OFFSET),
             name_era=_const("v2.4+", n, string),

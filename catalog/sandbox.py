@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from catalog import pg_catalog
 from catalog.guard import MAX_EXPRESSION_DEPTH
-from catalog.views import FLAT_STORED_SQL, FLAT_VIEWS, flat_select, view_sql_files
+from catalog.views import FLAT_VIEWS, view_sql_files
 from ingest.schema import TABLES
 from ingest.store import CatalogStore
 
@@ -75,8 +75,8 @@ def build_views_database(folder: str | os.PathLike, *, flat: bool = True) -> Pat
             con.execute(text)
         if flat:
             for view in FLAT_VIEWS:
-                con.register(f"flat_{view}", con.sql(FLAT_STORED_SQL[view]).to_arrow_table())
-                con.execute(f"CREATE OR REPLACE VIEW {view} AS {flat_select(view, f'flat_{view}')}")
+                con.register(f"flat_{view}", con.sql(f"SELECT * FROM {view}_resolved").to_arrow_table())
+                con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM flat_{view}")
         pg_catalog.install(con)
         con.execute("CHECKPOINT")
     finally:
@@ -127,11 +127,8 @@ class ContainedEngine:
                 datasets[table] = ds.dataset(schema.empty_table())
         if self._flat is not None:
             for view, live in self._flat.items():
-                # The schema of the files' own (all written by DuckDB from the same query), and
-                # the tensors files' dump_root when all of them are an older dumpcat's (read as NULL)
+                # The schema of the files' own (all written by DuckDB from the same view).
                 schema = pa.unify_schemas([pq.read_schema(f) for f in live]) if live else None
-                if schema is not None and view == "tensors" and "dump_root" not in schema.names:
-                    schema = schema.append(pa.field("dump_root", pa.string()))
                 datasets[f"flat_{view}"] = (
                     ds.dataset(live, schema=schema, format="parquet", filesystem=self._fs) if live else None
                 )
@@ -152,7 +149,7 @@ class ContainedEngine:
             for view in FLAT_VIEWS:
                 dataset = self._datasets.get(f"flat_{view}")
                 if dataset is None:  # no flat files (yet): the view's rows resolved here, in memory
-                    dataset = cur.sql(FLAT_STORED_SQL[view]).to_arrow_table()
+                    dataset = cur.sql(f"SELECT * FROM {view}_resolved").to_arrow_table()
                 cur.register(f"flat_{view}", dataset)
             token = self._token
         self._cursors[session] = (cur, token)

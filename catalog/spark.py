@@ -526,26 +526,11 @@ def _read_raw(spark: SparkSession, table: str, files: list[str]) -> DataFrame:
     return spark.createDataFrame([], _ddl(TABLES[table]))
 
 
-def _read_flat(spark: SparkSession, view: str, files: list[str]) -> DataFrame:
-    """Flat files as DuckDB wrote them, matched by column name only when two dumpcat versions'
-    files differ; a tensors file's `path` and `file_name` rebuilt as views.flat_select does (the
-    macros of sql/30_tensors.sql, here in Spark's functions)."""
-    from pyspark.sql import functions as F
-
+def _read_flat(spark: SparkSession, files: list[str]) -> DataFrame:
+    """Flat files as DuckDB wrote them; matched by column name only when two dumpcat versions' files
+    differ (as views.flat_view_sql does)."""
     merge = len({tuple(pq.read_schema(f).names) for f in files}) > 1
-    df = spark.read.option("mergeSchema", str(merge).lower()).parquet(*[_glob_safe(f) for f in files])
-    if view != "tensors":
-        return df
-    if "dump_root" not in df.columns:  # every file an older dumpcat's: whole paths
-        df = df.withColumn("dump_root", F.lit(None).cast("string"))
-    base = F.substring_index(F.col("rel_path"), "/", -1)
-    stored = F.col("file_name")
-    whole = F.concat(F.col("dump_root"), F.lit("/"), F.col("rel_path"))
-    return (
-        df.withColumn("path", F.coalesce(F.col("path"), whole))
-        .withColumn("file_name", F.when(stored.isNull(), base).when(stored == "", None).otherwise(stored))
-        .drop("dump_root")
-    )
+    return spark.read.option("mergeSchema", str(merge).lower()).parquet(*[_glob_safe(f) for f in files])
 
 
 def register_views(spark: SparkSession, catalog_path: str | Path) -> list[str]:
@@ -564,7 +549,7 @@ def register_views(spark: SparkSession, catalog_path: str | Path) -> list[str]:
         names.append(f"raw_{table}")
     for name, _query in _sources().views:
         if name in FLAT_VIEWS and flat_files is not None and flat_files.get(name):
-            _read_flat(spark, name, flat_files[name]).createOrReplaceTempView(name)
+            _read_flat(spark, flat_files[name]).createOrReplaceTempView(name)
         else:
             _define(spark, name, spark_sql)
         names.append(name)

@@ -113,41 +113,18 @@ def define_views(
 FLAT_VIEWS = ("tensors", "stats")
 
 
-# What a flat file holds of its view's rows (ingest/flat.py writes this query's result): the
-# tensors files store `path` and `file_name` derived (sql/30_tensors.sql), with the run's root.
-FLAT_STORED_SQL = {
-    "tensors": "SELECT t.* REPLACE (NULL::VARCHAR AS path, "
-    "dumpcat_stored_file_name(t.file_name, t.rel_path) AS file_name), r.dump_root "
-    "FROM tensors_resolved t LEFT JOIN run_roots r ON r.run = t.run",
-    "stats": "SELECT * FROM stats_resolved",
-}
-
-
-def flat_select(view: str, source: str, *, has_dump_root: bool = True) -> str:
-    """`view`'s rows as users see them, from `source` (a relation of its flat files' rows):
-    the inverse of FLAT_STORED_SQL. `has_dump_root`: false when every file is an older dumpcat's,
-    with the whole path and no root."""
-    if view != "tensors":
-        return f"SELECT * FROM {source}"
-    root = "" if has_dump_root else ", NULL::VARCHAR AS dump_root"
-    return (
-        "SELECT * EXCLUDE (dump_root) REPLACE (dumpcat_path(path, dump_root, rel_path) AS path, "
-        f"dumpcat_file_name(file_name, rel_path) AS file_name) FROM (SELECT *{root} FROM {source})"
-    )
-
-
 def flat_view_sql(view: str, files: list[str]) -> str:
     """`view` over its flat files (an empty catalog: the query-time view, which has no rows)."""
     if not files:
         return f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM {view}_resolved"
     listing = ", ".join(_quote_literal(f) for f in files)
-    names = {tuple(pq.read_schema(f).names) for f in files}
     # Matching columns by name costs a scan ~30% more: only when the files' columns differ (flat
     # files of two dumpcat versions).
-    by_name = "true" if len(names) > 1 else "false"
-    source = f"read_parquet([{listing}], union_by_name = {by_name}, hive_partitioning = false)"
-    has_dump_root = any("dump_root" in n for n in names)
-    return f"CREATE OR REPLACE VIEW {view} AS {flat_select(view, source, has_dump_root=has_dump_root)}"
+    by_name = "true" if len({tuple(pq.read_schema(f).names) for f in files}) > 1 else "false"
+    return (
+        f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM "
+        f"read_parquet([{listing}], union_by_name = {by_name}, hive_partitioning = false)"
+    )
 
 
 def define_sql_views(con: duckdb.DuckDBPyConnection, names: tuple[str, ...] | None = None) -> None:

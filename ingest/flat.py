@@ -6,9 +6,7 @@ query they cost 5-9x a scan of one flat table, and a dashboard runs hundreds of 
 writer runs them once: when a batch commits, `tensors_resolved` and `stats_resolved` (the
 query-time views, unchanged) are evaluated over that batch's rows alone and the result is written
 as a *flat file*, sorted by row id so that a point lookup reads one row group. Readers'
-`tensors`/`stats` views are then plain scans of the flat files. A tensors file stores `path` and
-`file_name` derived (catalog/views.py FLAT_STORED_SQL; the views rebuild them): they were a third
-of the bytes the writer sorts and its parquet writer holds.
+`tensors`/`stats` views are then plain scans of the flat files.
 
 A flat file is a function of its *sources* (the batches whose rows it holds) and of the whole
 catalog's operator tables. Those can change after the fact, and the writer keeps the files exact:
@@ -488,7 +486,7 @@ class FlatWriter:
     ) -> dict | None:
         """Resolve the rows of `sources` (batch ids) into a new flat file of `flat` (on `con`, a
         cursor of the writer's connection, or on the connection itself)."""
-        from catalog.views import FLAT_STORED_SQL, define_raw_view
+        from catalog.views import define_raw_view
 
         con = con or self._connect(snap)
         wanted = set(sources)
@@ -500,7 +498,7 @@ class FlatWriter:
             f"SELECT row_id, {'stat_id' if t == 'stat_rows' else 'NULL::BIGINT AS stat_id'} FROM src_{t}"
             for t in FLAT_SOURCES[flat]
         )
-        return self._write(con, flat, FLAT_STORED_SQL[flat], ids, run, sources)
+        return self._write(con, flat, f"SELECT * FROM {flat}_resolved", ids, run, sources)
 
     def _merge(self, snap: dict, flat: str, entries: list[dict]) -> dict | None:
         con = self._connect(snap)

@@ -48,19 +48,3 @@ LEFT JOIN run_roots r ON r.run = t.run;
 
 -- What users query; redefined over the flat table by catalog/views.py when the catalog has one.
 CREATE OR REPLACE VIEW tensors AS SELECT * FROM tensors_resolved;
-
--- A flat tensors file stores two columns derived, rebuilt when it is read (catalog/views.py):
--- they were a third of a row's bytes, and of what the writer holds while it sorts and writes.
--- * `path` is NULL, and the row's run's `dump_root` is a last column (one dictionary entry per
---   row group on disk): the path is the root, '/', and `rel_path`. Files of an older dumpcat hold
---   the path itself, and no `dump_root`.
--- * `file_name` is NULL when it is the last component of `rel_path` (every producer's files), ''
---   when it was NULL.
-CREATE OR REPLACE MACRO dumpcat_stored_file_name(file_name, rel_path) AS
-    CASE WHEN file_name IS NULL THEN ''
-         WHEN file_name = regexp_extract(rel_path, '[^/]*$') THEN NULL
-         ELSE file_name END;
-CREATE OR REPLACE MACRO dumpcat_file_name(stored, rel_path) AS
-    CASE WHEN stored IS NULL THEN regexp_extract(rel_path, '[^/]*$') ELSE nullif(stored, '') END;
-CREATE OR REPLACE MACRO dumpcat_path(stored, dump_root, rel_path) AS
-    coalesce(stored, dump_root || '/' || rel_path);

@@ -51,30 +51,6 @@ def as_written_before_flat_files(catalog: Path) -> None:
     shutil.rmtree(catalog / "data" / "flat", ignore_errors=True)
 
 
-def as_written_with_whole_paths(catalog: Path) -> None:
-    """Rewrite a catalog's flat tensors files as dumpcat wrote them before `path` and `file_name`
-    were stored derived: both whole, and no `dump_root` column (rebuilt by the same SELECT the
-    views read them with, so every value is what those files held)."""
-    import json
-
-    import duckdb
-
-    from catalog.views import define_views, flat_select
-
-    snap = json.loads((catalog / "snapshot.json").read_text())
-    con = duckdb.connect()
-    define_views(con, {}, None)
-    for entry in snap["flat"]["tensors"]:
-        data = catalog / entry["path"] / "data.parquet"
-        whole = data.with_name("whole.parquet")
-        source = "read_parquet('" + str(data).replace("'", "''") + "')"
-        con.execute(
-            f"COPY ({flat_select('tensors', source)} ORDER BY row_id) TO '{whole}' (FORMAT parquet)"
-        ).fetchall()
-        whole.replace(data)
-    con.close()
-
-
 @pytest.fixture
 def catalog_dir(tmp_path: Path) -> Path:
     return tmp_path / "cat"
