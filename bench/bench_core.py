@@ -442,7 +442,7 @@ def ingest_in_child(tree: Path, catalog: Path, compute_stats: bool = True) -> di
         shutil.rmtree(catalog)
     cmd = [sys.executable, __file__, "--_child", str(tree), str(catalog), str(int(compute_stats))]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    peak_tree = 0
+    peak_tree = peak_pss = 0
     try:
         import psutil
 
@@ -450,8 +450,9 @@ def ingest_in_child(tree: Path, catalog: Path, compute_stats: bool = True) -> di
         while proc.poll() is None:
             try:
                 procs = [ps, *ps.children(recursive=True)]
-                rss = sum(p.memory_info().rss for p in procs)
-                peak_tree = max(peak_tree, rss)
+                peak_tree = max(peak_tree, sum(p.memory_info().rss for p in procs))
+                # PSS: a page several processes map (the libraries) counted once, split among them
+                peak_pss = max(peak_pss, sum(getattr(p.memory_full_info(), "pss", 0) for p in procs))
             except psutil.Error:
                 pass
             time.sleep(0.05)
@@ -462,6 +463,7 @@ def ingest_in_child(tree: Path, catalog: Path, compute_stats: bool = True) -> di
         raise RuntimeError(f"child ingest failed ({proc.returncode}): {out[-2000:]}")
     res = json.loads(next(ln for ln in out.splitlines() if ln.startswith("RESULT "))[7:])
     res["peak_tree_rss_bytes"] = peak_tree
+    res["peak_tree_pss_bytes"] = peak_pss or None
     return res
 
 
