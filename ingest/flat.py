@@ -527,7 +527,7 @@ class FlatWriter:
             if fresh.get(flat) is not None:
                 entries.append(fresh[flat])
             retired += self._merge_tiers(snap, flat, entry["run"])
-        self.release_buffers()
+        self.release_buffers()  # each write released its own; this, the queries of a batch with none
         return retired
 
     def _resolve_batch(self, snap: dict, entry: dict) -> dict[str, dict | None]:
@@ -631,8 +631,7 @@ class FlatWriter:
 
     def _replace(self, snap: dict, flat: str, group: list[dict]) -> list[str]:
         """Merge `group` (entries of one run) into one file, in the place of the first."""
-        merged = self._merge(snap, flat, group)
-        self.release_buffers()
+        merged = self._merge(snap, flat, group)  # (its write gave DuckDB's freed blocks back)
         entries = snap["flat"][flat]
         ids = {e["id"] for e in group}
         first = next(i for i, e in enumerate(entries) if e["id"] in ids)
