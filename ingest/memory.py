@@ -15,6 +15,16 @@ modules imports pyarrow), and helper processes get the same settings through the
 (`helper_environment`). A setting the user made in the environment is kept; a process that
 imported pyarrow before dumpcat keeps Arrow's default pool unless it set the variable itself.
 After every commit `release_free_memory()` hands back what the allocators hold free.
+
+A process that ingests also fixes glibc's thresholds (`tune_for_ingest`): blocks of 256 KiB and
+more (Arrow's buffers, DuckDB's blocks) are mapped on their own and unmapped when freed, and a
+heap gives back its free top past 1 MiB. glibc's default raises its mapping threshold each time a
+mapped block is freed (up to 32 MiB), after which the same buffers come from the heap, where the
+walk's many small allocations pin them: on the 10^6-tensor ingest, the ingesting process held
+110-140 MiB of free heap at each flush (glibc's mallinfo2) and its anonymous memory went 183-221
+-> 146-158 MiB at the flush, and its peak 358 -> 307, with these two settings (no slower:
+136.8 s vs 143.8 s in the same probe). They are set for the process when it starts ingesting,
+not on import: a program that only queries keeps glibc's defaults.
 """
 
 from __future__ import annotations
@@ -24,10 +34,21 @@ import os
 
 _ARENAS = "2"
 _M_ARENA_MAX = -8  # glibc's mallopt parameter number (malloc.h)
+_M_TRIM_THRESHOLD = -1  # mallopt parameter numbers (malloc.h)
+_M_MMAP_THRESHOLD = -3
+_MMAP_THRESHOLD = 256 * 1024  # DuckDB's block, Arrow's buffers of a few thousand rows
+_TRIM_THRESHOLD = 1024 * 1024
+# set on import (and in a helper's environment)
 _SETTINGS = {"MALLOC_ARENA_MAX": _ARENAS, "ARROW_DEFAULT_MEMORY_POOL": "system"}
+# set when a process starts ingesting: glibc's environment variable -> (mallopt parameter, value)
+_INGEST_THRESHOLDS = {
+    "MALLOC_MMAP_THRESHOLD_": (_M_MMAP_THRESHOLD, _MMAP_THRESHOLD),
+    "MALLOC_TRIM_THRESHOLD_": (_M_TRIM_THRESHOLD, _TRIM_THRESHOLD),
+}
 
 _libc: ctypes.CDLL | None = None
 _configured = False
+_tuned = False
 
 
 def _glibc() -> ctypes.CDLL | None:
@@ -58,6 +79,21 @@ def configure_allocators() -> None:
             libc.mallopt(_M_ARENA_MAX, int(_ARENAS))
 
 
+def tune_for_ingest() -> None:
+    """Fix glibc's mapping and trim thresholds for this process (once; a threshold the environment
+    sets is glibc's own and is kept). Called when an ingest or a watcher starts."""
+    global _tuned
+    if _tuned:
+        return
+    _tuned = True
+    libc = _glibc()
+    if libc is None:
+        return
+    for variable, (parameter, value) in _INGEST_THRESHOLDS.items():
+        if variable not in os.environ:
+            libc.mallopt(parameter, value)
+
+
 def release_free_memory() -> None:
     """Give the system back what the allocators hold free (after a commit: the next batch is
     a while of walking away, and the flat writer's DuckDB freed its working memory)."""
@@ -71,5 +107,6 @@ def release_free_memory() -> None:
 
 def helper_environment() -> dict[str, str]:
     """`os.environ` with these settings where the user made none (a helper's glibc reads
-    MALLOC_ARENA_MAX when it starts)."""
-    return {**_SETTINGS, **os.environ}
+    MALLOC_ARENA_MAX and the thresholds when it starts; helpers only ever ingest)."""
+    thresholds = {variable: str(value) for variable, (_, value) in _INGEST_THRESHOLDS.items()}
+    return {**_SETTINGS, **thresholds, **os.environ}

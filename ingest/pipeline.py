@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from ingest.flat import writer_memory_limit
 from ingest.helper_pool import start_helpers, stop_idle_helpers
 from ingest.ids import TensorIdHasher
+from ingest.memory import tune_for_ingest
 from ingest.row_id_set import RowIdSet
 from ingest.schema import STAT_VALUE_FIELDS, TABLES
 from ingest.store import CatalogError, CatalogStore, check_writer_name
@@ -157,6 +158,7 @@ class Ingester:
         batch_rows: int = 50_000,
         on_progress: Callable[[int], None] | None = None,
     ) -> None:
+        tune_for_ingest()  # glibc gives freed buffers back as the walk goes (ingest/memory.py)
         self.store = store
         self.run = run
         self.root = dump_root
@@ -443,9 +445,15 @@ class Ingester:
         """Let the reader finish queued work, compute statistics, commit one batch."""
         if self.reader is not None:
             self.reader.finish()
+        full = self.pending.size() >= self.batch_rows
         tables = self._batch_tables()
         # the batch's rows are in `tables` alone now: the store lets them go once written
         self.pending = _Pending()
+        if full and self._helpers_started:
+            # A full batch keeps the writer's DuckDB busy for a while, the helpers idle beside it:
+            # they give their memory back (~40 MiB each) and the walk starts new ones when it
+            # needs them (ingest/helper_pool.py: the caller computes while they start).
+            stop_idle_helpers()
         if tables and self.store.commit_batch(self.run, tables):
             self.summary.batches += 1
 

@@ -343,7 +343,7 @@ def _row_groups(path: Path, entry: dict) -> list[int]:
 def test_one_shot_ingest_writes_interim_files_then_one_file_in_duckdbs_row_groups(tmp_path, monkeypatch):
     """While a one-shot ingest walks, its flat files are interim: row groups of one sort part
     (less memory in the parquet writer). When it ends they are merged into one file per table in
-    DuckDB's 122,880-row groups, the file queries read."""
+    61,440-row groups, the file queries read."""
     import synth
 
     from ingest.pipeline import Ingester, detect_dump
@@ -371,7 +371,7 @@ def test_one_shot_ingest_writes_interim_files_then_one_file_in_duckdbs_row_group
         _assert_flat_exact(cat)
     for view in flat.FLAT_SOURCES:
         (entry,) = done[view]
-        assert "interim" not in entry and _row_groups(path, entry) == [10_000]  # one (< 122,880)
+        assert "interim" not in entry and _row_groups(path, entry) == [10_000]  # one (< 61,440)
 
 
 @pytest.mark.parametrize("fanin", [32, 4])

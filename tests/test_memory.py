@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).parents[1]
+sys.path.insert(0, str(ROOT / "bench"))  # synth, the tree generator
 
 _PROBE = (
     "import sys\n"
@@ -42,3 +43,121 @@ def test_settings_the_user_made_are_kept():
     assert _probe("catalog", ARROW_DEFAULT_MEMORY_POOL="mimalloc", MALLOC_ARENA_MAX="4") == [
         "mimalloc", "mimalloc", "4"
     ]  # fmt: skip
+
+
+# After a 4 MiB block is mapped and freed, glibc's default raises its mapping threshold past it, so
+# a 1 MiB buffer then comes from the heap; with the ingest's fixed threshold it is mapped on its
+# own (and unmapped when freed). mallinfo2's hblkhd is the bytes in such mappings.
+_THRESHOLD_PROBE = (
+    "import ctypes, sys\n"
+    "import ingest\n"
+    "from ingest import memory\n"
+    "{tune}\n"
+    "class Info(ctypes.Structure):\n"
+    "    _fields_ = [(n, ctypes.c_size_t) for n in ('arena', 'ordblks', 'smblks', 'hblks', 'hblkhd',\n"
+    "                'usmblks', 'fsmblks', 'uordblks', 'fordblks', 'keepcost')]\n"
+    "libc = ctypes.CDLL(None)\n"
+    "libc.mallinfo2.restype = Info\n"
+    "libc.malloc.restype = ctypes.c_void_p\n"
+    "libc.free.argtypes = [ctypes.c_void_p]\n"
+    "libc.free(libc.malloc(4 << 20))\n"
+    "before = libc.mallinfo2().hblkhd\n"
+    "block = libc.malloc(1 << 20)\n"
+    "print(libc.mallinfo2().hblkhd - before >= 1 << 20)\n"
+    "libc.free(block)\n"
+)
+
+
+def _mapped_alone(tune: bool, **env: str) -> bool:
+    code = _THRESHOLD_PROBE.format(tune="memory.tune_for_ingest()" if tune else "")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**environ, **env},
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split() == ["True"]
+
+
+def test_an_ingesting_process_maps_big_buffers_on_their_own():
+    """The walk's buffers go back to the system when freed, not into a heap its small objects pin."""
+    assert not _mapped_alone(tune=False)  # importing dumpcat leaves glibc's thresholds alone
+    assert _mapped_alone(tune=True)
+
+
+def test_a_threshold_the_user_set_is_kept():
+    assert not _mapped_alone(tune=True, MALLOC_MMAP_THRESHOLD_=str(8 << 20))
+
+
+def test_helpers_start_with_the_ingest_thresholds():
+    from ingest import memory
+
+    env = memory.helper_environment()
+    assert env["MALLOC_MMAP_THRESHOLD_"] == str(256 * 1024) and env["MALLOC_TRIM_THRESHOLD_"] == str(1 << 20)
+    assert _mapped_alone(
+        tune=False, **{k: env[k] for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")}
+    )
+
+
+def test_an_ingest_tunes_its_process(tmp_path):
+    """Ingester sets the thresholds (a one-shot ingest and a watcher both make one)."""
+    dump = ROOT / "tests" / "data" / "ms210" / "nan_log" / "dump"
+    catalog = str(tmp_path / "cat")
+    ingest = f"from ingest.pipeline import ingest_dump; ingest_dump({catalog!r}, {str(dump)!r}, workers=1)"
+    code = _THRESHOLD_PROBE.format(tune=ingest)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=environ, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True"]
+
+
+def test_a_full_batch_commits_with_no_idle_helper_beside_it(tmp_path, monkeypatch):
+    """The writer's DuckDB works on a full batch while the walk waits: the helpers, idle then, are
+    stopped first (their memory back), and the walk starts new ones when it scans on."""
+    import psutil
+    import synth
+
+    from ingest import helper_pool
+    from ingest.pipeline import ingest_dump
+    from ingest.readers import mindspore_npy
+    from ingest.store import CatalogStore
+
+    root = tmp_path / "tree"
+    synth.generate(root, 12_000, ranks=1, iterations=3, statistic_csv=False, workers=1)
+    helper_pool.stop_idle_helpers()
+    me = psutil.Process()
+
+    def helpers_alive() -> int:
+        return sum("_serve" in " ".join(p.cmdline()) for p in me.children() if p.is_running())
+
+    at_commits: list[tuple[int, int]] = []  # (tensors in the batch, helpers alive)
+    commit = CatalogStore.commit_batch
+
+    def observed_commit(self, run, tables):
+        at_commits.append((tables["tensors"].num_rows if "tensors" in tables else 0, helpers_alive()))
+        return commit(self, run, tables)
+
+    started: list[int] = []
+    checkout = helper_pool._checkout_helpers
+
+    def observed_checkout(n):
+        helpers = checkout(n)
+        started.append(len(helpers))
+        return helpers
+
+    # scan groups of a directory each (16,384 files by default), so that a batch fills per group
+    monkeypatch.setattr(mindspore_npy, "_SCAN_GROUP_FILES", 4000)
+    monkeypatch.setattr(CatalogStore, "commit_batch", observed_commit)
+    monkeypatch.setattr(helper_pool, "_checkout_helpers", observed_checkout)
+    summary = ingest_dump(tmp_path / "cat", root, workers=2, batch_rows=4000)
+    assert summary.tensors == 12_000 and summary.errors == 0
+    full = [alive for rows, alive in at_commits if rows >= 2000]
+    assert len(full) >= 3 and full == [0] * len(full), at_commits
+    assert max(started) >= 1  # helpers did scan: they were started again after each full batch
+    assert sum(n >= 1 for n in started) > len(full) // 2
