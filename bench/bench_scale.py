@@ -89,7 +89,7 @@ TENSOR_US = 20  # one tensor file every 20 µs within a step
 RANK_US = 37  # ranks finish their kernels a little apart
 DATA_OFFSET = 128  # npy v1.0 header of these shapes
 BATCH_ROWS = 50_000  # an ingest commits its pending rows every 50,000 (ingest/pipeline.py)
-FLAT_CHUNK = 122_880  # rows handed to DuckDB's writer at a time
+FLAT_CHUNK = 122_880  # rows handed to DuckDB's writer at a time (= its row group)
 BUCKET_ROWS = 1 << 21  # rows per bucket of the sort by row id
 # Disk the generator needs per statistic row at its peak (the catalog, the sort's 24-byte triples and
 # the flat writer's scratch table, which is about as big as the flat file it becomes), from the
@@ -723,8 +723,7 @@ def write_flat(
         con.execute("CREATE TABLE flat_sorted AS SELECT * FROM flat_rows").fetchall()
         con.unregister("flat_rows")
         quoted = str(data).replace("'", "''")  # a catalog path may hold a quote
-        groups = flat_mod.ROW_GROUP_ROWS
-        con.execute(f"COPY flat_sorted TO '{quoted}' (FORMAT parquet, ROW_GROUP_SIZE {groups})").fetchall()
+        con.execute(f"COPY flat_sorted TO '{quoted}' (FORMAT parquet)").fetchall()
     finally:
         con.close()
         for leftover in (scratch, scratch.with_name(scratch.name + ".wal")):

@@ -75,6 +75,9 @@ TIER_BASE = 4096
 # the writer's). Only a run that has this many files of a table merges them on the way (so that
 # a crashed ingest's readers, and the last merge, read a bounded number of files).
 INTERIM_FANIN = 32
+# Rows from which the last merge of a one-shot ingest opens a new DuckDB (a small dump's merge is
+# quick, and opening one costs tens of milliseconds of its start-up budget).
+_FRESH_MERGE_ROWS = 100_000
 # The location columns `Catalog.tensor` needs, in the sidecar index of a tensors file.
 INDEX_SCHEMA = pa.schema(
     [
@@ -93,15 +96,7 @@ INDEX_FILE = "index.arrow"
 DATA_FILE = "data.parquet"
 _INDEX_BATCH_ROWS = 64 * 1024
 # Rows sorted at a time when writing a flat file (bounds the writer's memory).
-_SORT_ROWS = 122_880  # = DuckDB's default row group: a merge decodes each input group about once
-# Rows per row group of a flat file that stays: half DuckDB's default. The parquet writer holds a
-# row group's rows while it encodes them (~105 MB of 858-byte tensors rows at 122,880), so the
-# last merge of a 10^6-tensor ingest ran out of memory under 128 MB and went on at 183 MiB, its
-# peak. Queries scan row group by row group, but measured on the 10^6-row flat files, 61,440-row
-# groups answer count(*), the NaN scan and a row-id lookup as fast as 122,880-row ones (medians
-# of 40: 0.50-0.51 / 1.38-1.43 / 0.84 ms against 0.50-0.61 / 1.38-1.52 / 0.85); 30,720-row groups
-# made the NaN scan 1.3x, and 12-16k-row ones made it and count(*) 3-4x.
-ROW_GROUP_ROWS = 61_440
+_SORT_ROWS = 122_880  # = DuckDB's row group: a merge decodes each input group about once
 # The writer's DuckDB: a cap, not a reservation (sorts and joins spill to the catalog's tmp/ directory;
 # rows are sorted and written in parts sized to fit it). A statement that still runs out of memory
 # (a batch of unusually wide rows resolved in one join) is retried with the cap doubled, up to half
@@ -309,8 +304,8 @@ class FlatWriter:
         self._ordered = False  # inside _insertion_order
         # A one-shot ingest is running (the store says so): every file written now is merged into
         # one at its end (`consolidate`), so it is written in row groups of one sort part, which
-        # need a fraction of the memory of the final file's 61,440-row groups (the parquet writer
-        # holds a row group's rows: ~50 MB of tensors rows). Its entry says `interim` until then.
+        # need a fraction of the memory of DuckDB's 122,880-row groups (the parquet writer holds a
+        # row group's rows: ~100 MB of tensors rows). Its entry says `interim` until then.
         self.interim = False
         self._final = False  # inside consolidate: the file that stays
 
@@ -406,11 +401,13 @@ class FlatWriter:
         table (spilled to tmp/ past the memory limit), which keeps its insertion order, that
         DuckDB's own parquet writer then writes: the layout of one `COPY ... ORDER BY`, which scans
         measurably faster than pyarrow's (and, written from a table, marks the columns without
-        nulls as required, as one `COPY` of a table does), in row groups of `ROW_GROUP_ROWS`:
-        queries scan row group by row group, and 12-16k-row groups made count(*) and the NaN scan
-        3-4x one flat file at 10^6 rows. The parquet writer holds one row group's rows (~50 MB of
-        wide ones): with rows wider still, the write runs out of memory and is retried with the
-        cap raised (`_write_in_parts`)."""
+        nulls as required, as one `COPY` of a table does), in DuckDB's 122,880-row groups: queries
+        scan row group by row group, and 12-16k-row groups made count(*) and the NaN scan 3-4x one
+        flat file at 10^6 rows (61,440-row groups: 1.3-1.4x, where the same file rewritten in
+        122,880-row groups gave 1.0-1.08x in the same bench_speed run; written by pyarrow in
+        122,880-row groups, the NaN scan 1.42x). The parquet writer holds one row group's rows
+        (~100 MB of wide ones): with rows that wide, the write runs out of memory and is retried
+        with the cap raised (`_write_in_parts`)."""
         extent = con.execute(
             "SELECT count(row_id), min(row_id), max(row_id), "
             "count(stat_id) FILTER (row_id IS NULL), min(stat_id) FILTER (row_id IS NULL), "
@@ -429,7 +426,7 @@ class FlatWriter:
         data = fdir / DATA_FILE
         # (rows that fit one part are one row group either way: such a file is final as written)
         interim = self.interim and not self._final and total > part
-        copy_options = f"FORMAT parquet, ROW_GROUP_SIZE {part if interim else ROW_GROUP_ROWS}"
+        copy_options = f"FORMAT parquet, ROW_GROUP_SIZE {part if interim else _SORT_ROWS}"
         try:
             with self._insertion_order(con):
                 parts = ["true"] if total <= part else _parts(extent, part)
@@ -459,10 +456,10 @@ class FlatWriter:
         and distinct (run, rank). The table is named after `flat`: tensors and stats of a small
         batch are written at the same time (`_resolve_batch`).
 
-        The write holds one row group of rows: when that runs out of memory, only the write is
-        retried, not the parts (at 10^6 tensors, ~25 s of work), and in steps of 1.5x (a retry
-        costs little here): with 122,880-row groups, 10^6 tensors rows needed more than 122 MiB
-        but fit in 183, where doubling gave 244."""
+        The write holds one 122,880-row group of rows: when that runs out of memory, only the
+        write is retried, not the parts (at 10^6 tensors, ~25 s of work), and in steps of 1.5x
+        (a retry costs little here): 10^6 tensors rows needed more than 122 MiB but fit in 183,
+        where doubling gave 244."""
         import duckdb
 
         table = f"flat_sorted_{flat}"
@@ -651,12 +648,18 @@ class FlatWriter:
         """Merge every flat file of `run` into one per table, in DuckDB's row groups (the end of a
         one-shot ingest; a single interim file is rewritten so)."""
         retired: list[str] = []
+        groups = {
+            flat: [e for e in snap.get("flat", {}).get(flat, []) if e["run"] == run] for flat in FLAT_SOURCES
+        }
+        groups = {f: g for f, g in groups.items() if len(g) > 1 or any(e.get("interim") for e in g)}
+        if sum(e["rows"] for g in groups.values() for e in g) >= _FRESH_MERGE_ROWS:
+            # A big last merge starts on a new DuckDB: what the walk's statements left allocated in
+            # this one (~30 MiB after 10^6 tensors) is not carried into the ingest's peak.
+            self.close()
         self._final = True
         try:
-            for flat in FLAT_SOURCES:
-                group = [e for e in snap.get("flat", {}).get(flat, []) if e["run"] == run]
-                if len(group) > 1 or any(e.get("interim") for e in group):
-                    retired += self._replace(snap, flat, group)
+            for flat, group in groups.items():
+                retired += self._replace(snap, flat, group)
         finally:
             self._final = False
         return retired

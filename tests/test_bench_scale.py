@@ -123,7 +123,7 @@ def test_flat_files_are_what_the_catalogs_own_writer_builds(generated, tmp_path)
         }
         fa, fb = path / a["path"] / "data.parquet", ref / b["path"] / "data.parquet"
         assert pq.read_schema(fa).equals(pq.read_schema(fb)), table
-        # (row groups: flat.ROW_GROUP_ROWS, ~61,440 rows; flat.py's boundaries move by a few hundred rows with
+        # (row groups: DuckDB's, ~122,880 rows; flat.py's boundaries move by a few hundred rows with
         # its range-by-range sort, which no query can tell: at 10^4 rows both have one)
         assert pq.ParquetFile(fa).metadata.num_row_groups == pq.ParquetFile(fb).metadata.num_row_groups == 1
         # same rows in the same order (EXCEPT ALL counts NaN = NaN, as DuckDB compares)

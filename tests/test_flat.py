@@ -343,7 +343,7 @@ def _row_groups(path: Path, entry: dict) -> list[int]:
 def test_one_shot_ingest_writes_interim_files_then_one_file_in_duckdbs_row_groups(tmp_path, monkeypatch):
     """While a one-shot ingest walks, its flat files are interim: row groups of one sort part
     (less memory in the parquet writer). When it ends they are merged into one file per table in
-    61,440-row groups, the file queries read."""
+    DuckDB's 122,880-row groups, the file queries read."""
     import synth
 
     from ingest.pipeline import Ingester, detect_dump
@@ -371,7 +371,7 @@ def test_one_shot_ingest_writes_interim_files_then_one_file_in_duckdbs_row_group
         _assert_flat_exact(cat)
     for view in flat.FLAT_SOURCES:
         (entry,) = done[view]
-        assert "interim" not in entry and _row_groups(path, entry) == [10_000]  # one (< 61,440)
+        assert "interim" not in entry and _row_groups(path, entry) == [10_000]  # one (< 122,880)
 
 
 @pytest.mark.parametrize("fanin", [32, 4])
@@ -458,3 +458,42 @@ def test_a_dump_that_fits_one_sort_part_is_written_once(tmp_path):
     snap = json.loads((path / "snapshot.json").read_text())
     assert all("interim" not in e for es in snap["flat"].values() for e in es)
     assert not [r for r in snap.get("retired", []) if "/flat/" in r["path"]]
+
+
+@pytest.mark.parametrize("big", [True, False])
+def test_a_big_last_merge_starts_on_a_new_duckdb(tmp_path, monkeypatch, big):
+    """What the walk's statements left allocated in the writer's DuckDB is not carried into the last
+    merge (the ingest's memory peak) when that merge is big; a small one keeps the connection (a
+    new one costs part of a small dump's start-up). The catalog is exact either way."""
+    import duckdb
+    import synth
+
+    from ingest.pipeline import Ingester, detect_dump
+
+    root = tmp_path / "tree"
+    synth.generate(root, 3_000, ranks=1, iterations=3, statistic_csv=False, workers=1)
+    from ingest.readers import mindspore_npy
+
+    monkeypatch.setattr(mindspore_npy, "_SCAN_GROUP_FILES", 1000)  # a batch per iteration
+    monkeypatch.setattr(flat, "_FRESH_MERGE_ROWS", 1000 if big else 10**9)
+    path = tmp_path / "cat"
+    store = CatalogStore(path, create=True).shard("r", None)
+    ing = Ingester(store, "r", root, detect_dump(root), workers=1, batch_rows=1000)
+    with store.writer_lock():
+        ing.begin()
+        store.start_run()
+        ing.scan_all()
+        ing.flush()
+        walked = store.snapshot()["flat"]
+        assert len(walked["tensors"]) >= 3 and sum(e["rows"] for e in walked["tensors"]) == 3_000
+        walk_connection = store._flat_writer()._con
+        assert walk_connection is not None
+        store.finish_run("r")
+        if big:  # (the lock's release closes the writer's DuckDB anyway: asked before it)
+            with pytest.raises(duckdb.ConnectionException):
+                walk_connection.execute("SELECT 1")
+        else:
+            assert walk_connection.execute("SELECT 1").fetchall() == [(1,)]
+    with Catalog.open(path) as cat:
+        assert [len(es) for es in cat.store.snapshot()["flat"].values()] == [1, 1]
+        _assert_flat_exact(cat)

@@ -3,10 +3,10 @@
 Real LLM dumps carry long scope names: ~600 bytes of path strings per row. Sorting 122,880 such
 rows at once needed more than the writer's then 256 MB cap, and an ingest of 10^6 of them failed
 with OutOfMemoryException while merging flat files. The writer sorts in parts sized in bytes, and
-a statement that still runs out of memory is retried with the cap doubled. Row groups stay
-flat.ROW_GROUP_ROWS (61,440) rows whatever the width (queries scan row group by row group:
-12-16k-row groups made count(*) and the NaN scan 3-4x one flat file at 10^6 rows), so the parquet
-writer holds one such group: the cap is raised for it when the rows are wide. The catalogs here are written by
+a statement that still runs out of memory is retried with the cap doubled. Row groups stay DuckDB's
+122,880 rows whatever the width (queries scan row group by row group: 12-16k-row groups made
+count(*) and the NaN scan 3-4x one flat file at 10^6 rows), so the parquet writer holds one such
+group: the cap is raised for it when the rows are wide. The catalogs here are written by
 bench/bench_scale.py's generator through the store's own commits (a Llama-like model's names), so
 every flat file is the writer's work.
 """
@@ -93,8 +93,8 @@ def test_wide_rows_are_cataloged_exactly_under_a_small_cap(wide):
         assert (ids[1:] >= ids[:-1]).all(), table
 
 
-def test_row_groups_are_the_same_whatever_the_width(wide):
-    """Wide rows are written in 61,440-row groups too (what part 1's scans need), the writer's
+def test_row_groups_are_duckdbs_whatever_the_width(wide):
+    """Wide rows are written in DuckDB's row groups too (what part 1's scans need), the writer's
     cap raised to hold one if it must, and no further than that."""
     path, _, cap = wide
     for table, file in _flat_files(path).items():
@@ -102,9 +102,7 @@ def test_row_groups_are_the_same_whatever_the_width(wide):
         sample = pq.ParquetFile(file).read_row_group(0)
         assert sample.nbytes / sample.num_rows > 600, table  # the long names are there
         sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-        full = min(ROWS, flat.ROW_GROUP_ROWS)
-        assert sizes[:-1] == [full] * (len(sizes) - 1) and 0 < sizes[-1] <= full, (table, sizes)
-        assert sum(sizes) == ROWS and len(sizes) == -(-ROWS // full), (table, sizes)
+        assert sizes == [min(ROWS, 122_880)] * len(sizes) and sum(sizes) == ROWS, (table, sizes)
     assert cap <= 4 * flat._memory_bytes(CAP)
 
 
