@@ -445,20 +445,11 @@ def _own_memory(procs: list) -> list:
     ingesting process twice (526 MiB in one probe, against 410 in every other sample)."""
     import psutil
 
-    cmdlines = {}
+    cmdlines, parents = {}, {}
     for p in procs:
-        with contextlib.suppress(psutil.Error):
-            cmdlines[p.pid] = p.cmdline()
-    return [p for p in procs if p is procs[0] or cmdlines.get(p.pid) != cmdlines.get(_parent_pid(p))]
-
-
-def _parent_pid(p) -> int | None:
-    import psutil
-
-    try:
-        return p.ppid()
-    except psutil.Error:
-        return None
+        with contextlib.suppress(psutil.Error):  # (one gone since: left out, it holds nothing)
+            cmdlines[p.pid], parents[p.pid] = p.cmdline(), p.ppid()
+    return [p for p in procs if p is procs[0] or cmdlines.get(p.pid) != cmdlines.get(parents.get(p.pid))]
 
 
 def ingest_in_child(tree: Path, catalog: Path, compute_stats: bool = True) -> dict:

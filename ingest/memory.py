@@ -33,8 +33,9 @@ import ctypes
 import os
 
 _ARENAS = "2"
-_M_ARENA_MAX = -8  # glibc's mallopt parameter number (malloc.h)
-_M_TRIM_THRESHOLD = -1  # mallopt parameter numbers (malloc.h)
+# glibc's mallopt parameter numbers (malloc.h)
+_M_ARENA_MAX = -8
+_M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _MMAP_THRESHOLD = 256 * 1024  # DuckDB's block, Arrow's buffers of a few thousand rows
 _TRIM_THRESHOLD = 1024 * 1024

@@ -4,11 +4,13 @@ late statistic.csv rows, compaction, and on a catalog written before flat files 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import re
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -335,6 +337,22 @@ def test_contained_engine_reads_flat_and_old_catalogs(tmp_path, views_flat):
         assert repr(got_tensors) == repr(want_tensors)  # every column of every row
 
 
+@contextlib.contextmanager
+def _walked_one_shot(root: Path, path: Path, batch_rows: int) -> Iterator[CatalogStore]:
+    """A one-shot ingest of `root` into `path`, stopped after its walk: yields its store, writer
+    lock held, before `finish_run` (which the caller calls)."""
+    from ingest.pipeline import Ingester, detect_dump
+
+    store = CatalogStore(path, create=True).shard("r", None)
+    ing = Ingester(store, "r", root, detect_dump(root), workers=1, batch_rows=batch_rows)
+    with store.writer_lock():
+        ing.begin()
+        store.start_run()
+        ing.scan_all()
+        ing.flush()
+        yield store
+
+
 def _row_groups(path: Path, entry: dict) -> list[int]:
     meta = pq.ParquetFile(path / entry["path"] / flat.DATA_FILE).metadata
     return [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
@@ -346,20 +364,12 @@ def test_one_shot_ingest_writes_interim_files_then_one_file_in_duckdbs_row_group
     DuckDB's 122,880-row groups, the file queries read."""
     import synth
 
-    from ingest.pipeline import Ingester, detect_dump
-
     root = tmp_path / "tree"
     synth.generate(root, 10_000, ranks=1, iterations=2, statistic_csv=False, workers=1)
     # sort parts, and so interim row groups, of DuckDB's smallest: one vector of 2,048 rows
     monkeypatch.setattr(flat, "rows_per_part", lambda row_bytes, limit: 2048)
     path = tmp_path / "cat"
-    store = CatalogStore(path, create=True).shard("r", None)
-    ing = Ingester(store, "r", root, detect_dump(root), workers=1, batch_rows=4000)
-    with store.writer_lock():
-        ing.begin()
-        store.start_run()
-        ing.scan_all()
-        ing.flush()
+    with _walked_one_shot(root, path, batch_rows=4000) as store:
         walked = store.snapshot()["flat"]
         assert all(e.get("interim") for es in walked.values() for e in es)
         assert max(e["rows"] for e in walked["tensors"]) > 2048
@@ -468,22 +478,14 @@ def test_a_big_last_merge_starts_on_a_new_duckdb(tmp_path, monkeypatch, big):
     import duckdb
     import synth
 
-    from ingest.pipeline import Ingester, detect_dump
+    from ingest.readers import mindspore_npy
 
     root = tmp_path / "tree"
     synth.generate(root, 3_000, ranks=1, iterations=3, statistic_csv=False, workers=1)
-    from ingest.readers import mindspore_npy
-
     monkeypatch.setattr(mindspore_npy, "_SCAN_GROUP_FILES", 1000)  # a batch per iteration
     monkeypatch.setattr(flat, "_FRESH_MERGE_ROWS", 1000 if big else 10**9)
     path = tmp_path / "cat"
-    store = CatalogStore(path, create=True).shard("r", None)
-    ing = Ingester(store, "r", root, detect_dump(root), workers=1, batch_rows=1000)
-    with store.writer_lock():
-        ing.begin()
-        store.start_run()
-        ing.scan_all()
-        ing.flush()
+    with _walked_one_shot(root, path, batch_rows=1000) as store:
         walked = store.snapshot()["flat"]
         assert len(walked["tensors"]) >= 3 and sum(e["rows"] for e in walked["tensors"]) == 3_000
         walk_connection = store._flat_writer()._con
