@@ -38,7 +38,7 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 from sqlglot.tokens import TokenType
 
-from catalog.views import FLAT_VIEWS, view_sql_files
+from catalog.views import FLAT_READ_FILE_NAME, FLAT_VIEWS, view_sql_files
 from ingest.schema import TABLES
 from ingest.store import CatalogStore
 
@@ -527,10 +527,15 @@ def _read_raw(spark: SparkSession, table: str, files: list[str]) -> DataFrame:
 
 
 def _read_flat(spark: SparkSession, files: list[str]) -> DataFrame:
-    """Flat files as DuckDB wrote them; matched by column name only when two dumpcat versions' files
-    differ (as views.flat_view_sql does)."""
+    """Flat files as DuckDB wrote them, `file_name` put back (views.FLAT_READ_COLUMNS); matched by
+    column name only when two dumpcat versions' files differ (as views.flat_view_sql does)."""
     merge = len({tuple(pq.read_schema(f).names) for f in files}) > 1
-    return spark.read.option("mergeSchema", str(merge).lower()).parquet(*[_glob_safe(f) for f in files])
+    frame = spark.read.option("mergeSchema", str(merge).lower()).parquet(*[_glob_safe(f) for f in files])
+    if "file_name" not in frame.columns:  # a stats file
+        return frame
+    from pyspark.sql.functions import expr
+
+    return frame.withColumn("file_name", expr(FLAT_READ_FILE_NAME))
 
 
 def register_views(spark: SparkSession, catalog_path: str | Path) -> list[str]:

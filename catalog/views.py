@@ -112,6 +112,18 @@ def define_views(
 # Views whose rows dumpcat stores resolved at commit time (ingest/flat.py), and so read flat.
 FLAT_VIEWS = ("tensors", "stats")
 
+# A flat tensors file stores `file_name` as NULL where it is the last part of `rel_path` (every
+# row a reader makes: 134 of ~850 bytes a row, which the writer's DuckDB holds for each row of the
+# row group it writes); readers put it back. Files that store every name (written before) read the
+# same. The same text in DuckDB and Spark SQL.
+FILE_NAME_OF_REL_PATH = "regexp_extract(rel_path, '([^/]*)$', 1)"
+FLAT_STORED_COLUMNS = {
+    "tensors": f"* REPLACE (nullif(file_name, {FILE_NAME_OF_REL_PATH}) AS file_name)",
+    "stats": "*",
+}
+FLAT_READ_FILE_NAME = f"coalesce(file_name, {FILE_NAME_OF_REL_PATH})"
+FLAT_READ_COLUMNS = {"tensors": f"* REPLACE ({FLAT_READ_FILE_NAME} AS file_name)", "stats": "*"}
+
 
 def flat_view_sql(view: str, files: list[str]) -> str:
     """`view` over its flat files (an empty catalog: the query-time view, which has no rows)."""
@@ -122,7 +134,7 @@ def flat_view_sql(view: str, files: list[str]) -> str:
     # files of two dumpcat versions).
     by_name = "true" if len({tuple(pq.read_schema(f).names) for f in files}) > 1 else "false"
     return (
-        f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM "
+        f"CREATE OR REPLACE VIEW {view} AS SELECT {FLAT_READ_COLUMNS[view]} FROM "
         f"read_parquet([{listing}], union_by_name = {by_name}, hive_partitioning = false)"
     )
 

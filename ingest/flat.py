@@ -102,6 +102,8 @@ _SORT_ROWS = 122_880  # = DuckDB's row group: a merge decodes each input group a
 # (a batch of unusually wide rows resolved in one join) is retried with the cap doubled, up to half
 # the machine's memory, and the writer keeps the raised cap.
 _MEMORY_LIMIT = os.environ.get("DUMPCAT_WRITER_MEMORY", "128MB")
+# A write of a sorted table that ran out of memory is retried with the cap this much higher.
+_COPY_RETRY_FACTOR = 1.15
 
 
 def _tier(rows: int) -> int:
@@ -457,9 +459,10 @@ class FlatWriter:
         batch are written at the same time (`_resolve_batch`).
 
         The write holds one 122,880-row group of rows: when that runs out of memory, only the
-        write is retried, not the parts (at 10^6 tensors, ~25 s of work), and in steps of 1.5x
-        (a retry costs little here): 10^6 tensors rows needed more than 122 MiB but fit in 183,
-        where doubling gave 244."""
+        write is retried, not the parts (at 10^6 tensors, ~25 s of work), and in steps of 1.15x
+        (a failed write stops at its first row group: ~2 s at 10^6 rows): the cap a merge ends
+        with is the peak of the ingest. 10^6 tensors rows needed 140 MiB (between 122 and 140),
+        where steps of 1.5x gave 183 and doubling 244."""
         import duckdb
 
         table = f"flat_sorted_{flat}"
@@ -473,7 +476,7 @@ class FlatWriter:
                     con.execute(f"COPY {table} TO {_quote(str(data))} ({copy_options})").fetchall()
                     break
                 except duckdb.OutOfMemoryException as exc:
-                    self._raise_cap(con, exc, factor=1.5)
+                    self._raise_cap(con, exc, factor=_COPY_RETRY_FACTOR)
             count = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
             return int(count), con.execute(f"SELECT DISTINCT run, rank FROM {table}").fetchall()
         finally:
@@ -491,7 +494,7 @@ class FlatWriter:
     ) -> dict | None:
         """Resolve the rows of `sources` (batch ids) into a new flat file of `flat` (on `con`, a
         cursor of the writer's connection, or on the connection itself)."""
-        from catalog.views import define_raw_view
+        from catalog.views import FLAT_STORED_COLUMNS, define_raw_view
 
         con = con or self._connect(snap)
         wanted = set(sources)
@@ -503,7 +506,8 @@ class FlatWriter:
             f"SELECT row_id, {'stat_id' if t == 'stat_rows' else 'NULL::BIGINT AS stat_id'} FROM src_{t}"
             for t in FLAT_SOURCES[flat]
         )
-        return self._write(con, flat, f"SELECT * FROM {flat}_resolved", ids, run, sources)
+        stored = f"SELECT {FLAT_STORED_COLUMNS[flat]} FROM {flat}_resolved"
+        return self._write(con, flat, stored, ids, run, sources)
 
     def _merge(self, snap: dict, flat: str, entries: list[dict]) -> dict | None:
         con = self._connect(snap)

@@ -499,3 +499,54 @@ def test_a_big_last_merge_starts_on_a_new_duckdb(tmp_path, monkeypatch, big):
     with Catalog.open(path) as cat:
         assert [len(es) for es in cat.store.snapshot()["flat"].values()] == [1, 1]
         _assert_flat_exact(cat)
+
+
+def test_flat_tensors_store_file_name_only_where_rel_path_does_not_give_it(tmp_path, copy_dump):
+    """`file_name` is stored NULL where it is the last part of `rel_path` (a narrower row for the
+    writer's DuckDB to hold); DuckDB's views and the server's engine give it back, and a flat file
+    that stores every name (written before) reads the same."""
+    from catalog.sandbox import ContainedEngine, build_views_database, private_folder
+    from catalog.views import FLAT_READ_COLUMNS, FLAT_STORED_COLUMNS
+
+    path = tmp_path / "cat"
+    ingest_dump(path, copy_dump("nan_log"), run="r", workers=1)
+    with Catalog.open(path) as cat:
+        entry = cat.store.snapshot()["flat"]["tensors"][0]
+        data = cat.store.root / entry["path"] / flat.DATA_FILE
+        stored = pq.read_table(data, columns=["file_name"]).column(0)
+        assert stored.null_count == len(stored) == entry["rows"] == 180
+        names = cat.sql("SELECT file_name, rel_path FROM tensors ORDER BY row_id").to_pylist()
+        assert all(r["file_name"] and r["rel_path"].endswith("/" + r["file_name"]) for r in names)
+        _assert_flat_exact(cat)
+        expected = cat.sql("SELECT * FROM tensors_resolved ORDER BY row_id").to_pylist()
+        # the server's engine reads the flat files through its own view
+        folder = private_folder()
+        try:
+            engine = ContainedEngine(path, build_views_database(folder))
+            served = engine.cursor(1).sql("SELECT * FROM tensors ORDER BY row_id").to_arrow_table()
+            assert served.to_pylist() == expected
+            engine.close()
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        # a flat file as written before: every name stored
+        cur = cat.cursor()  # (Catalog.sql refuses COPY)
+        cur.execute(f"COPY (SELECT * FROM tensors ORDER BY row_id) TO '{data}.full' (FORMAT parquet)")
+        cur.close()
+        Path(f"{data}.full").replace(data)
+        assert pq.read_table(data, columns=["file_name"]).column(0).null_count == 0
+    with Catalog.open(path) as cat:
+        assert cat.sql("SELECT * FROM tensors ORDER BY row_id").to_pylist() == expected
+    # names that are not rel_path's last part are stored as they are
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(
+        "CREATE TABLE t AS SELECT * FROM (VALUES (1, 'rank_0/a/x.npy', 'x.npy'), (2, 'rank_0/a/x.npy', "
+        "'renamed.npy'), (3, 'x.npy', 'x.npy'), (4, 'dir/', 'other'), (5, NULL, NULL), (6, 'a/b', ''))"
+        " AS v(row_id, rel_path, file_name)"
+    )
+    kept = con.sql(f"SELECT {FLAT_STORED_COLUMNS['tensors']} FROM t ORDER BY row_id").fetchall()
+    assert [r[2] for r in kept] == [None, "renamed.npy", None, "other", None, ""]
+    con.execute(f"CREATE TABLE s AS SELECT {FLAT_STORED_COLUMNS['tensors']} FROM t")
+    back = con.sql(f"SELECT {FLAT_READ_COLUMNS['tensors']} FROM s ORDER BY row_id").fetchall()
+    assert back == con.sql("SELECT * FROM t ORDER BY row_id").fetchall()
