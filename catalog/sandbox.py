@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from catalog import pg_catalog
 from catalog.guard import MAX_EXPRESSION_DEPTH
-from catalog.views import FLAT_READ_COLUMNS, FLAT_VIEWS, view_sql_files
+from catalog.views import FLAT_VIEWS, flat_select_list, view_sql_files
 from ingest.schema import TABLES
 from ingest.store import CatalogStore
 
@@ -76,7 +76,7 @@ def build_views_database(folder: str | os.PathLike, *, flat: bool = True) -> Pat
         if flat:
             for view in FLAT_VIEWS:
                 con.register(f"flat_{view}", con.sql(f"SELECT * FROM {view}_resolved").to_arrow_table())
-                columns = FLAT_READ_COLUMNS[view]
+                columns = flat_select_list(view, con.table(f"flat_{view}").columns)
                 con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT {columns} FROM flat_{view}")
         pg_catalog.install(con)
         con.execute("CHECKPOINT")

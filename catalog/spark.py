@@ -38,7 +38,7 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 from sqlglot.tokens import TokenType
 
-from catalog.views import FLAT_READ_FILE_NAME, FLAT_VIEWS, view_sql_files
+from catalog.views import FLAT_VIEWS, SPARK_FILE_NAME_OF_REL_PATH, view_sql_files
 from ingest.schema import TABLES
 from ingest.store import CatalogStore
 
@@ -527,7 +527,7 @@ def _read_raw(spark: SparkSession, table: str, files: list[str]) -> DataFrame:
 
 
 def _read_flat(spark: SparkSession, files: list[str]) -> DataFrame:
-    """Flat files as DuckDB wrote them, `file_name` put back (views.FLAT_READ_COLUMNS); matched by
+    """Flat files as DuckDB wrote them, `file_name` put back (views.flat_select_list); matched by
     column name only when two dumpcat versions' files differ (as views.flat_view_sql does)."""
     merge = len({tuple(pq.read_schema(f).names) for f in files}) > 1
     frame = spark.read.option("mergeSchema", str(merge).lower()).parquet(*[_glob_safe(f) for f in files])
@@ -535,7 +535,7 @@ def _read_flat(spark: SparkSession, files: list[str]) -> DataFrame:
         return frame
     from pyspark.sql.functions import expr
 
-    return frame.withColumn("file_name", expr(FLAT_READ_FILE_NAME))
+    return frame.withColumn("file_name", expr(f"coalesce(file_name, {SPARK_FILE_NAME_OF_REL_PATH})"))
 
 
 def register_views(spark: SparkSession, catalog_path: str | Path) -> list[str]:

@@ -506,7 +506,7 @@ def test_flat_tensors_store_file_name_only_where_rel_path_does_not_give_it(tmp_p
     writer's DuckDB to hold); DuckDB's views and the server's engine give it back, and a flat file
     that stores every name (written before) reads the same."""
     from catalog.sandbox import ContainedEngine, build_views_database, private_folder
-    from catalog.views import FLAT_READ_COLUMNS, FLAT_STORED_COLUMNS
+    from catalog.views import FLAT_STORED_COLUMNS, SPARK_FILE_NAME_OF_REL_PATH, flat_select_list
 
     path = tmp_path / "cat"
     ingest_dump(path, copy_dump("nan_log"), run="r", workers=1)
@@ -548,5 +548,12 @@ def test_flat_tensors_store_file_name_only_where_rel_path_does_not_give_it(tmp_p
     kept = con.sql(f"SELECT {FLAT_STORED_COLUMNS['tensors']} FROM t ORDER BY row_id").fetchall()
     assert [r[2] for r in kept] == [None, "renamed.npy", None, "other", None, ""]
     con.execute(f"CREATE TABLE s AS SELECT {FLAT_STORED_COLUMNS['tensors']} FROM t")
-    back = con.sql(f"SELECT {FLAT_READ_COLUMNS['tensors']} FROM s ORDER BY row_id").fetchall()
+    read = flat_select_list("tensors", ["row_id", "rel_path", "file_name"])
+    back = con.sql(f"SELECT {read} FROM s ORDER BY row_id").fetchall()
     assert back == con.sql("SELECT * FROM t ORDER BY row_id").fetchall()
+    # Spark's expression (a regular expression) gives the text DuckDB's parse_filename gives
+    both = con.sql(
+        f"SELECT {SPARK_FILE_NAME_OF_REL_PATH} AS a, parse_filename(rel_path, false, 'forward_slash') AS b "
+        "FROM t WHERE rel_path IS NOT NULL"
+    ).fetchall()
+    assert all(a == b for a, b in both) and len(both) == 5
