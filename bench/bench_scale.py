@@ -634,7 +634,7 @@ def flat_batch(
             has_inf=pa.array(v["neg_inf_count"] + v["pos_inf_count"] > 0),
         )
     else:
-        _, name, rel = _paths(v["rank"], v["iteration"], v["t"], v["timestamp_us"], tpl)
+        _, _name, rel = _paths(v["rank"], v["iteration"], v["t"], v["timestamp_us"], tpl)
         cols.update(
             dir_kind=_const("iteration", n, string),
             stored_dtype=_const("float16", n, string),
@@ -643,7 +643,9 @@ def flat_batch(
             stream_id=_const(0, n, i64),
             path=pc.binary_join_element_wise(plan.dump_root + "/", rel, ""),
             rel_path=rel,
-            file_name=name,
+            # as flat.py stores it: NULL where it is rel_path's last part (here: always), the
+            # views put it back (catalog/views.py)
+            file_name=pa.nulls(n, string),
             data_offset=_const(DATA_OFFSET, n, i64),
             file_size=pa.array(v["nbytes"] + DATA_OFFSET),
             name_era=_const("v2.4+", n, string),
