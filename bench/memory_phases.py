@@ -85,6 +85,7 @@ class PhaseSampler:
         self.peaks: dict[str, tuple[int, str]] = {}
         self.interval = interval
         self._own = _command(os.getpid())
+        self._lock = threading.Lock()  # the sampler thread and a step's start and end both sample
 
     def sample(self) -> None:
         own = _memory(os.getpid())
@@ -93,9 +94,10 @@ class PhaseSampler:
         # a child between fork and exec runs on this process's pages: it is not a helper yet
         helpers = [m for c in _children(os.getpid()) if _command(c) != self._own and (m := _memory(c))]
         total = sum(own) + sum(a + f for a, f in helpers)
-        if total > self.peaks.get(self.step, (0, ""))[0]:
-            shown = " ".join(f"{a}+{f}" for a, f in helpers) or "none"
-            self.peaks[self.step] = (total, f"ingesting process {own[0]}+{own[1]}, helpers {shown}")
+        shown = " ".join(f"{a}+{f}" for a, f in helpers) or "none"
+        with self._lock:
+            if total > self.peaks.get(self.step, (0, ""))[0]:
+                self.peaks[self.step] = (total, f"ingesting process {own[0]}+{own[1]}, helpers {shown}")
 
     def run(self) -> None:
         while True:
@@ -109,9 +111,11 @@ class PhaseSampler:
         @functools.wraps(original)
         def tagged(*args, **kwargs):
             outer, self.step = self.step, step
+            self.sample()  # (a step shorter than the interval is still seen)
             try:
                 return original(*args, **kwargs)
             finally:
+                self.sample()
                 self.step = outer
 
         setattr(cls, name, tagged)
