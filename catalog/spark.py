@@ -38,7 +38,7 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 from sqlglot.tokens import TokenType
 
-from catalog.views import FLAT_VIEWS, SPARK_FILE_NAME_OF_REL_PATH, view_sql_files
+from catalog.views import FLAT_VIEWS, SPARK_FLAT_READ_FILE_NAME, view_sql_files
 from ingest.schema import TABLES
 from ingest.store import CatalogStore
 
@@ -535,7 +535,7 @@ def _read_flat(spark: SparkSession, files: list[str]) -> DataFrame:
         return frame
     from pyspark.sql.functions import expr
 
-    return frame.withColumn("file_name", expr(f"coalesce(file_name, {SPARK_FILE_NAME_OF_REL_PATH})"))
+    return frame.withColumn("file_name", expr(SPARK_FLAT_READ_FILE_NAME))
 
 
 def register_views(spark: SparkSession, catalog_path: str | Path) -> list[str]:

@@ -125,6 +125,7 @@ FLAT_STORED_COLUMNS = {
     "stats": "*",
 }
 FLAT_READ_FILE_NAME = f"coalesce(file_name, {FILE_NAME_OF_REL_PATH})"
+SPARK_FLAT_READ_FILE_NAME = f"coalesce(file_name, {SPARK_FILE_NAME_OF_REL_PATH})"
 
 
 def flat_select_list(view: str, columns: list[str]) -> str:

@@ -506,7 +506,12 @@ def test_flat_tensors_store_file_name_only_where_rel_path_does_not_give_it(tmp_p
     writer's DuckDB to hold); DuckDB's views and the server's engine give it back, and a flat file
     that stores every name (written before) reads the same."""
     from catalog.sandbox import ContainedEngine, build_views_database, private_folder
-    from catalog.views import FLAT_STORED_COLUMNS, SPARK_FILE_NAME_OF_REL_PATH, flat_select_list
+    from catalog.views import (
+        FILE_NAME_OF_REL_PATH,
+        FLAT_STORED_COLUMNS,
+        SPARK_FILE_NAME_OF_REL_PATH,
+        flat_select_list,
+    )
 
     path = tmp_path / "cat"
     ingest_dump(path, copy_dump("nan_log"), run="r", workers=1)
@@ -553,7 +558,7 @@ def test_flat_tensors_store_file_name_only_where_rel_path_does_not_give_it(tmp_p
     assert back == con.sql("SELECT * FROM t ORDER BY row_id").fetchall()
     # Spark's expression (a regular expression) gives the text DuckDB's parse_filename gives
     both = con.sql(
-        f"SELECT {SPARK_FILE_NAME_OF_REL_PATH} AS a, parse_filename(rel_path, false, 'forward_slash') AS b "
+        f"SELECT {SPARK_FILE_NAME_OF_REL_PATH} AS a, {FILE_NAME_OF_REL_PATH} AS b "
         "FROM t WHERE rel_path IS NOT NULL"
     ).fetchall()
     assert all(a == b for a, b in both) and len(both) == 5

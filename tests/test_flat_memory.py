@@ -243,8 +243,9 @@ def test_a_flat_write_gives_its_memory_back_before_its_index_is_read(wide, monke
 
 
 def test_the_cap_grows_at_every_retry_however_small(tmp_path, caplog):
-    """A write retried under a cap raised by half still gets more memory each time when the cap
-    is a few MiB (rounded to whole MiB, half of 1 MiB is nothing): no retry loops on one cap."""
+    """A write retried under a cap raised by 15% still gets more memory each time when the cap
+    is a few MiB (rounded to whole MiB, 15% of 1 MiB is nothing): no retry loops on one cap; from
+    the default 128 MB a retried write gets 15% more, not the 50% that took 10^6 rows to 183 MiB."""
     store = CatalogStore(tmp_path / "cat", create=True)
     writer = flat.FlatWriter(store)
     writer.memory_limit = 1_000_000
@@ -252,8 +253,12 @@ def test_the_cap_grows_at_every_retry_however_small(tmp_path, caplog):
     caps = []
     with caplog.at_level(logging.WARNING, logger="dumpcat.ingest"):
         for _ in range(4):
-            writer._raise_cap(con, duckdb.OutOfMemoryException("test"), factor=1.5)
+            writer._raise_cap(con, duckdb.OutOfMemoryException("test"), factor=flat._COPY_RETRY_FACTOR)
             caps.append(writer.memory_limit >> 20)
     assert caps == [1, 2, 3, 4]
     assert con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == "4.0 MiB"
     assert len([r for r in caplog.records if "retrying with" in r.getMessage()]) == 4
+    writer.memory_limit = flat._memory_bytes("128MB")
+    for expected in (140, 161, 185):
+        writer._raise_cap(con, duckdb.OutOfMemoryException("test"), factor=flat._COPY_RETRY_FACTOR)
+        assert writer.memory_limit >> 20 == expected
