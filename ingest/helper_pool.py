@@ -136,16 +136,20 @@ def _serve(idle_s: float = _HELPER_IDLE_S, preload: Sequence[str] = ()) -> None:
         outbox.put(None)
 
 
-# Imported by a helper before it reports ready, so that its first batch does not wait for them.
-_PRELOAD: tuple[str, ...] = ("ingest.tensor_stats", "ingest.leaf_scan")
+def _task_module(task: str | None) -> tuple[str, ...]:
+    """The module a helper imports before it reports ready, so that its first batch of `task` does
+    not wait for it. Only that module: a helper that scans file names for a metadata ingest does not
+    import numpy (`ingest.leaf_scan`), and one that also imported the statistics module took ~15
+    MiB more; it imports another task's module when it first gets one of its batches."""
+    return (task.partition(":")[0],) if task else ()
 
 
-def _helper_argv() -> list[str]:
+def _helper_argv(preload: tuple[str, ...] = ()) -> list[str]:
     """Command line of a helper: this interpreter, importing this module from where it was loaded."""
     root = str(Path(__file__).resolve().parents[len(__name__.split(".")) - 1])
     code = (
         f"import sys; sys.path.insert(0, {root!r}); from {__name__} import _serve; "
-        f"_serve({_HELPER_IDLE_S!r}, {_PRELOAD!r})"
+        f"_serve({_HELPER_IDLE_S!r}, {preload!r})"
     )
     return [sys.executable, "-c", code]
 
@@ -153,7 +157,7 @@ def _helper_argv() -> list[str]:
 class _Helper:
     """One helper process and the batches it holds."""
 
-    def __init__(self) -> None:
+    def __init__(self, preload: tuple[str, ...] = ()) -> None:
         self.owner = os.getpid()
         # One compute thread per helper: tensor_stats sizes its BLAS calls never to need more, and
         # idle BLAS thread pools in every helper would only compete for the cores.
@@ -163,7 +167,7 @@ class _Helper:
         threads = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         env = {**helper_environment(), **threads}
         self.proc = subprocess.Popen(
-            _helper_argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=env
+            _helper_argv(preload), stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, env=env
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.wfd = self.proc.stdin.fileno()
@@ -248,8 +252,9 @@ _idle_helpers: list[_Helper] = []
 _idle_lock = threading.Lock()
 
 
-def _checkout_helpers(n: int) -> list[_Helper]:
-    """``n`` helpers: idle ones from an earlier call first, then new ones (none if that fails)."""
+def _checkout_helpers(n: int, task: str | None = None) -> list[_Helper]:
+    """``n`` helpers: idle ones from an earlier call first, then new ones (none if that fails),
+    which import the module of `task` as they start."""
     helpers: list[_Helper] = []
     with _idle_lock:
         while _idle_helpers and len(helpers) < n:
@@ -260,7 +265,7 @@ def _checkout_helpers(n: int) -> list[_Helper]:
                 h.close()
     try:
         while len(helpers) < n:
-            helpers.append(_Helper())
+            helpers.append(_Helper(_task_module(task)))
     except Exception:  # cannot start processes here: the caller does the work
         pass
     return helpers
@@ -276,16 +281,19 @@ def _checkin_helpers(helpers: list[_Helper]) -> None:
         h.close()
 
 
-def start_helpers(workers: int | None = None, *, caller_computes: bool = True) -> None:
+def start_helpers(
+    workers: int | None = None, *, caller_computes: bool = True, task: str | None = None
+) -> None:
     """Start the helpers for ``workers`` computing processes now, without waiting: ``workers - 1``
-    when the caller computes too, else ``workers`` (none for a single worker).
+    when the caller computes too, else ``workers`` (none for a single worker); they import the
+    module of ``task``, the one they will first run.
 
     A helper takes ~80-250 ms to start, during which the caller computes alone. Ingest calls this
     before walking a dump so that the helpers are ready when work is due. Idle helpers exit by
     themselves after 30 s.
     """
     n = resolve_workers(workers)
-    _checkin_helpers(_checkout_helpers(n - 1 if caller_computes or n == 1 else n))
+    _checkin_helpers(_checkout_helpers(n - 1 if caller_computes or n == 1 else n, task))
 
 
 def _shutdown_helpers() -> None:
@@ -321,7 +329,7 @@ def run_ordered(
     caller that has its own work to do with each result. ``slots`` batches are queued per helper
     (more keeps helpers busy while the caller works; fewer shortens the tail of big batches)."""
     fn = resolve_task(task)
-    helpers = _checkout_helpers(n_helpers)
+    helpers = _checkout_helpers(n_helpers, task)
     sel = selectors.DefaultSelector()
     done: dict[int, Any] = {}  # batch index -> result, waiting for its turn
     next_in = next_out = 0

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from hashlib import blake2b
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # imported where used: the helpers that hash tensor paths run without numpy
+    import numpy as np
 
 _MASK = (1 << 63) - 1
 
@@ -40,6 +42,8 @@ class TensorIdHasher:
 
 def _mix64(x: np.ndarray) -> np.ndarray:
     """splitmix64's finaliser: a bijection of uint64 that scatters consecutive numbers."""
+    import numpy as np
+
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return x ^ (x >> np.uint64(31))
@@ -51,6 +55,8 @@ def stat_row_ids(run: str, csv_rel_path: str, line_nos: Sequence[int] | np.ndarr
     A statistic.csv of a million-file dump has a line per tensor, so its ids are computed as one
     numpy expression rather than a hash per line. Distinct lines of one file never collide (the
     mix is a bijection); lines of two files collide with the same odds as independent hashes."""
+    import numpy as np
+
     base = np.uint64(stable_id("s", run, csv_rel_path))
     with np.errstate(over="ignore"):
         mixed = _mix64(np.asarray(line_nos, dtype=np.uint64))

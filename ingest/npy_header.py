@@ -2,7 +2,12 @@
 
 Ingest touches millions of files, so this reads one small block per file and parses the header
 dict with a regular expression (the exact form numpy and MindSpore's `npy_header.cc` write),
-falling back to numpy's own parser for anything unusual.
+falling back to Python's literal parser for anything unusual.
+
+It does not import numpy: the plain dtypes every dump holds (bool, ints, floats, complex, either
+byte order) are read from a table, and numpy is imported only for anything else (a structured
+dtype, a datetime). The helper processes that read headers during a metadata ingest then stay
+~15 MiB smaller each (numpy's import), and memory bounds an ingest of millions of files.
 """
 
 from __future__ import annotations
@@ -12,11 +17,14 @@ import functools
 import os
 import re
 import struct
+import sys
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ingest.numbers import INT64_MAX, parse_uint
+
+if TYPE_CHECKING:
+    import numpy as np
 
 MAGIC = b"\x93NUMPY"
 _FAST = re.compile(
@@ -32,19 +40,56 @@ class NpyHeaderError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class NpyHeader:
-    dtype: np.dtype
+    descr: object  # the header's descr: '<f4', or a list for a structured dtype
     shape: tuple[int, ...]
     fortran_order: bool
     data_offset: int
     dtype_name: str  # 'float32', or the exact '>f4' form for a non-native byte order
     nbytes: int  # data bytes the header promises
 
+    @property
+    def dtype(self) -> np.dtype:
+        """The numpy dtype (imports numpy)."""
+        return _dtype_of_descr(self.descr) if isinstance(self.descr, str) else _descr_to_dtype(self.descr)
 
-def _header(dtype: np.dtype, shape: tuple[int, ...], fortran: bool, data_offset: int) -> NpyHeader:
-    nbytes = dtype.itemsize
+
+def _header(descr: object, shape: tuple[int, ...], fortran: bool, data_offset: int) -> NpyHeader:
+    itemsize, name = _plain_dtype(descr) if isinstance(descr, str) else _numpy_dtype_info(descr)
+    nbytes = itemsize
     for d in shape:
         nbytes *= d
-    return NpyHeader(dtype, shape, fortran, data_offset, _dtype_name(dtype), nbytes)
+    return NpyHeader(descr, shape, fortran, data_offset, name, nbytes)
+
+
+def _plain_dtypes() -> dict[str, tuple[int, str]]:
+    """descr -> (itemsize, dtype name) of the plain dtypes, as numpy names them: `dtype.name` in
+    the native byte order (or none, for one byte), `dtype.str` ('>f4') in the other.
+    tests/test_npy_header.py checks every entry against numpy."""
+    native, other = ("<", ">") if sys.byteorder == "little" else (">", "<")
+    kinds = {"b": ("bool", (1,)), "i": ("int", (1, 2, 4, 8)), "u": ("uint", (1, 2, 4, 8)),
+             "f": ("float", (2, 4, 8)), "c": ("complex", (8, 16))}  # fmt: skip
+    table = {}
+    for kind, (name, sizes) in kinds.items():
+        for size in sizes:
+            plain = name if kind == "b" else f"{name}{8 * size}"
+            for order in ("", "=", "|", native):
+                table[f"{order}{kind}{size}"] = (size, plain)
+            table[f"{other}{kind}{size}"] = (size, plain if size == 1 else f"{other}{kind}{size}")
+    return table
+
+
+_PLAIN_DTYPES = _plain_dtypes()
+
+
+def _plain_dtype(descr: str) -> tuple[int, str]:
+    """(itemsize, dtype name) of a descr string: from the table, or from numpy for the rest."""
+    found = _PLAIN_DTYPES.get(descr)
+    return found if found is not None else _numpy_dtype_info(descr)
+
+
+def _numpy_dtype_info(descr: object) -> tuple[int, str]:
+    dtype = _dtype_of_descr(descr) if isinstance(descr, str) else _descr_to_dtype(descr)
+    return dtype.itemsize, _dtype_name(dtype)
 
 
 # Parsed headers by their exact bytes. A dump repeats the same few hundred headers (each
@@ -63,6 +108,8 @@ def _dtype_of_descr(descr: str) -> np.dtype:
 def _descr_to_dtype(descr: object) -> np.dtype:
     if descr == "<E2":  # MindSpore's bfloat16 descr; numpy cannot read it
         raise NpyHeaderError("bfloat16 data ('<E2'), which numpy cannot read")
+    import numpy as np
+
     try:
         return np.lib.format.descr_to_dtype(descr)
     except Exception as exc:
@@ -116,7 +163,7 @@ def _parse_header_text(text: str, end: int) -> NpyHeader:
         fortran = m.group("fortran") == "True"
         dims = m.group("shape").replace(" ", "")
         shape = tuple(_dim(d) for d in dims.split(",") if d)
-        return _header(_dtype_of_descr(m.group("descr")), shape, fortran, end)
+        return _header(m.group("descr"), shape, fortran, end)
     else:
         try:
             d = ast.literal_eval(text)
@@ -127,7 +174,7 @@ def _parse_header_text(text: str, end: int) -> NpyHeader:
         descr, fortran, shape = d["descr"], bool(d["fortran_order"]), d["shape"]
         if not isinstance(shape, tuple) or not all(type(x) is int and 0 <= x <= INT64_MAX for x in shape):
             raise NpyHeaderError(f"bad shape {str(shape)[:80]} in npy header")
-    return _header(_descr_to_dtype(descr), shape, fortran, end)
+    return _header(descr, shape, fortran, end)
 
 
 def _dim(text: str) -> int:

@@ -316,14 +316,14 @@ class Ingester:
             self.file_error(shown, "unknown", "walk", "file name is not valid UTF-8; rename it to catalog it")
             return False
 
-    def warm_helpers(self) -> None:
+    def warm_helpers(self, task: str | None = None) -> None:
         """Start the helper processes now, while the walk goes on (readers call this once a dump
-        proves big). A small dump never starts them: each costs ~150 ms of CPU to start, more
-        than a few hundred files take in all."""
+        proves big, naming the task the helpers will run). A small dump never starts them: each
+        costs ~150 ms of CPU to start, more than a few hundred files take in all."""
         if not self._helpers_started:
             self._helpers_started = True
             # the scan uses `workers` helpers, statistics one less
-            start_helpers(self.workers, caller_computes=False)
+            start_helpers(self.workers, caller_computes=False, task=task)
 
     def maybe_flush(self) -> None:
         """Commit when enough rows are pending (bounded memory)."""

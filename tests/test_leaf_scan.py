@@ -291,23 +291,25 @@ def test_scan_columns_name_every_tensors_column():
     assert named == set(TENSORS.names)
 
 
-def test_helpers_scan_without_pyarrow(tmp_path):
+def test_helpers_scan_without_pyarrow_or_numpy(tmp_path):
     """A helper process as ingest starts it (its preloads, its environment) has not imported
-    pyarrow (~25 MiB of each helper's memory), nor after scanning a real leaf directory, and its
-    columns make the same rows as the in-process scan."""
+    pyarrow (~25 MiB of each helper's memory) nor numpy (~15 MiB), nor after scanning a real leaf
+    directory, and its columns make the same rows as the in-process scan."""
     leaf = next(p for p in sorted((dump_of("simple") / "rank_0").glob("*/*/*")) if p.is_dir())
     names = sorted(n for n in os.listdir(leaf) if n.endswith(".npy"))
     ctx = ("r", 0, "Net", 0, 0, "iteration")
     chunk = (ctx, str(leaf), "rank_0/Net/0/0", names, [None] * len(names))
+    scan_task = npy_reader.MindSporeNpyReader.scan_function
     probe = (
         "import sys\n"
-        "from ingest.helper_pool import _PRELOAD\n"
+        "from ingest.helper_pool import _task_module\n"
         "import importlib\n"
-        "for m in _PRELOAD: importlib.import_module(m)\n"
-        "before = 'pyarrow' in sys.modules\n"
+        f"for m in _task_module({scan_task!r}): importlib.import_module(m)\n"
+        "heavy = lambda: [m for m in ('pyarrow', 'numpy') if m in sys.modules]\n"
+        "before = heavy()\n"
         "from ingest.leaf_scan import scan_tensor_columns\n"
         f"out = scan_tensor_columns([{chunk!r}])\n"
-        "print(before, 'pyarrow' in sys.modules, len(out[0][1][0]))\n"
+        "print(before, heavy(), len(out[0][1][0]))\n"
     )
     from ingest.memory import helper_environment
 
@@ -316,7 +318,7 @@ def test_helpers_scan_without_pyarrow(tmp_path):
         cwd=Path(__file__).parents[1],
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False", "False", str(len(names))]
+    assert done.stdout.split() == ["[]", "[]", str(len(names))]
     from ingest.leaf_scan import columns_table, scan_tensor_columns
 
     [(table, irregular)] = scan_tensor_files([chunk])

@@ -106,3 +106,26 @@ def test_big_endian_keeps_its_byte_order(tmp_path):
     assert header.dtype_name == ">f4"
     np.save(path, np.arange(4, dtype="<f4"))
     assert read_npy_header(path)[0].dtype_name == "float32"
+
+
+def test_plain_dtype_table_names_what_numpy_names():
+    """The table that reads plain descrs without numpy gives numpy's itemsize and name for every
+    entry (both byte orders, with and without an order character)."""
+    from ingest.npy_header import _PLAIN_DTYPES, _dtype_name
+
+    assert len(_PLAIN_DTYPES) == 70
+    for descr, (itemsize, name) in _PLAIN_DTYPES.items():
+        dtype = np.lib.format.descr_to_dtype(descr)
+        assert (itemsize, name) == (dtype.itemsize, _dtype_name(dtype)), descr
+
+
+@pytest.mark.parametrize("descr", ["<f4", ">f4", "|b1", "<i8", ">u2", "<c16", "<M8[ns]", "<U3", ">f2"])
+def test_headers_of_plain_and_other_dtypes(tmp_path, descr):
+    """Plain dtypes come from the table, others (datetime, unicode) from numpy: the same header."""
+    path = tmp_path / "t.npy"
+    array = np.zeros((2, 3), dtype=np.dtype(descr))
+    np.save(path, array)
+    header, size = read_npy_header(path)
+    assert header.dtype == array.dtype and header.shape == (2, 3)
+    assert header.nbytes == array.nbytes and header.data_offset + header.nbytes == size
+    assert header.dtype_name == (array.dtype.name if array.dtype.isnative else array.dtype.str)

@@ -501,7 +501,7 @@ def test_dead_helpers_cost_nothing_but_time(
     monkeypatch.setattr(ts, "_INLINE_JOBS", 0)
     monkeypatch.setattr(ts, "_BATCH_JOBS", 5)
     monkeypatch.setattr(hp, "_CALLER_COMPUTES", False)  # rely on the helpers until they are gone
-    monkeypatch.setattr(hp, "_helper_argv", lambda: [sys.executable, "-c", code])
+    monkeypatch.setattr(hp, "_helper_argv", lambda preload=(): [sys.executable, "-c", code])
     jobs, want, bad = make_mixed_jobs(tmp_path, 30)
     results = list(compute_stats_many(jobs, workers=3))
     assert [r[0] for r in results] == [j.row_id for j in jobs]

@@ -207,7 +207,7 @@ class MindSporeNpyReader(RankLayoutReader):
         self._leaf_queue.append(leaf)
         self._queued_files += len(scan)
         if self._queued_files >= _WARM_HELPERS_FILES:
-            self.ing.warm_helpers()
+            self.ing.warm_helpers(self.scan_function)
         if settled or self._queued_files >= _SCAN_GROUP_FILES:
             self._drain_leaves()
             if self.ing.pending.size() >= self.ing.batch_rows:
