@@ -575,16 +575,18 @@ def _manifest_csv(plan: Plan, csv: list[tuple[int, str]]) -> pa.Table:
 
 
 def flat_schemas() -> dict[str, pa.Schema]:
-    """Columns and types of `stats_resolved` and `tensors_resolved`: what flat files hold."""
+    """Columns and types of `stats_resolved` and `tensors_resolved` as flat files store them."""
     import duckdb
 
-    from catalog.views import define_views
+    from catalog.views import FLAT_STORED_COLUMNS, define_views
 
     con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": "false"})
     try:
         define_views(con, {}, None)
         return {
-            name: con.sql(f"SELECT * FROM {name}_resolved LIMIT 0").to_arrow_table().schema
+            name: con.sql(f"SELECT {FLAT_STORED_COLUMNS[name]} FROM {name}_resolved LIMIT 0")
+            .to_arrow_table()
+            .schema
             for name in flat_mod.FLAT_SOURCES
         }
     finally:
@@ -641,10 +643,11 @@ def flat_batch(
             format=_const("DefaultFormat", n, string),
             task_id=_const(0, n, i64),
             stream_id=_const(0, n, i64),
-            path=pc.binary_join_element_wise(plan.dump_root + "/", rel, ""),
+            # as flat.py stores them: NULL where the views put them back (catalog/views.py) from
+            # rel_path (its last part, here always the file name) and the dump root
+            path=pa.nulls(n, string),
+            dump_root=_const(plan.dump_root, n, string),
             rel_path=rel,
-            # as flat.py stores it: NULL where it is rel_path's last part (here: always), the
-            # views put it back (catalog/views.py)
             file_name=pa.nulls(n, string),
             data_offset=_const(DATA_OFFSET, n, i64),
             file_size=pa.array(v["nbytes"] + DATA_OFFSET),

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from catalog import pg_catalog
 from catalog.guard import MAX_EXPRESSION_DEPTH
-from catalog.views import FLAT_VIEWS, flat_select_list, view_sql_files
+from catalog.views import FLAT_ONLY_COLUMNS, FLAT_STORED_COLUMNS, FLAT_VIEWS, flat_select_list, view_sql_files
 from ingest.schema import TABLES
 from ingest.store import CatalogStore
 
@@ -75,7 +75,8 @@ def build_views_database(folder: str | os.PathLike, *, flat: bool = True) -> Pat
             con.execute(text)
         if flat:
             for view in FLAT_VIEWS:
-                con.register(f"flat_{view}", con.sql(f"SELECT * FROM {view}_resolved").to_arrow_table())
+                stored = f"SELECT {FLAT_STORED_COLUMNS[view]} FROM {view}_resolved"  # as flat files hold them
+                con.register(f"flat_{view}", con.sql(stored).to_arrow_table())
                 columns = flat_select_list(view, con.table(f"flat_{view}").columns)
                 con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT {columns} FROM flat_{view}")
         pg_catalog.install(con)
@@ -128,8 +129,13 @@ class ContainedEngine:
                 datasets[table] = ds.dataset(schema.empty_table())
         if self._flat is not None:
             for view, live in self._flat.items():
-                # The schema of the files' own (all written by DuckDB from the same view).
+                # The schema of the files' own (all written by DuckDB from the same view), with the
+                # columns the view reads that files written before them lack (read as NULL).
                 schema = pa.unify_schemas([pq.read_schema(f) for f in live]) if live else None
+                if schema is not None and view == "tensors":
+                    for name in FLAT_ONLY_COLUMNS:
+                        if name not in schema.names:
+                            schema = schema.append(pa.field(name, pa.string()))
                 datasets[f"flat_{view}"] = (
                     ds.dataset(live, schema=schema, format="parquet", filesystem=self._fs) if live else None
                 )
@@ -150,7 +156,9 @@ class ContainedEngine:
             for view in FLAT_VIEWS:
                 dataset = self._datasets.get(f"flat_{view}")
                 if dataset is None:  # no flat files (yet): the view's rows resolved here, in memory
-                    dataset = cur.sql(f"SELECT * FROM {view}_resolved").to_arrow_table()
+                    dataset = cur.sql(
+                        f"SELECT {FLAT_STORED_COLUMNS[view]} FROM {view}_resolved"
+                    ).to_arrow_table()
                 cur.register(f"flat_{view}", dataset)
             token = self._token
         self._cursors[session] = (cur, token)

@@ -38,7 +38,13 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 from sqlglot.tokens import TokenType
 
-from catalog.views import FLAT_VIEWS, SPARK_FLAT_READ_FILE_NAME, view_sql_files
+from catalog.views import (
+    FLAT_ONLY_COLUMNS,
+    FLAT_VIEWS,
+    SPARK_FLAT_READ_FILE_NAME,
+    SPARK_FLAT_READ_PATH,
+    view_sql_files,
+)
 from ingest.schema import TABLES
 from ingest.store import CatalogStore
 
@@ -527,7 +533,7 @@ def _read_raw(spark: SparkSession, table: str, files: list[str]) -> DataFrame:
 
 
 def _read_flat(spark: SparkSession, files: list[str]) -> DataFrame:
-    """Flat files as DuckDB wrote them, `file_name` put back (views.flat_select_list); matched by
+    """Flat files as DuckDB wrote them, `file_name` and `path` put back (views.flat_select_list); matched by
     column name only when two dumpcat versions' files differ (as views.flat_view_sql does)."""
     merge = len({tuple(pq.read_schema(f).names) for f in files}) > 1
     frame = spark.read.option("mergeSchema", str(merge).lower()).parquet(*[_glob_safe(f) for f in files])
@@ -535,7 +541,10 @@ def _read_flat(spark: SparkSession, files: list[str]) -> DataFrame:
         return frame
     from pyspark.sql.functions import expr
 
-    return frame.withColumn("file_name", expr(SPARK_FLAT_READ_FILE_NAME))
+    frame = frame.withColumn("file_name", expr(SPARK_FLAT_READ_FILE_NAME))
+    if "dump_root" in frame.columns:
+        frame = frame.withColumn("path", expr(SPARK_FLAT_READ_PATH)).drop(*FLAT_ONLY_COLUMNS)
+    return frame
 
 
 def register_views(spark: SparkSession, catalog_path: str | Path) -> list[str]:

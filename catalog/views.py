@@ -114,28 +114,46 @@ FLAT_VIEWS = ("tensors", "stats")
 
 # A flat tensors file stores `file_name` as NULL where it is the last part of `rel_path` (every
 # row a reader makes: 134 of ~850 bytes a row, which the writer's DuckDB holds for each row of the
-# row group it writes); readers put it back. Files that store every name (written before) read the
-# same. DuckDB's parse_filename binds faster than a regular expression (a view's expressions are
-# bound by every query, `count(*)` too); Spark has no parse_filename: its regular expression gives
-# the same text (tests/test_flat.py).
+# row group it writes), and `path` as NULL where it is the dump root, '/' and `rel_path` (every row
+# of a dump cataloged with its root: 181 bytes), the root in a column `dump_root` of its own (one
+# value per run: a dictionary of one entry in the file, and one byte a row in the writer's merge,
+# ingest/flat.py); readers put both back. Files that store every name and path (written before)
+# read the same. DuckDB's parse_filename binds faster than a regular expression (a view's
+# expressions are bound by every query, `count(*)` too); Spark has no parse_filename: its regular
+# expression gives the same text (tests/test_flat.py).
 FILE_NAME_OF_REL_PATH = "parse_filename(rel_path, false, 'forward_slash')"
 SPARK_FILE_NAME_OF_REL_PATH = "regexp_extract(rel_path, '([^/]*)$', 1)"
+_ROOT_OF_PATH = "left(path, length(path) - length(rel_path) - 1)"
+_PATH_UNDER_ROOT = f"{_ROOT_OF_PATH} || '/' || rel_path = path"  # NULL (not true) when either is NULL
 FLAT_STORED_COLUMNS = {
-    "tensors": f"* REPLACE (nullif(file_name, {FILE_NAME_OF_REL_PATH}) AS file_name)",
+    "tensors": (
+        f"* REPLACE (nullif(file_name, {FILE_NAME_OF_REL_PATH}) AS file_name, "
+        f"CASE WHEN {_PATH_UNDER_ROOT} THEN NULL ELSE path END AS path), "
+        f"CASE WHEN {_PATH_UNDER_ROOT} THEN {_ROOT_OF_PATH} END AS dump_root"
+    ),
     "stats": "*",
 }
 FLAT_READ_FILE_NAME = f"coalesce(file_name, {FILE_NAME_OF_REL_PATH})"
 SPARK_FLAT_READ_FILE_NAME = f"coalesce(file_name, {SPARK_FILE_NAME_OF_REL_PATH})"
+FLAT_READ_PATH = "coalesce(path, dump_root || '/' || rel_path)"
+SPARK_FLAT_READ_PATH = "coalesce(path, concat(dump_root, '/', rel_path))"
+# stored columns the views do not show
+FLAT_ONLY_COLUMNS = ("dump_root",)
 
 
 def flat_select_list(view: str, columns: list[str]) -> str:
     """The select list of `view` over flat files with these columns: each named (`* REPLACE`
-    cost `count(*)` ~10% at 10^5 rows, binding the star first), `file_name` put back."""
+    cost `count(*)` ~10% at 10^5 rows, binding the star first), `file_name` and `path` put
+    back, `dump_root` left out."""
     if view != "tensors" or "file_name" not in columns:
         return "*"
+    read = {"file_name": FLAT_READ_FILE_NAME}
+    if "dump_root" in columns:
+        read["path"] = FLAT_READ_PATH
     return ", ".join(
-        f"{FLAT_READ_FILE_NAME} AS file_name" if name == "file_name" else _quote_identifier(name)
+        f"{read[name]} AS {name}" if name in read else _quote_identifier(name)
         for name in columns
+        if name not in FLAT_ONLY_COLUMNS
     )
 
 

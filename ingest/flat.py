@@ -108,6 +108,20 @@ _SORT_ROWS = 122_880  # = DuckDB's row group: a merge decodes each input group a
 _MEMORY_LIMIT = os.environ.get("DUMPCAT_WRITER_MEMORY", "128MB")
 # A write of a sorted table that ran out of memory is retried with the cap this much higher.
 _COPY_RETRY_FACTOR = 1.15
+# A merge reads flat files (no joins): what it needs is the row group its write holds. It starts
+# under this cap (or the writer's, if lower) and raises it in _COPY_RETRY_FACTOR steps until the
+# write fits; the next merge starts where the last one fitted. Under the writer's cap, DuckDB filled
+# it with the sorted table (it spills past the cap, not before) on top of the row group: 10^6
+# tensors peaked at ~160 MiB of the writer's memory, ~90 MiB from here.
+_MERGE_MEMORY_START = 64 << 20
+# A merge of at least this many rows holds its low-cardinality text columns as dictionaries (DuckDB
+# ENUMs: one or two bytes a value, not a 16-byte slot and the text) while it sorts and writes; the
+# file is the same (an ENUM is written as a dictionary-encoded string column). A column is held so
+# when it has at most one distinct value per 8 rows of a row group (each row group's dictionary
+# would hold about all of them anyway). Columns of one value per file, and the sort keys (an ENUM
+# sorts by its dictionary's order), are never.
+_DICTIONARY_MIN_ROWS = _SORT_ROWS
+_NOT_DICTIONARY = frozenset({"rel_path", "path", "file_name", "original_name"})
 
 
 def _tier(rows: int) -> int:
@@ -170,6 +184,10 @@ def rows_per_part(row_bytes: float, memory_limit: int) -> int:
 
 def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
+
+
+def _quote_name(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _listing(paths: list[str]) -> str:
@@ -314,6 +332,8 @@ class FlatWriter:
         # row group's rows: ~100 MB of tensors rows). Its entry says `interim` until then.
         self.interim = False
         self._final = False  # inside consolidate: the file that stays
+        self._merge_cap = min(_MERGE_MEMORY_START, self.memory_limit)  # where the next merge starts
+        self._merging = False  # inside _merge_memory
 
     def close(self) -> None:
         if self._con is not None:
@@ -360,7 +380,15 @@ class FlatWriter:
         ]
 
     def _write(
-        self, con: duckdb.DuckDBPyConnection, flat: str, query: str, ids: str, run: str, sources: list[str]
+        self,
+        con: duckdb.DuckDBPyConnection,
+        flat: str,
+        query: str,
+        ids: str,
+        run: str,
+        sources: list[str],
+        *,
+        sample: str | None = None,
     ) -> dict | None:
         """`_write_once`, retried with the DuckDB memory cap doubled while it runs out of memory
         (nothing of a failed attempt stays: its file is removed, its tables dropped)."""
@@ -368,18 +396,19 @@ class FlatWriter:
 
         while True:
             try:
-                return self._write_once(con, flat, query, ids, run, sources)
+                return self._write_once(con, flat, query, ids, run, sources, sample=sample)
             except duckdb.OutOfMemoryException as exc:
                 self._raise_cap(con, exc)
 
     def _raise_cap(self, con: duckdb.DuckDBPyConnection, exc: Exception, factor: float = 2.0) -> None:
         """Raise the writer's DuckDB memory cap by `factor` after a statement ran out of memory,
-        and say so; re-raise the error when the cap is at its ceiling (half the machine's memory)."""
+        and say so (a merge, which starts low on purpose, only in the debug log); re-raise the
+        error when the cap is at its ceiling (half the machine's memory)."""
         # whole MiB, and at least one more (a cap of a few MiB would not grow by half)
         raised = max(int(self.memory_limit * factor) >> 20, (self.memory_limit >> 20) + 1) << 20
         if raised > max(_memory_ceiling(), _memory_bytes(_MEMORY_LIMIT)):
             raise exc
-        log.warning(
+        (log.debug if self._merging else log.warning)(
             "dumpcat: the catalog writer's DuckDB ran out of memory under %d MiB; retrying with %d "
             "MiB (DUMPCAT_WRITER_MEMORY sets where it starts)",
             self.memory_limit >> 20,
@@ -396,10 +425,13 @@ class FlatWriter:
         ids: str,
         run: str,
         sources: list[str],
+        *,
+        sample: str | None = None,
     ) -> dict | None:
         """Write `query`'s rows, sorted, as a new flat file of `flat` (not yet visible); its entry,
         or None when there are no rows. `ids` selects (row_id, stat_id) of the rows `query` reads
-        (a cheap scan of the source files: it sizes the parts, the rows are not resolved twice).
+        (a cheap scan of the source files: it sizes the parts, the rows are not resolved twice);
+        `sample`, the same rows as plain text columns, sizes them when `query` holds dictionaries.
 
         Memory stays bounded whatever the row count and width: the rows are resolved and sorted
         one id range at a time (ids are uniform hashes, so ranges of equal width hold about equal
@@ -426,7 +458,7 @@ class FlatWriter:
         part = (
             _MIN_PART
             if total <= _MIN_PART
-            else rows_per_part(_sampled_row_bytes(con, query), self.memory_limit)
+            else rows_per_part(_sampled_row_bytes(con, sample or query), self.memory_limit)
         )
         fid, rel, fdir = new_flat_dir(self.store, flat)
         data = fdir / DATA_FILE
@@ -514,12 +546,65 @@ class FlatWriter:
         return self._write(con, flat, stored, ids, run, sources)
 
     def _merge(self, snap: dict, flat: str, entries: list[dict]) -> dict | None:
+        """One file of the rows of `entries`' files, in the merge's own memory (`_merge_memory`)
+        with low-cardinality columns held as dictionaries (`_dictionary_types`)."""
         con = self._connect(snap)
         paths = [str(self.store.root / e["path"] / DATA_FILE) for e in entries]
-        query = f"SELECT * FROM read_parquet({_listing(paths)}, union_by_name = true)"
-        ids = f"SELECT row_id, {'stat_id' if flat == 'stats' else 'NULL::BIGINT AS stat_id'} FROM ({query})"
+        source = f"read_parquet({_listing(paths)}, union_by_name = true)"
+        plain = f"SELECT * FROM {source}"
+        ids = f"SELECT row_id, {'stat_id' if flat == 'stats' else 'NULL::BIGINT AS stat_id'} FROM ({plain})"
         sources = [s for e in entries for s in e["sources"]]
-        return self._write(con, flat, query, ids, entries[0]["run"], sources)
+        types = self._dictionary_types(con, flat, source, sum(e["rows"] for e in entries))
+        casts = ", ".join(f"{_quote_name(c)}::{t} AS {_quote_name(c)}" for c, t in types.items())
+        query = f"SELECT * REPLACE ({casts}) FROM {source}" if types else plain
+        try:
+            with self._merge_memory(con):
+                return self._write(con, flat, query, ids, entries[0]["run"], sources, sample=plain)
+        finally:
+            for type_name in types.values():  # (the table that used them is dropped)
+                con.execute(f"DROP TYPE IF EXISTS {type_name}").fetchall()
+
+    def _dictionary_types(
+        self, con: duckdb.DuckDBPyConnection, flat: str, source: str, rows: int
+    ) -> dict[str, str]:
+        """Column -> the ENUM type (created here, its values in text order) a merge of `rows` rows
+        of `source` holds it as (see _DICTIONARY_MIN_ROWS)."""
+        if rows < _DICTIONARY_MIN_ROWS:
+            return {}
+        keys = {k.strip() for k in ORDER[flat].split(",")}
+        described = con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()
+        text = [r[0] for r in described if r[1] == "VARCHAR" and r[0] not in _NOT_DICTIONARY | keys]
+        if not text:
+            return {}
+        estimates = ", ".join(f"approx_count_distinct({_quote_name(c)})" for c in text)
+        counts = con.execute(f"SELECT {estimates} FROM {source}").fetchall()[0]
+        most = max(1, min(rows, _SORT_ROWS) // 8)
+        types = {c: f"flat_dictionary_{flat}_{i}" for i, (c, n) in enumerate(zip(text, counts, strict=True))
+                 if 0 < n <= most}  # fmt: skip
+        for column, type_name in types.items():
+            q = _quote_name(column)
+            con.execute(f"DROP TYPE IF EXISTS {type_name}").fetchall()
+            con.execute(
+                f"CREATE TYPE {type_name} AS ENUM "
+                f"(SELECT DISTINCT {q} FROM {source} WHERE {q} IS NOT NULL ORDER BY 1)"
+            ).fetchall()
+        return types
+
+    @contextlib.contextmanager
+    def _merge_memory(self, con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+        """The merge's cap inside (see _MERGE_MEMORY_START); the writer's cap after, or the
+        merge's if it had to go higher."""
+        writer_cap = self.memory_limit
+        self.memory_limit = min(self._merge_cap, writer_cap)
+        self._merging = True
+        con.execute(f"SET memory_limit = '{self.memory_limit >> 20}MiB'").fetchall()
+        try:
+            yield
+        finally:
+            self._merge_cap = self.memory_limit
+            self.memory_limit = max(writer_cap, self.memory_limit)
+            self._merging = False
+            con.execute(f"SET memory_limit = '{self.memory_limit >> 20}MiB'").fetchall()
 
     # -- keeping the files exact ---------------------------------------------------------------
 

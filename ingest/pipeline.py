@@ -346,14 +346,24 @@ class Ingester:
                 self.store.start_run()
                 self.scan_all()
                 self.flush()
-                # the walk is done: idle helpers give their memory back before the last merge
+                # The walk is done: idle helpers give their memory back before the last merge (the
+                # ingest's peak), and so does what only the walk needed (finish_run hands the
+                # freed memory back to the system first).
                 stop_idle_helpers()
+                self._drop_walk_state()
                 self.store.finish_run(self.run)
         finally:
             if gc_was_enabled:
                 gc.enable()
         self.summary.seconds = time.perf_counter() - started
         return self.summary
+
+    def _drop_walk_state(self) -> None:
+        """Forget what only the walk of a one-shot ingest needed: the row ids it skipped and
+        added (8 bytes each, ~10 MiB at 10^6 tensors), the manifest, the reader and its state."""
+        self.known_tensors = RowIdSet()
+        self.manifest = {}
+        self.reader = None
 
     def begin(self) -> None:
         """Load what the catalog already holds for this run (caller holds the writer lock)."""

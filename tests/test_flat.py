@@ -501,10 +501,12 @@ def test_a_big_last_merge_starts_on_a_new_duckdb(tmp_path, monkeypatch, big):
         _assert_flat_exact(cat)
 
 
-def test_flat_tensors_store_file_name_only_where_rel_path_does_not_give_it(tmp_path, copy_dump):
-    """`file_name` is stored NULL where it is the last part of `rel_path` (a narrower row for the
-    writer's DuckDB to hold); DuckDB's views and the server's engine give it back, and a flat file
-    that stores every name (written before) reads the same."""
+def test_flat_tensors_store_file_name_and_path_only_where_rel_path_does_not_give_them(tmp_path, copy_dump):
+    """`file_name` is stored NULL where it is the last part of `rel_path`, and `path` where it is
+    the dump root (stored once per row in `dump_root`, which the views do not show), '/' and
+    `rel_path` (a narrower row for the writer's DuckDB to hold); DuckDB's views and the server's
+    engine give them back, and a flat file that stores every name and path (written before)
+    reads the same."""
     from catalog.sandbox import ContainedEngine, build_views_database, private_folder
     from catalog.views import (
         FILE_NAME_OF_REL_PATH,
@@ -514,14 +516,19 @@ def test_flat_tensors_store_file_name_only_where_rel_path_does_not_give_it(tmp_p
     )
 
     path = tmp_path / "cat"
-    ingest_dump(path, copy_dump("nan_log"), run="r", workers=1)
+    dump = copy_dump("nan_log")
+    ingest_dump(path, dump, run="r", workers=1)
     with Catalog.open(path) as cat:
         entry = cat.store.snapshot()["flat"]["tensors"][0]
         data = cat.store.root / entry["path"] / flat.DATA_FILE
-        stored = pq.read_table(data, columns=["file_name"]).column(0)
-        assert stored.null_count == len(stored) == entry["rows"] == 180
-        names = cat.sql("SELECT file_name, rel_path FROM tensors ORDER BY row_id").to_pylist()
+        stored = pq.read_table(data, columns=["file_name", "path", "dump_root"])
+        assert stored.column("file_name").null_count == stored.num_rows == entry["rows"] == 180
+        assert stored.column("path").null_count == 180
+        assert set(stored.column("dump_root").to_pylist()) == {str(dump.resolve())}
+        names = cat.sql("SELECT file_name, rel_path, path FROM tensors ORDER BY row_id").to_pylist()
         assert all(r["file_name"] and r["rel_path"].endswith("/" + r["file_name"]) for r in names)
+        assert all(r["path"] == f"{dump.resolve()}/{r['rel_path']}" for r in names)
+        assert "dump_root" not in cat.sql("SELECT * FROM tensors LIMIT 0").column_names
         _assert_flat_exact(cat)
         expected = cat.sql("SELECT * FROM tensors_resolved ORDER BY row_id").to_pylist()
         # the server's engine reads the flat files through its own view
@@ -533,27 +540,48 @@ def test_flat_tensors_store_file_name_only_where_rel_path_does_not_give_it(tmp_p
             engine.close()
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-        # a flat file as written before: every name stored
+        # a flat file as written before: every name and path stored, no dump_root
         cur = cat.cursor()  # (Catalog.sql refuses COPY)
         cur.execute(f"COPY (SELECT * FROM tensors ORDER BY row_id) TO '{data}.full' (FORMAT parquet)")
         cur.close()
         Path(f"{data}.full").replace(data)
-        assert pq.read_table(data, columns=["file_name"]).column(0).null_count == 0
+        old = pq.read_table(data)
+        assert old.column("file_name").null_count == old.column("path").null_count == 0
+        assert "dump_root" not in old.column_names
     with Catalog.open(path) as cat:
         assert cat.sql("SELECT * FROM tensors ORDER BY row_id").to_pylist() == expected
-    # names that are not rel_path's last part are stored as they are
+    folder = private_folder()
+    try:
+        engine = ContainedEngine(path, build_views_database(folder))
+        served = engine.cursor(1).sql("SELECT * FROM tensors ORDER BY row_id").to_arrow_table()
+        assert served.to_pylist() == expected
+        engine.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    # names and paths that the rules do not give are stored as they are
     import duckdb
 
     con = duckdb.connect()
     con.execute(
-        "CREATE TABLE t AS SELECT * FROM (VALUES (1, 'rank_0/a/x.npy', 'x.npy'), (2, 'rank_0/a/x.npy', "
-        "'renamed.npy'), (3, 'x.npy', 'x.npy'), (4, 'dir/', 'other'), (5, NULL, NULL), (6, 'a/b', ''))"
-        " AS v(row_id, rel_path, file_name)"
+        "CREATE TABLE t AS SELECT * FROM (VALUES "
+        "(1, '/d/rank_0/a/x.npy', 'rank_0/a/x.npy', 'x.npy'), "
+        "(2, '/d/rank_0/a/x.npy', 'rank_0/a/x.npy', 'renamed.npy'), "
+        "(3, '/x.npy', 'x.npy', 'x.npy'), "  # a dump at the file system's root: dump_root ''
+        "(4, '/r/dir/', 'dir/', 'other'), "
+        "(5, NULL, NULL, NULL), "
+        "(6, 'a/b', 'a/b', ''), "  # no root
+        "(7, '/rootx.npy', 'x.npy', 'x.npy'), "  # ends with rel_path, not after a '/'
+        "(8, '/other/y.npy', 'x.npy', 'x.npy'), "
+        "(9, NULL, 'x.npy', 'x.npy'), "  # a query-time resolution that knew no root
+        "(10, '/dümp/éⓡ/ü.npy', 'ü.npy', 'ü.npy')"  # combining and wide characters
+        ") AS v(row_id, path, rel_path, file_name)"
     )
     kept = con.sql(f"SELECT {FLAT_STORED_COLUMNS['tensors']} FROM t ORDER BY row_id").fetchall()
-    assert [r[2] for r in kept] == [None, "renamed.npy", None, "other", None, ""]
+    assert [r[3] for r in kept] == [None, "renamed.npy", None, "other", None, "", None, None, None, None]
+    assert [r[1] for r in kept] == [None, None, None, None, None, "a/b", "/rootx.npy", "/other/y.npy", None, None]
+    assert [r[4] for r in kept] == ["/d", "/d", "", "/r", None, None, None, None, None, "/dümp/éⓡ"]
     con.execute(f"CREATE TABLE s AS SELECT {FLAT_STORED_COLUMNS['tensors']} FROM t")
-    read = flat_select_list("tensors", ["row_id", "rel_path", "file_name"])
+    read = flat_select_list("tensors", ["row_id", "path", "rel_path", "file_name", "dump_root"])
     back = con.sql(f"SELECT {read} FROM s ORDER BY row_id").fetchall()
     assert back == con.sql("SELECT * FROM t ORDER BY row_id").fetchall()
     # Spark's expression (a regular expression) gives the text DuckDB's parse_filename gives
@@ -561,4 +589,57 @@ def test_flat_tensors_store_file_name_only_where_rel_path_does_not_give_it(tmp_p
         f"SELECT {SPARK_FILE_NAME_OF_REL_PATH} AS a, {FILE_NAME_OF_REL_PATH} AS b "
         "FROM t WHERE rel_path IS NOT NULL"
     ).fetchall()
-    assert all(a == b for a, b in both) and len(both) == 5
+    assert all(a == b for a, b in both) and len(both) == 9
+
+
+def test_merges_hold_text_columns_as_dictionaries_and_write_the_same_files(tmp_path, monkeypatch, caplog):
+    """A merge holds its low-cardinality text columns as ENUMs (a byte or two a value in the rows
+    it sorts and the row group it writes) and starts under a low cap of its own, raised quietly
+    until its write fits: the files it writes are the ones a merge of plain text writes, byte for
+    byte in every value, type and row order, and the views stay exact."""
+    import logging
+
+    import synth
+
+    root = tmp_path / "tree"
+    synth.generate(root, 3_000, ranks=2, iterations=3, workers=1)
+    monkeypatch.setattr(flat, "rows_per_part", lambda row_bytes, limit: 512)  # interim files
+    monkeypatch.setattr(flat, "_MIN_PART", 256)
+
+    def ingest(name: str) -> tuple[Path, dict]:
+        path = tmp_path / name
+        ingest_dump(path, root, run="r", workers=1, batch_rows=1000)
+        with Catalog.open(path) as cat:
+            _assert_flat_exact(cat)
+            snap = cat.store.snapshot()
+        assert [len(snap["flat"][t]) for t in flat.FLAT_SOURCES] == [1, 1]
+        return path, {t: path / snap["flat"][t][0]["path"] / flat.DATA_FILE for t in flat.FLAT_SOURCES}
+
+    monkeypatch.setattr(flat, "_DICTIONARY_MIN_ROWS", 10**12)
+    _, plain = ingest("plain")
+    chosen: dict[str, list[str]] = {}
+    original = flat.FlatWriter._dictionary_types
+
+    def dictionary_types(self, con, table, source, rows):
+        types = original(self, con, table, source, rows)
+        chosen.setdefault(table, []).extend(types)
+        return types
+
+    monkeypatch.setattr(flat.FlatWriter, "_dictionary_types", dictionary_types)
+    monkeypatch.setattr(flat, "_DICTIONARY_MIN_ROWS", 0)
+    monkeypatch.setattr(flat, "_MERGE_MEMORY_START", 1 << 20)
+    caplog.set_level(logging.DEBUG, logger="dumpcat.ingest")
+    path, held = ingest("dictionaries")
+    assert {"op_name", "file_op_name", "op_type", "dtype", "run", "dump_root"} <= set(chosen["tensors"])
+    assert {"op_name", "stat_source"} & set(chosen["stats"]) == {"op_name"}  # (a sort key never)
+    assert not {"rel_path", "path", "file_name"} & set(chosen["tensors"])
+    for table in flat.FLAT_SOURCES:
+        assert pq.read_schema(held[table]).equals(pq.read_schema(plain[table]))
+        # (as text: NaN statistics are equal there, and every float prints at full precision)
+        assert repr(pq.read_table(held[table]).to_pylist()) == repr(pq.read_table(plain[table]).to_pylist())
+    # the merges started at 1 MiB and were raised without a warning
+    raised = [r for r in caplog.records if "ran out of memory" in r.getMessage()]
+    assert raised and all(r.levelno == logging.DEBUG for r in raised)
+    with Catalog.open(path) as cat:
+        assert cat.sql("SELECT count(*) FROM tensors").column(0)[0].as_py() == 3_000
+        assert cat.sql("SELECT count(DISTINCT path) FROM tensors").column(0)[0].as_py() == 3_000
