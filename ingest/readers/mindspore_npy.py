@@ -37,7 +37,7 @@ from ingest.npy_name import (
     parse_tensor_name,
     without_op_index,
 )
-from ingest.pipeline import age, fresh_age, size_or_none
+from ingest.pipeline import age, compact_text, fresh_age, size_or_none
 from ingest.readers.base import Detection, Place, first_file
 from ingest.readers.rank_layout import RankLayoutReader, rank_root
 from ingest.schema import TABLES, conform
@@ -189,6 +189,12 @@ class MindSporeNpyReader(RankLayoutReader):
         scan.sort()
         if len(scan) < len(names):
             leaf.others = sorted((e for e in entries if not is_scanned(e.name)), key=_entry_name)
+        if not self.ing.live:
+            # A one-shot ingest keeps only the names of the files it scans, not their listing
+            # (~12 MiB for 25,000 files, held until the leaf is finished); the few files a scan
+            # hands back as irregular are listed again then (_irregular_entries).
+            leaf.entries = []
+            del entries
         # Skip files already cataloged. A fresh run's first visit of a directory skips nothing, so
         # the ids are not computed here for it (the scan computes them, on every core).
         if self.ing.live or self.ing.catalog_had_tensors or rel_dir in self._scanned_dirs:
@@ -209,6 +215,7 @@ class MindSporeNpyReader(RankLayoutReader):
         if self._queued_files >= _WARM_HELPERS_FILES:
             self.ing.warm_helpers(self.scan_function)
         if settled or self._queued_files >= _SCAN_GROUP_FILES:
+            del names, scan, leaf  # the queue holds what is needed: not held through the flush
             self._drain_leaves()
             if self.ing.pending.size() >= self.ing.batch_rows:
                 self.ing.flush()
@@ -280,6 +287,19 @@ class MindSporeNpyReader(RankLayoutReader):
             self._process_leaf(queue[finished], scanned=True)
             finished += 1
 
+    def _irregular_entries(self, leaf: _Leaf) -> dict[str, os.DirEntry]:
+        """The directory entries of the files a leaf's scan handed back as irregular: from its
+        listing (live), or from a new one (a one-shot ingest keeps names only)."""
+        wanted = set(leaf.irregular)
+        entries = leaf.entries
+        if not entries:
+            try:
+                with os.scandir(leaf.path) as it:
+                    entries = [e for e in it if e.name in wanted]
+            except OSError:
+                entries = []
+        return {e.name: e for e in entries if e.name in wanted}
+
     def _process_leaf(self, leaf: _Leaf, *, scanned: bool) -> None:
         """Statistic rows, tensors rows (scanned already, or judged file by file) and the
         directory's other files."""
@@ -287,8 +307,7 @@ class MindSporeNpyReader(RankLayoutReader):
         dir_kind, rel_dir, entries, mapping = leaf.dir_kind, leaf.rel_dir, leaf.entries, leaf.mapping
         by_name = {e.name: e for e in (leaf.others if scanned else entries)}
         if scanned and leaf.irregular:
-            wanted = set(leaf.irregular)
-            by_name.update((e.name, e) for e in entries if e.name in wanted)
+            by_name.update(self._irregular_entries(leaf))
         stat_table = None
         if "statistic.csv" in by_name:
             stat_table = self._read_statistic_csv(
@@ -416,6 +435,11 @@ class MindSporeNpyReader(RankLayoutReader):
         if scanned:
             self._add_scanned_tensors(leaf, scanned_table, scanned_ids, matched)
             for name in leaf.irregular:
+                if name not in by_name:  # gone since the scan (a one-shot ingest lists it again)
+                    self.ing.file_error(
+                        f"{rel_dir}/{name}", "tensor", "walk", "file vanished while being ingested"
+                    )
+                    continue
                 if not self.is_tensor_npy(name):  # e.g. a raw dump that did not parse: its reader judges it
                     self.other_file(Place(rank, net, graph_id, iteration, dir_kind), by_name[name])
                     continue
@@ -616,7 +640,8 @@ class MindSporeNpyReader(RankLayoutReader):
         if upto_line is None:
             self.ing.pending_files.pop(rel, None)
         if table.num_rows:
-            self.ing.pending.rows["stat_rows"].append(conform(table, TABLES["stat_rows"]))
+            pending = compact_text("stat_rows", conform(table, TABLES["stat_rows"]))
+            self.ing.pending.rows["stat_rows"].append(pending)
             self.ing.summary.stat_rows += table.num_rows
 
     def _ingest_kernel_args(
