@@ -503,13 +503,27 @@ def test_a_one_shot_ingest_gives_back_its_writer_duckdb_after_each_batch(tmp_pat
         _assert_flat_exact(cat)
 
 
+def _served_tensors(path: Path) -> list[dict]:
+    """`tensors` as the server's engine (its own views database) gives it, by row id."""
+    from catalog.sandbox import ContainedEngine, build_views_database, private_folder
+
+    folder = private_folder()
+    try:
+        engine = ContainedEngine(path, build_views_database(folder))
+        try:
+            return engine.cursor(1).sql("SELECT * FROM tensors ORDER BY row_id").to_arrow_table().to_pylist()
+        finally:
+            engine.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def test_flat_tensors_store_file_name_and_path_only_where_rel_path_does_not_give_them(tmp_path, copy_dump):
     """`file_name` is stored NULL where it is the last part of `rel_path`, and `path` where it is
     the dump root (stored once per row in `dump_root`, which the views do not show), '/' and
     `rel_path` (a narrower row for the writer's DuckDB to hold); DuckDB's views and the server's
     engine give them back, and a flat file that stores every name and path (written before)
     reads the same."""
-    from catalog.sandbox import ContainedEngine, build_views_database, private_folder
     from catalog.views import (
         FILE_NAME_OF_REL_PATH,
         FLAT_STORED_COLUMNS,
@@ -534,14 +548,7 @@ def test_flat_tensors_store_file_name_and_path_only_where_rel_path_does_not_give
         _assert_flat_exact(cat)
         expected = cat.sql("SELECT * FROM tensors_resolved ORDER BY row_id").to_pylist()
         # the server's engine reads the flat files through its own view
-        folder = private_folder()
-        try:
-            engine = ContainedEngine(path, build_views_database(folder))
-            served = engine.cursor(1).sql("SELECT * FROM tensors ORDER BY row_id").to_arrow_table()
-            assert served.to_pylist() == expected
-            engine.close()
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        assert _served_tensors(path) == expected
         # a flat file as written before: every name and path stored, no dump_root
         cur = cat.cursor()  # (Catalog.sql refuses COPY)
         cur.execute(f"COPY (SELECT * FROM tensors ORDER BY row_id) TO '{data}.full' (FORMAT parquet)")
@@ -552,14 +559,7 @@ def test_flat_tensors_store_file_name_and_path_only_where_rel_path_does_not_give
         assert "dump_root" not in old.column_names
     with Catalog.open(path) as cat:
         assert cat.sql("SELECT * FROM tensors ORDER BY row_id").to_pylist() == expected
-    folder = private_folder()
-    try:
-        engine = ContainedEngine(path, build_views_database(folder))
-        served = engine.cursor(1).sql("SELECT * FROM tensors ORDER BY row_id").to_arrow_table()
-        assert served.to_pylist() == expected
-        engine.close()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    assert _served_tensors(path) == expected
     # names and paths that the rules do not give are stored as they are
     import duckdb
 
