@@ -146,8 +146,8 @@ def test_a_full_batch_commits_with_no_idle_helper_beside_it(tmp_path, monkeypatc
     started: list[int] = []
     checkout = helper_pool._checkout_helpers
 
-    def observed_checkout(n):
-        helpers = checkout(n)
+    def observed_checkout(n, task=None):
+        helpers = checkout(n, task)
         started.append(len(helpers))
         return helpers
 
