@@ -23,9 +23,11 @@ snapshot rename as the batch that caused it, so readers never see a flat file th
 the raw tables. Old files are retired like compacted batches. A tensors file has a sidecar
 `index.arrow` (Arrow IPC, memory-mapped by readers): its location columns, for `Catalog.tensor`.
 
-A tensors file stores `file_name` NULL where it is the last part of `rel_path` (nearly every row:
-a narrower row for this writer's DuckDB to hold while it writes a row group); the readers' views
-put it back (catalog/views.py: FLAT_STORED_COLUMNS, flat_select_list).
+A tensors file stores `file_name` NULL where it is the last part of `rel_path`, and `path` NULL
+where it is the dump root (kept in a column `dump_root`), '/' and `rel_path` (nearly every row: a
+narrower row for this writer's DuckDB to hold while it writes a row group); the readers' views put
+them back (catalog/views.py: FLAT_STORED_COLUMNS, flat_select_list). A merge holds the text columns
+of few values as ENUMs, under a cap of its own (`_merge`): the file it writes is the same.
 
 Layout: data/flat/<table>/<id>/{data.parquet,index.arrow}; snapshot.json's "flat" holds, per
 table, entries {"id", "path", "run", "rows", "sources": [batch ids], "keys": [[run, rank], ...]},

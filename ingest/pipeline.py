@@ -97,6 +97,10 @@ class _Pending:
         self.tables[name].append(compact_text(name, table))
         self.table_rows[name] += table.num_rows
 
+    def add_stat_chunk(self, table: pa.Table) -> None:
+        """A chunk of a statistics file's rows (counted as one row towards the flush threshold)."""
+        self.rows["stat_rows"].append(compact_text("stat_rows", table))
+
     def size(self) -> int:
         """Rows that count towards the flush threshold (statistic.csv chunks count as one each)."""
         rows, arrow = self.rows, self.table_rows

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from catalog.api import Catalog, TensorNotFoundError
-from ingest import flat
+from ingest import flat, pipeline
 from ingest.pipeline import ingest_dump
 from ingest.store import CatalogStore
 
@@ -122,10 +122,27 @@ SMALL_BATCH_ROOTS = [
 
 
 @pytest.mark.parametrize(
-    "batch_rows, roots", [(200_000, ROOTS), (1, SMALL_BATCH_ROOTS)], ids=["all", "small"]
+    "batch_rows, roots, dictionaries",
+    [(200_000, ROOTS, False), (1, SMALL_BATCH_ROOTS, False), (1, SMALL_BATCH_ROOTS, True)],
+    ids=["all", "small", "small-dictionaries"],
 )
-def test_every_committed_dump_flat_equals_query_time(tmp_path, batch_rows, roots):
-    """Committed trees in one catalog, each a run: the flat views equal the query-time ones."""
+def test_every_committed_dump_flat_equals_query_time(tmp_path, monkeypatch, batch_rows, roots, dictionaries):
+    """Committed trees in one catalog, each a run: the flat views equal the query-time ones. With
+    `dictionaries`, every merge holds its text columns as ENUMs from a 1 MiB cap, and every pending
+    chunk its repetitive text dictionary-encoded (at their defaults only big dumps do)."""
+    if dictionaries:
+        monkeypatch.setattr(flat, "_DICTIONARY_MIN_ROWS", 0)
+        monkeypatch.setattr(flat, "_MERGE_MEMORY_START", 1 << 20)
+        monkeypatch.setattr(pipeline, "_DICTIONARY_MIN_ROWS", 1)
+    held: list[str] = []
+    original = flat.FlatWriter._dictionary_types
+
+    def dictionary_types(self, con, table, source, rows):
+        types = original(self, con, table, source, rows)
+        held.extend(types)
+        return types
+
+    monkeypatch.setattr(flat.FlatWriter, "_dictionary_types", dictionary_types)
     path = tmp_path / "cat"
     CatalogStore(path, create=True)
     for root in roots:
@@ -147,6 +164,7 @@ def test_every_committed_dump_flat_equals_query_time(tmp_path, batch_rows, roots
         assert exact["e"] > 0.5 * exact["n"]
         if batch_rows < 1000:
             assert len(snap["batches"]) > 12 and snap.get("retired"), "no merge or re-resolution happened"
+        assert ("op_name" in held) == dictionaries
 
 
 def test_late_execution_order_and_graphs_re_resolve(copy_dump, tmp_path):

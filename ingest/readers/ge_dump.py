@@ -221,7 +221,7 @@ class GeDumpReader(AscendRawReader):
             )  # fmt: skip
             for column, value in constants:
                 arrays[column] = pa.array([value] * n, schema.field(column).type)
-            ing.pending.rows["stat_rows"].append(conform(pa.table(arrays), schema))
+            ing.pending.add_stat_chunk(conform(pa.table(arrays), schema))
             ing.summary.stat_rows += n
         ing.pending_files.pop(rel, None)
         ing.record(rel, "cann_stats_csv", size, size, len(rows), "ok")

@@ -37,7 +37,7 @@ from ingest.npy_name import (
     parse_tensor_name,
     without_op_index,
 )
-from ingest.pipeline import age, compact_text, fresh_age, size_or_none
+from ingest.pipeline import age, fresh_age, size_or_none
 from ingest.readers.base import Detection, Place, first_file
 from ingest.readers.rank_layout import RankLayoutReader, rank_root
 from ingest.schema import TABLES, conform
@@ -640,8 +640,7 @@ class MindSporeNpyReader(RankLayoutReader):
         if upto_line is None:
             self.ing.pending_files.pop(rel, None)
         if table.num_rows:
-            pending = compact_text("stat_rows", conform(table, TABLES["stat_rows"]))
-            self.ing.pending.rows["stat_rows"].append(pending)
+            self.ing.pending.add_stat_chunk(conform(table, TABLES["stat_rows"]))
             self.ing.summary.stat_rows += table.num_rows
 
     def _ingest_kernel_args(

@@ -418,7 +418,7 @@ class MsprobeReader(Reader):
         arrays["file_op_base"] = arrays["file_op_name"]
         arrays["op_full_name"] = arrays["file_op_name"]
         table = conform(pa.table(arrays), schema)
-        ing.pending.rows["stat_rows"].append(table)
+        ing.pending.add_stat_chunk(table)
         ing.summary.stat_rows += n
 
     def _parsed(self, entry: os.DirEntry, kind: str, parse: Callable[[bytes], object]):
