@@ -170,19 +170,22 @@ def _check_results(results, n_elems: int) -> tuple[int, int]:
     return ok, shrank
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_files_that_shrink_while_read_become_truncated_errors(tmp_path: Path, workers: int) -> None:
+@pytest.mark.parametrize(("workers", "pool"), [(1, "process"), (2, "process"), (2, "thread")])
+def test_files_that_shrink_while_read_become_truncated_errors(
+    tmp_path: Path, workers: int, pool: str
+) -> None:
     """Another thread truncates a 32 MiB tensor's file over and over while compute_stats_many reads it
-    (in this process, and in helper processes): no crash, every result whole or "truncated", and the
-    faults inside a mapping are seen (the mapped reads release the GIL, so the truncation lands mid-read)."""
+    (in this process, in helper processes, in two threads at once): no crash, every result whole or
+    "truncated", and faults inside a mapping are seen (the mapped reads release the GIL, so the
+    truncation lands mid-read)."""
     a = np.ones(8 << 20, dtype=np.float32)
     job = save(tmp_path, "shrinking", a)
     full = os.path.getsize(job.path)
     jobs = [StatJob(i, job.path, job.data_offset, job.stored_dtype, job.shape) for i in range(8)]
     with backend(True):
-        list(compute_stats_many(jobs, workers=workers))  # helpers started, page cache warm
+        list(compute_stats_many(jobs, workers=workers, backend=pool))  # helpers started, page cache warm
         helper_pids = sorted(h.proc.pid for h in hp._idle_helpers)
-        assert len(helper_pids) == workers - 1
+        assert len(helper_pids) == (workers - 1 if pool == "process" else 0)
         stop = threading.Event()
         shrinker = threading.Thread(target=_shrink_repeatedly, args=(Path(job.path), full, stop))
         shrinker.start()
@@ -190,7 +193,7 @@ def test_files_that_shrink_while_read_become_truncated_errors(tmp_path: Path, wo
         deadline = time.monotonic() + 60
         try:
             while not seen_shrank and time.monotonic() < deadline:
-                ok, shrank = _check_results(compute_stats_many(jobs, workers=workers), a.size)
+                ok, shrank = _check_results(compute_stats_many(jobs, workers=workers, backend=pool), a.size)
                 seen_ok += ok
                 seen_shrank += shrank
         finally:
@@ -198,7 +201,7 @@ def test_files_that_shrink_while_read_become_truncated_errors(tmp_path: Path, wo
             shrinker.join()
         assert seen_shrank, "no read ever met the truncation within a minute"
         # afterwards the file is whole again (zeros where it was cut) and reads normally
-        results = list(compute_stats_many(jobs, workers=workers))
+        results = list(compute_stats_many(jobs, workers=workers, backend=pool))
     assert all(err is None for _, _, err in results)
     assert results[0][1]["count"] == a.size
     # the helper processes that met the faults are the ones that started, alive and reused
