@@ -784,3 +784,29 @@ def test_kernel_rejects_bad_arguments() -> None:
     with pytest.raises(ValueError):
         k.count(b"", ts._KINDS.index("int32"), 0.0)
     assert k.block(b"", 0, 0, lanes) == (0, 0, 0, 0, 0, -INF, INF)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_byte_kinds_sum_exactly_and_hand_over_near_2_53(dtype: str) -> None:
+    """int8 and uint8 lanes are summed in integers (exact, so the lanes the float64 definition gives);
+    where a lane is near 2^53, where float64 additions start to round, the float64 kernel takes over.
+    Either way each lane's bits are the fallback's, from lanes that start anywhere."""
+    rng = np.random.default_rng(4)
+    kind = ts._KINDS.index(dtype)
+    info = np.iinfo(dtype)
+    for start in (0.0, 12345.0, 2.0**52 - 1000, 2.0**53 - 7, 2.0**53 + 2, 2.0**60):
+        for n, phase in ((1, 0), (31, 5), (1000, 3), (7713, 7), (BLOCK_ELEMS - 3, 0)):
+            a = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+            init = np.zeros(ts._STATE)
+            init[: 2 * LANES] = start * rng.choice([-1.0, 1.0], 2 * LANES)  # sums S (and unused slots)
+            init[16 : 16 + LANES] = start  # squares Q
+            c_lanes, np_lanes = bytearray(init.tobytes()), bytearray(init.tobytes())
+            c = ts._c_kernel.block(a.tobytes(), kind, phase, c_lanes)
+            f = ts._np_block(a, kind, phase, np_lanes, True)
+            assert c_lanes == np_lanes, (start, n, phase)
+            assert [float(v) for v in c] == [float(v) for v in f], (start, n, phase)
+            if start == 0.0:  # and they are the exact integer sums
+                lane = (np.arange(n) + phase) % LANES
+                got = np.frombuffer(c_lanes, np.float64)
+                assert list(got[:LANES]) == list(np.bincount(lane, a.astype(np.int64), LANES))
+                assert list(got[16 : 16 + LANES]) == list(np.bincount(lane, a.astype(np.int64) ** 2, LANES))
