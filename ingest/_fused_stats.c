@@ -1159,6 +1159,82 @@ AVX_I32_KERNEL(a_u16, ld8_u16, uint16_t)
 AVX_I32_KERNEL(a_i32, ld8_i32, int32_t)
 
 /*
+ * uint32: AVX2 has no unsigned conversion to float64, but flipping the top bit makes a signed int32 whose
+ * float64 value plus 2^31 is the exact value of x (both exact, the sum below 2^32); max and min in
+ * unsigned compares. Otherwise as AVX_I32_KERNEL.
+ */
+AVX2 static void
+a_u32(const unsigned char *restrict p, Py_ssize_t n, unsigned phase, double *restrict ls, double *restrict lq,
+      tally_t *restrict t)
+{
+    Py_ssize_t i = 0;
+    int64_t zero = 0;
+    uint32_t imx = 0, imn = UINT32_MAX;
+    for (; phase != 0 && i < n; i++, phase = (phase + 1) & (LANES - 1)) {
+        uint32_t v;
+        memcpy(&v, p + 4 * i, 4);
+        double x = (double)v;
+        ls[phase] += x;
+        lq[phase] += x * x;
+        imx = v > imx ? v : imx;
+        imn = v < imn ? v : imn;
+        zero += v == 0;
+    }
+    if (n - i >= LANES) {
+        __m256d s0 = _mm256_loadu_pd(ls), s1 = _mm256_loadu_pd(ls + 4);
+        __m256d q0 = _mm256_loadu_pd(lq), q1 = _mm256_loadu_pd(lq + 4);
+        __m256i vmx = _mm256_setzero_si256(), vmn = _mm256_set1_epi32(-1);
+        const __m256i z = _mm256_setzero_si256(), top = _mm256_set1_epi32(INT32_MIN);
+        const __m256d two31 = _mm256_set1_pd(2147483648.0);
+        while (n - i >= LANES) {
+            Py_ssize_t len = (n - i) & ~(Py_ssize_t)(LANES - 1);
+            if (len > CHUNK)
+                len = CHUNK;
+            const Py_ssize_t end = i + len;
+            __m256i cz = _mm256_setzero_si256();
+            for (; i < end; i += LANES) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(p + 4 * i));
+                __m256i w = _mm256_xor_si256(v, top);
+                __m256d lo = _mm256_add_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(w)), two31);
+                __m256d hi = _mm256_add_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(w, 1)), two31);
+                s0 = _mm256_add_pd(s0, lo);
+                s1 = _mm256_add_pd(s1, hi);
+                q0 = _mm256_add_pd(q0, _mm256_mul_pd(lo, lo));
+                q1 = _mm256_add_pd(q1, _mm256_mul_pd(hi, hi));
+                vmx = _mm256_max_epu32(v, vmx);
+                vmn = _mm256_min_epu32(v, vmn);
+                cz = _mm256_sub_epi32(cz, _mm256_cmpeq_epi32(v, z));
+            }
+            zero += hsum_epi32(cz);
+        }
+        _mm256_storeu_pd(ls, s0);
+        _mm256_storeu_pd(ls + 4, s1);
+        _mm256_storeu_pd(lq, q0);
+        _mm256_storeu_pd(lq + 4, q1);
+        uint32_t a[8], b[8];
+        _mm256_storeu_si256((__m256i *)a, vmx);
+        _mm256_storeu_si256((__m256i *)b, vmn);
+        for (int j = 0; j < 8; j++) {
+            imx = a[j] > imx ? a[j] : imx;
+            imn = b[j] < imn ? b[j] : imn;
+        }
+    }
+    for (unsigned l = 0; i < n; i++, l++) {
+        uint32_t v;
+        memcpy(&v, p + 4 * i, 4);
+        double x = (double)v;
+        ls[l] += x;
+        lq[l] += x * x;
+        imx = v > imx ? v : imx;
+        imn = v < imn ? v : imn;
+        zero += v == 0;
+    }
+    t->zero += zero;
+    t->mx = (double)imx;
+    t->mn = (double)imn;
+}
+
+/*
  * int8 / uint8, exactly: every lane sum of these kinds is an integer, and while a lane's sums stay
  * below 2^53 each float64 addition the definition makes is exact, so the lane holds the exact integer
  * sum whatever the order of the additions. This kernel therefore sums in integers (int32 vector slots,
@@ -1364,9 +1440,9 @@ ac_f64(const unsigned char *restrict p, Py_ssize_t n, int nan_mode, double value
 }
 static const counter_fn avx2_counters[4] = {ac_f16, ac_bf16, ac_f32, ac_f64};
 
-/* int64 / uint32 / uint64 have no AVX2 conversion to double: the portable kernels serve them. */
+/* int64 / uint64 have no AVX2 conversion to double: the portable kernels serve them. */
 static const kernel_fn avx2_kernels[K_COUNT] = {NULL,  NULL,  a_f32, a_f64, a_i8,  a_i16,
-                                                a_i32, k_i64, a_u8,  a_u16, k_u32, k_u64};
+                                                a_i32, k_i64, a_u8,  a_u16, a_u32, k_u64};
 #endif
 
 static const char *isa = "portable";
