@@ -6,7 +6,8 @@ statement can take more memory than `--memory-limit` plus a fixed headroom, what
 own accounting misses (list and string expressions are not bounded by `memory_limit`). A
 statement that hits the limit fails with an out-of-memory error; if the process dies instead, the
 server replaces it and the client still gets an error. Every request runs under the statement
-timeout (a timer interrupts DuckDB; the server kills the process if that does not stop it).
+timeout (a deadline thread interrupts DuckDB; the server kills the process if that does not stop
+it).
 
 Everything a client sends is handled here, never in the server's event loop: rewriting
 PostgreSQL catalog references, splitting, classifying (`catalog.guard`), describing, running and
@@ -76,6 +77,44 @@ def parse_size(text: str) -> int:
     return int(float(s[:i]) * units[unit])
 
 
+class Deadline:
+    """Interrupts the current job when its time is up, from one thread started before the memory cap.
+
+    A timer thread per statement would have to be started under the cap, and a thread's stack is
+    address space: after a statement that left the process near its cap (its allocator keeps freed
+    memory mapped for a while), starting one failed and the worker died on the next, harmless,
+    statement. This thread exists from the start, so every statement has its timeout."""
+
+    def __init__(self, on_due) -> None:
+        self._on_due = on_due
+        self._cond = threading.Condition()
+        self._job = 0
+        self._due: float | None = None
+        threading.Thread(target=self._run, name="deadline", daemon=True).start()
+
+    def arm(self, job: int, seconds: float) -> None:
+        with self._cond:
+            self._job, self._due = job, time.monotonic() + seconds
+            self._cond.notify()
+
+    def disarm(self) -> None:
+        with self._cond:
+            self._due = None
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._due is None:
+                    self._cond.wait()
+                left = self._due - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                job, self._due = self._job, None
+            self._on_due(job)
+
+
 class Worker:
     """Serves requests from the server on `data` until it closes."""
 
@@ -95,6 +134,9 @@ class Worker:
         self.cursor = None
         self.timed_out = False
         self._lock = threading.Lock()
+        # both threads start here, before limit_memory: a thread started under the cap may not get a stack
+        self.deadline = Deadline(lambda job: self.interrupt(job, True))
+        threading.Thread(target=self.watch_control, name="control", daemon=True).start()
 
     # -- startup -------------------------------------------------------------------------------
 
@@ -160,7 +202,6 @@ class Worker:
         self.data.sendall(data)
 
     def serve(self) -> None:
-        threading.Thread(target=self.watch_control, name="control", daemon=True).start()
         while True:
             try:
                 _kind, n = HEADER.unpack(self.recv_exactly(HEADER.size))
@@ -173,15 +214,13 @@ class Worker:
                 self.job = request["job"]
                 self.timed_out = False
             self._timeout = float(request.get("timeout", 30.0))
-            timer = threading.Timer(request.get("timeout", 30.0), self.interrupt, (request["job"], True))
-            timer.daemon = True
-            timer.start()
+            self.deadline.arm(request["job"], self._timeout)
             try:
                 self.handle(request)
             except StatementError as exc:
                 self.send(json_frame(ERROR, {"sqlstate": exc.sqlstate, "message": str(exc)}))
             finally:
-                timer.cancel()
+                self.deadline.disarm()
                 with self._lock:
                     self.job = 0
                     self.cursor = None
