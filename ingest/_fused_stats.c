@@ -1235,6 +1235,123 @@ a_u32(const unsigned char *restrict p, Py_ssize_t n, unsigned phase, double *res
 }
 
 /*
+ * int64 / uint64: AVX2 converts 64-bit integers to float64 only through the bits. For -2^51 <= x < 2^51
+ * (uint64: x < 2^52), the integer sum of x and the bits of M = 2^52 + 2^51 (uint64: M = 2^52) is the
+ * float64 M + x exactly, and subtracting M leaves (double)x. A row of 8 with an element outside that
+ * range converts element by element with the C cast, which rounds as the definition says. The float64
+ * additions are the same as the portable kernel's. Max and min use 64-bit signed compares (uint64 with
+ * the top bit flipped, which orders unsigned values as signed ones).
+ */
+AVX2 static inline __attribute__((always_inline)) void
+words_avx2(const unsigned char *restrict p, Py_ssize_t n, unsigned phase, double *restrict ls,
+           double *restrict lq, tally_t *restrict t, const int sgn)
+{
+    Py_ssize_t i = 0;
+    int64_t neg = 0, zero = 0;
+    /* max and min kept in the flipped (signed-ordered) domain */
+    const uint64_t flip = sgn ? 0 : (uint64_t)1 << 63;
+    int64_t fmx = INT64_MIN, fmn = INT64_MAX;
+#define WORD_STEP(k, l)                                                                                \
+    do {                                                                                               \
+        uint64_t u;                                                                                    \
+        memcpy(&u, p + 8 * (k), 8);                                                                    \
+        double x = sgn ? (double)(int64_t)u : (double)u;                                               \
+        ls[l] += x;                                                                                    \
+        lq[l] += x * x;                                                                                \
+        int64_t f = (int64_t)(u ^ flip);                                                               \
+        fmx = f > fmx ? f : fmx;                                                                       \
+        fmn = f < fmn ? f : fmn;                                                                       \
+        neg += sgn && (int64_t)u < 0;                                                                  \
+        zero += u == 0;                                                                                \
+    } while (0)
+    for (; phase != 0 && i < n; i++, phase = (phase + 1) & (LANES - 1))
+        WORD_STEP(i, phase);
+    if (n - i >= LANES) {
+        __m256d s0 = _mm256_loadu_pd(ls), s1 = _mm256_loadu_pd(ls + 4);
+        __m256d q0 = _mm256_loadu_pd(lq), q1 = _mm256_loadu_pd(lq + 4);
+        const __m256i z = _mm256_setzero_si256(), vflip = _mm256_set1_epi64x((long long)flip);
+        const __m256i bias = _mm256_set1_epi64x(sgn ? (long long)1 << 51 : 0);
+        const __m256i magic = _mm256_set1_epi64x(sgn ? 0x4338000000000000LL : 0x4330000000000000LL);
+        const __m256d magic_d = _mm256_set1_pd(sgn ? 6755399441055744.0 : 4503599627370496.0);
+        __m256i vmx = _mm256_set1_epi64x(INT64_MIN), vmn = _mm256_set1_epi64x(INT64_MAX);
+        __m256i cn = z, cz = z;
+        for (; n - i >= LANES; i += LANES) {
+            const __m256i x0 = _mm256_loadu_si256((const __m256i *)(p + 8 * i));
+            const __m256i x1 = _mm256_loadu_si256((const __m256i *)(p + 8 * i + 32));
+            const __m256i r = _mm256_or_si256(_mm256_srli_epi64(_mm256_add_epi64(x0, bias), 52),
+                                              _mm256_srli_epi64(_mm256_add_epi64(x1, bias), 52));
+            __m256d lo, hi;
+            if (_mm256_testz_si256(r, r)) {
+                lo = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_add_epi64(x0, magic)), magic_d);
+                hi = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_add_epi64(x1, magic)), magic_d);
+            }
+            else {
+                double d[LANES];
+                for (int j = 0; j < LANES; j++) {
+                    uint64_t u;
+                    memcpy(&u, p + 8 * (i + j), 8);
+                    d[j] = sgn ? (double)(int64_t)u : (double)u;
+                }
+                lo = _mm256_loadu_pd(d);
+                hi = _mm256_loadu_pd(d + 4);
+            }
+            s0 = _mm256_add_pd(s0, lo);
+            s1 = _mm256_add_pd(s1, hi);
+            q0 = _mm256_add_pd(q0, _mm256_mul_pd(lo, lo));
+            q1 = _mm256_add_pd(q1, _mm256_mul_pd(hi, hi));
+            const __m256i f0 = _mm256_xor_si256(x0, vflip), f1 = _mm256_xor_si256(x1, vflip);
+            vmx = _mm256_blendv_epi8(vmx, f0, _mm256_cmpgt_epi64(f0, vmx));
+            vmx = _mm256_blendv_epi8(vmx, f1, _mm256_cmpgt_epi64(f1, vmx));
+            vmn = _mm256_blendv_epi8(vmn, f0, _mm256_cmpgt_epi64(vmn, f0));
+            vmn = _mm256_blendv_epi8(vmn, f1, _mm256_cmpgt_epi64(vmn, f1));
+            if (sgn) {
+                cn = _mm256_sub_epi64(cn, _mm256_cmpgt_epi64(z, x0));
+                cn = _mm256_sub_epi64(cn, _mm256_cmpgt_epi64(z, x1));
+            }
+            cz = _mm256_sub_epi64(cz, _mm256_cmpeq_epi64(x0, z));
+            cz = _mm256_sub_epi64(cz, _mm256_cmpeq_epi64(x1, z));
+        }
+        _mm256_storeu_pd(ls, s0);
+        _mm256_storeu_pd(ls + 4, s1);
+        _mm256_storeu_pd(lq, q0);
+        _mm256_storeu_pd(lq + 4, q1);
+        neg += hsum_epi64(cn);
+        zero += hsum_epi64(cz);
+        int64_t a[4], b[4];
+        _mm256_storeu_si256((__m256i *)a, vmx);
+        _mm256_storeu_si256((__m256i *)b, vmn);
+        for (int j = 0; j < 4; j++) {
+            fmx = a[j] > fmx ? a[j] : fmx;
+            fmn = b[j] < fmn ? b[j] : fmn;
+        }
+    }
+    for (unsigned l = 0; i < n; i++, l++)
+        WORD_STEP(i, l);
+#undef WORD_STEP
+    t->neg += neg;
+    t->zero += zero;
+    if (n) {
+        uint64_t umx = (uint64_t)fmx ^ flip, umn = (uint64_t)fmn ^ flip;
+        t->mx = sgn ? (double)(int64_t)umx : (double)umx;
+        t->mn = sgn ? (double)(int64_t)umn : (double)umn;
+    }
+}
+
+AVX2 static void
+a_i64(const unsigned char *restrict p, Py_ssize_t n, unsigned phase, double *restrict ls, double *restrict lq,
+      tally_t *restrict t)
+{
+    words_avx2(p, n, phase, ls, lq, t, 1);
+}
+
+AVX2 static void
+a_u64(const unsigned char *restrict p, Py_ssize_t n, unsigned phase, double *restrict ls, double *restrict lq,
+      tally_t *restrict t)
+{
+    words_avx2(p, n, phase, ls, lq, t, 0);
+}
+
+/*
  * int8 / uint8, exactly: every lane sum of these kinds is an integer, and while a lane's sums stay
  * below 2^53 each float64 addition the definition makes is exact, so the lane holds the exact integer
  * sum whatever the order of the additions. This kernel therefore sums in integers (int32 vector slots,
@@ -1440,9 +1557,8 @@ ac_f64(const unsigned char *restrict p, Py_ssize_t n, int nan_mode, double value
 }
 static const counter_fn avx2_counters[4] = {ac_f16, ac_bf16, ac_f32, ac_f64};
 
-/* int64 / uint64 have no AVX2 conversion to double: the portable kernels serve them. */
 static const kernel_fn avx2_kernels[K_COUNT] = {NULL,  NULL,  a_f32, a_f64, a_i8,  a_i16,
-                                                a_i32, k_i64, a_u8,  a_u16, a_u32, k_u64};
+                                                a_i32, a_i64, a_u8,  a_u16, a_u32, a_u64};
 #endif
 
 static const char *isa = "portable";

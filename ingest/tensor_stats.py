@@ -183,6 +183,7 @@ _KINDS = (
     "uint64",
 )
 _F16, _BF16, _F32, _F64 = 0, 1, 2, 3  # float kinds are the first four
+_U8 = _KINDS.index("uint8")
 _KIND_OF = {(np.dtype(name).kind, np.dtype(name).itemsize): k for k, name in enumerate(_KINDS) if k != _BF16}
 _BF16_BITS = np.dtype("<u2")  # how bfloat16 data is read: its 16-bit patterns, little-endian on disk
 
@@ -571,7 +572,10 @@ class _Accumulator:
         self._kind = kind
         self._size = dtype.itemsize
         # blocks of these bytes go to the kernel as they are (no numpy array, no conversion)
-        self.direct = self.kind is not None and dtype.isnative and (kind != "f" or dtype.itemsize <= 8)
+        # (bool too: its True count is the count of bytes that are not zero, see _add_bools)
+        self.direct = kind == "b" or (
+            self.kind is not None and dtype.isnative and (kind != "f" or dtype.itemsize <= 8)
+        )
         self._hash = hashlib.md5() if md5 else None
         self._lanes = bytearray(_STATE * 8)
         self.n = self.neg = self.zero = self.nan = self.ninf = self.pinf = 0
@@ -606,7 +610,9 @@ class _Accumulator:
         """Fold in ``m`` elements given as raw bytes; only when ``direct``."""
         if self._hash is not None:
             self._hash.update(buf)
-        if _kernel is None:
+        if self._kind == "b":
+            self._add_bools(buf, m)
+        elif _kernel is None:
             self._fold(np.frombuffer(buf, _NATIVE[self.kind], m), m)
         else:
             self._fold(buf, m)
@@ -614,10 +620,24 @@ class _Accumulator:
     def update_mapped(self, fd: int, offset: int, m: int) -> None:
         """Fold in ``m`` elements read from bytes ``offset..`` of the open file ``fd`` through a mapping
         (the C kernel's ``mapped``; only when ``direct`` and not hashing). EOFError: the file shrank."""
+        if self._kind == "b":
+            zero = _kernel.mapped(fd, offset, m, _U8, 0, self._lanes)[1]
+            self.n += m
+            self.neg += m - zero
+            return
         phase = self.n & (HALF_BLOCK - 1)
         tallies = _kernel.mapped(fd, offset, m * self._size, self.kind, phase, self._lanes)
         self.n += m
         self._add(*tallies)
+
+    def _add_bools(self, buf, m: int) -> None:
+        """bool, as bytes: the True count (kept in ``neg``) is the count of bytes that are not 0, as numpy
+        counts them; the C kernel counts zero bytes as uint8 (its sums in the lanes go unused)."""
+        self.n += m
+        if _kernel is None:
+            self.neg += int(_cnz(np.frombuffer(buf, np.uint8, m)))
+        else:
+            self.neg += m - _kernel.block(buf, _U8, 0, self._lanes)[1]
 
     def _fold(self, c, m: int) -> None:
         phase = self.n & (HALF_BLOCK - 1)

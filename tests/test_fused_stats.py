@@ -810,3 +810,36 @@ def test_byte_kinds_sum_exactly_and_hand_over_near_2_53(dtype: str) -> None:
                 got = np.frombuffer(c_lanes, np.float64)
                 assert list(got[:LANES]) == list(np.bincount(lane, a.astype(np.int64), LANES))
                 assert list(got[16 : 16 + LANES]) == list(np.bincount(lane, a.astype(np.int64) ** 2, LANES))
+
+
+@pytest.mark.parametrize("dtype", ["int64", "uint64"])
+def test_64_bit_integers_at_the_edges_of_the_fast_conversion(tmp_path: Path, dtype: str) -> None:
+    """The AVX2 kernels convert 64-bit integers through the bits of 2^52 + 2^51 (uint64: 2^52) when a
+    row of 8 lies in [-2^51, 2^51) (uint64: below 2^52), element by element otherwise: values on both
+    sides of those edges, and ones that round (above 2^53), in rows of either kind, as the fallback."""
+    edges = [2**51 - 1, 2**51, 2**52 - 1, 2**52, 2**53 + 1, 2**63 - 1, 0, 1, 12345]
+    if dtype == "int64":
+        edges += [-(2**51), -(2**51) - 1, -(2**63), -1, -(2**53) - 1]
+    rng = np.random.default_rng(12)
+    for n in (8, 9, 64, 1001):
+        small = rng.integers(0, 100, n).astype(dtype)  # rows that take the fast conversion
+        for k in range(0, n, 3):  # every third row gets one edge value
+            if k % 8 == 0:
+                small[k + int(rng.integers(0, min(8, n - k)))] = edges[(k // 8) % len(edges)]
+        job = save(tmp_path, f"{dtype}_{n}", small)
+        with backend(True):
+            c = via_file(job)
+        with backend(False):
+            assert_identical(via_file(job), c)
+
+
+def test_bool_bytes_other_than_0_and_1_count_as_true(tmp_path: Path) -> None:
+    """A bool file's bytes are read as they are (pread and mapped): any byte that is not 0 is True, as
+    numpy counts them, on both backends."""
+    raw = np.random.default_rng(13).choice(np.array([0, 1, 2, 255], np.uint8), 3_000_001)
+    job = save(tmp_path, "bools", raw.view(np.bool_))
+    want = int(np.count_nonzero(raw))
+    for c_kernel in (True, False):
+        with backend(c_kernel):
+            for got in (via_file(job), via_file(job, md5=True), via_mapping(job, window=65_537)):
+                assert (got["pos_count"], got["zero_count"]) == (want, raw.size - want)
