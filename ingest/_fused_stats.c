@@ -1238,10 +1238,26 @@ a_u32(const unsigned char *restrict p, Py_ssize_t n, unsigned phase, double *res
  * int64 / uint64: AVX2 converts 64-bit integers to float64 only through the bits. For -2^51 <= x < 2^51
  * (uint64: x < 2^52), the integer sum of x and the bits of M = 2^52 + 2^51 (uint64: M = 2^52) is the
  * float64 M + x exactly, and subtracting M leaves (double)x. A row of 8 with an element outside that
- * range converts element by element with the C cast, which rounds as the definition says. The float64
+ * range converts as high * 2^32 + low (words_to_double), which rounds as the C cast does. The float64
  * additions are the same as the portable kernel's. Max and min use 64-bit signed compares (uint64 with
  * the top bit flipped, which orders unsigned values as signed ones).
  */
+/* (double)x of 4 64-bit integers, rounded like the C cast: x = high * 2^32 + low, both halves exact in
+   float64 (high signed for int64), high * 2^32 exact, so the one addition is the only rounding. */
+AVX2 static inline __m256d
+words_to_double(__m256i x, const int sgn)
+{
+    const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7); /* low dwords, then high dwords */
+    const __m128i top = _mm_set1_epi32(INT32_MIN);
+    const __m256d two31 = _mm256_set1_pd(2147483648.0), two32 = _mm256_set1_pd(4294967296.0);
+    const __m256i t = _mm256_permutevar8x32_epi32(x, split);
+    const __m128i low = _mm256_castsi256_si128(t), high = _mm256_extracti128_si256(t, 1);
+    const __m256d lo = _mm256_add_pd(_mm256_cvtepi32_pd(_mm_xor_si128(low, top)), two31);
+    const __m256d hi = sgn ? _mm256_cvtepi32_pd(high)
+                           : _mm256_add_pd(_mm256_cvtepi32_pd(_mm_xor_si128(high, top)), two31);
+    return _mm256_add_pd(_mm256_mul_pd(hi, two32), lo);
+}
+
 AVX2 static inline __attribute__((always_inline)) void
 words_avx2(const unsigned char *restrict p, Py_ssize_t n, unsigned phase, double *restrict ls,
            double *restrict lq, tally_t *restrict t, const int sgn)
@@ -1286,14 +1302,8 @@ words_avx2(const unsigned char *restrict p, Py_ssize_t n, unsigned phase, double
                 hi = _mm256_sub_pd(_mm256_castsi256_pd(_mm256_add_epi64(x1, magic)), magic_d);
             }
             else {
-                double d[LANES];
-                for (int j = 0; j < LANES; j++) {
-                    uint64_t u;
-                    memcpy(&u, p + 8 * (i + j), 8);
-                    d[j] = sgn ? (double)(int64_t)u : (double)u;
-                }
-                lo = _mm256_loadu_pd(d);
-                hi = _mm256_loadu_pd(d + 4);
+                lo = words_to_double(x0, sgn);
+                hi = words_to_double(x1, sgn);
             }
             s0 = _mm256_add_pd(s0, lo);
             s1 = _mm256_add_pd(s1, hi);
