@@ -3,7 +3,7 @@
 Three measurements (``--mode naive``, ``--mode vs-read``, ``--mode kernel``; default naive and vs-read):
 
 vs-read (``measure_stats_vs_read``, importable by other bench scripts): per dtype (float16, bfloat16,
-float32, float64, int32), a tree of small files (1-64 KiB) and one of big files (16 MiB) is written,
+float32, float64, the signed and unsigned integers of 8 to 64 bits but uint16, bool), a tree of small files (1-64 KiB) and one of big files (16 MiB) is written,
 read once to warm the page cache, then timed in the same process and run: plain reads of every file's
 data (open, pread into a reused buffer, close: the faster of whole-file and 1 MiB reads) against
 ``compute_stats_many`` as ingest calls it (default workers: the caller plus one helper process per
@@ -180,7 +180,8 @@ def run_case(name: str, jobs: list[StatJob], repeat: int, workers: int | None) -
 # --------------------------------------------------------------------------------------------------
 # Statistics against the page-cache read rate of the same files (issue 14: "at the speed of reading").
 
-VS_READ_DTYPES = ("float16", "bfloat16", "float32", "float64", "int32")
+VS_READ_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16", "int32", "uint32", "int64",
+                  "uint64", "bool")  # fmt: skip
 
 
 def write_dtype_tree(
@@ -197,8 +198,11 @@ def write_dtype_tree(
         if i % 1000 == 0:
             d.mkdir(parents=True, exist_ok=True)
         n = int(rng.integers(min_kib, max_kib + 1)) * 1024 // item
-        if dtype == "int32":
-            a = rng.integers(-1000, 1000, n, dtype=np.int32)
+        if dtype == "bool":
+            a = rng.random(n) < 0.5
+        elif dtype[0] in "iu":  # labels, indices, steps, quantised values
+            info = np.iinfo(dtype)
+            a = rng.integers(max(info.min, -1000), min(info.max, 1000), n, endpoint=True).astype(dtype)
         else:
             x = rng.standard_normal(n, dtype=np.float32) * 3
             kind = i % 10
@@ -365,13 +369,16 @@ def measure_kernel(
     for dtype in dtypes:
         item = 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
         n = nbytes // item
-        if dtype == "int32":
-            a = rng.integers(-1000, 1000, n, dtype=np.int32)
+        if dtype == "bool":
+            a = rng.random(n) < 0.5
+        elif dtype[0] in "iu":  # labels, indices, steps, quantised values
+            info = np.iinfo(dtype)
+            a = rng.integers(max(info.min, -1000), min(info.max, 1000), n, endpoint=True).astype(dtype)
         else:
             x = rng.standard_normal(n, dtype=np.float32) * 3
             a = (x.view(np.uint32) >> 16).astype(np.uint16) if dtype == "bfloat16" else x.astype(dtype)
         buf = a.tobytes()
-        kind = ts._KINDS.index(dtype)
+        kind = ts._KINDS.index("uint8" if dtype == "bool" else dtype)  # bool: counted as bytes
         lanes = bytearray(ts._STATE * 8)
         best = math.inf
         for _ in range(repeat):
