@@ -3,8 +3,9 @@
 Three measurements (``--mode naive``, ``--mode vs-read``, ``--mode kernel``; default naive and vs-read):
 
 vs-read (``measure_stats_vs_read``, importable by other bench scripts): per dtype (float16, bfloat16,
-float32, float64, the signed and unsigned integers of 8 to 64 bits but uint16, bool), a tree of small files (1-64 KiB) and one of big files (16 MiB) is written,
-read once to warm the page cache, then timed in the same process and run: plain reads of every file's
+float32, float64, the signed and unsigned integers of 8 to 64 bits but uint16, bool), a tree of small
+files (1-64 KiB) and one of big files (16 MiB) is written, read once to warm the page cache, then
+timed in the same process and run: plain reads of every file's
 data (open, pread into a reused buffer, close: the faster of whole-file and 1 MiB reads) against
 ``compute_stats_many`` as ingest calls it (default workers: the caller plus one helper process per
 other core, already started). The ratio stats/read is the figure of merit (target >= 0.5: statistics
@@ -180,8 +181,10 @@ def run_case(name: str, jobs: list[StatJob], repeat: int, workers: int | None) -
 # --------------------------------------------------------------------------------------------------
 # Statistics against the page-cache read rate of the same files (issue 14: "at the speed of reading").
 
-VS_READ_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16", "int32", "uint32", "int64",
-                  "uint64", "bool")  # fmt: skip
+VS_READ_DTYPES = (
+    "float16", "bfloat16", "float32", "float64",
+    "int8", "uint8", "int16", "int32", "uint32", "int64", "uint64", "bool",
+)  # fmt: skip
 
 
 def write_dtype_tree(
