@@ -1158,6 +1158,19 @@ AVX_I32_KERNEL(a_i16, ld8_i16, int16_t)
 AVX_I32_KERNEL(a_u16, ld8_u16, uint16_t)
 AVX_I32_KERNEL(a_i32, ld8_i32, int32_t)
 
+/* The signed and the unsigned kernel of one implementation (its last argument: signed or not). */
+#define KERNEL_PAIR(SIGNED, UNSIGNED, IMPL)                                                            \
+    AVX2 static void SIGNED(const unsigned char *restrict p, Py_ssize_t n, unsigned phase,              \
+                            double *restrict ls, double *restrict lq, tally_t *restrict t)            \
+    {                                                                                                  \
+        IMPL(p, n, phase, ls, lq, t, 1);                                                               \
+    }                                                                                                  \
+    AVX2 static void UNSIGNED(const unsigned char *restrict p, Py_ssize_t n, unsigned phase,            \
+                              double *restrict ls, double *restrict lq, tally_t *restrict t)          \
+    {                                                                                                  \
+        IMPL(p, n, phase, ls, lq, t, 0);                                                               \
+    }
+
 /*
  * uint32: AVX2 has no unsigned conversion to float64, but flipping the top bit makes a signed int32 whose
  * float64 value plus 2^31 is the exact value of x (both exact, the sum below 2^32); max and min in
@@ -1347,19 +1360,7 @@ words_avx2(const unsigned char *restrict p, Py_ssize_t n, unsigned phase, double
     }
 }
 
-AVX2 static void
-a_i64(const unsigned char *restrict p, Py_ssize_t n, unsigned phase, double *restrict ls, double *restrict lq,
-      tally_t *restrict t)
-{
-    words_avx2(p, n, phase, ls, lq, t, 1);
-}
-
-AVX2 static void
-a_u64(const unsigned char *restrict p, Py_ssize_t n, unsigned phase, double *restrict ls, double *restrict lq,
-      tally_t *restrict t)
-{
-    words_avx2(p, n, phase, ls, lq, t, 0);
-}
+KERNEL_PAIR(a_i64, a_u64, words_avx2)
 
 /*
  * int8 / uint8, exactly: every lane sum of these kinds is an integer, and while a lane's sums stay
@@ -1494,19 +1495,7 @@ bytes_exact(const unsigned char *restrict p, Py_ssize_t n, unsigned phase, doubl
     }
 }
 
-AVX2 static void
-a_i8(const unsigned char *restrict p, Py_ssize_t n, unsigned phase, double *restrict ls, double *restrict lq,
-     tally_t *restrict t)
-{
-    bytes_exact(p, n, phase, ls, lq, t, 1);
-}
-
-AVX2 static void
-a_u8(const unsigned char *restrict p, Py_ssize_t n, unsigned phase, double *restrict ls, double *restrict lq,
-     tally_t *restrict t)
-{
-    bytes_exact(p, n, phase, ls, lq, t, 0);
-}
+KERNEL_PAIR(a_i8, a_u8, bytes_exact)
 
 
 /* Vector counting passes (see counter_fn). */
