@@ -48,8 +48,9 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -381,24 +382,14 @@ class FlatWriter:
             if b["id"] in batch_ids and table in b["tables"]
         ]
 
-    def _write(
-        self,
-        con: duckdb.DuckDBPyConnection,
-        flat: str,
-        query: str,
-        ids: str,
-        run: str,
-        sources: list[str],
-        *,
-        sample: str | None = None,
-    ) -> dict | None:
-        """`_write_once`, retried with the DuckDB memory cap doubled while it runs out of memory
-        (nothing of a failed attempt stays: its file is removed, its tables dropped)."""
+    def _retrying(self, con: duckdb.DuckDBPyConnection, write: Callable[[], dict | None]) -> dict | None:
+        """`write()`, retried with the DuckDB memory cap doubled while it runs out of memory (nothing
+        of a failed attempt stays: `_write` removes its file and drops its tables)."""
         import duckdb
 
         while True:
             try:
-                return self._write_once(con, flat, query, ids, run, sources, sample=sample)
+                return write()
             except duckdb.OutOfMemoryException as exc:
                 self._raise_cap(con, exc)
 
@@ -419,7 +410,7 @@ class FlatWriter:
         self.memory_limit = raised
         con.execute(f"SET memory_limit = '{self.memory_limit >> 20}MiB'").fetchall()
 
-    def _write_once(
+    def _write(
         self,
         con: duckdb.DuckDBPyConnection,
         flat: str,
@@ -545,7 +536,7 @@ class FlatWriter:
             for t in FLAT_SOURCES[flat]
         )
         stored = f"SELECT {FLAT_STORED_COLUMNS[flat]} FROM {flat}_resolved"
-        return self._write(con, flat, stored, ids, run, sources)
+        return self._retrying(con, partial(self._write, con, flat, stored, ids, run, sources))
 
     def _merge(self, snap: dict, flat: str, entries: list[dict]) -> dict | None:
         """One file of the rows of `entries`' files, in the merge's own memory (`_merge_memory`)
@@ -561,7 +552,8 @@ class FlatWriter:
         query = f"SELECT * REPLACE ({casts}) FROM {source}" if types else plain
         try:
             with self._merge_memory(con):
-                return self._write(con, flat, query, ids, entries[0]["run"], sources, sample=plain)
+                write = partial(self._write, con, flat, query, ids, entries[0]["run"], sources, sample=plain)
+                return self._retrying(con, write)
         finally:
             for type_name in types.values():  # (the table that used them is dropped)
                 con.execute(f"DROP TYPE IF EXISTS {type_name}").fetchall()
