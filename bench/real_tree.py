@@ -11,6 +11,10 @@ The tree is any dump dumpcat reads; ``bench/ms_resnet_tree.py`` writes a real Mi
   b. ingest with statistics computed from the data (the default): seconds and GB/s of ``.npy`` bytes,
      whole command and in-process, vs reading every byte of every file from the page cache (a plain
      ``readinto`` loop in this process, one thread). Ratio = ingest time / read time.
+  d. issue 14's part 2 on the tree: the statistics alone (``compute_stats_many`` as ingest calls it,
+     over every tensor of the catalog (b) wrote) vs plain reads of the same tensors' data from the page
+     cache (``bench_stats.read_files``), timed in turns. Ratio = statistics time / read time (the
+     target, statistics at >= 0.5x the read rate, is a ratio <= 2).
   c. peak memory of ``dumpcat ingest`` across its process tree (the command and its helper processes):
      the sum of RSS sampled every 50 ms with psutil, and the sum of PSS (``memory_full_info``; shared
      pages counted once) sampled the same way, for both ingests.
@@ -185,12 +189,34 @@ def cli_ingest_memory(tree: Path, catalog: Path, stats: bool, workers: int | Non
 # --------------------------------------------------------------------------------------------------
 
 
+def stats_vs_read(cat: Path, repeat: int) -> tuple[float, float, int]:
+    """compute_stats_many over every tensor of the catalog `cat` against plain reads of the same
+    tensors' data (bench_stats' baseline), timed in turns: (stats GB/s, read GB/s, tensors)."""
+    from bench_stats import _best, _nbytes_of, many, read_files
+
+    from catalog import Catalog
+    from ingest.tensor_stats import StatJob
+
+    with Catalog.open(cat) as c:
+        t = c.sql("SELECT row_id, path, data_offset, stored_dtype, shape, format, host_shape FROM tensors")
+    columns = [t.column(i).to_pylist() for i in range(t.num_columns)]
+    jobs = [
+        StatJob(row_id, path, offset, stored, tuple(shape), fmt, None if host is None else tuple(host))
+        for row_id, path, offset, stored, shape, fmt, host in zip(*columns, strict=True)
+    ]
+    total = _nbytes_of(jobs) / GB
+    many(jobs)  # warm-up: page cache, helpers
+    best_s = _best({"read": lambda: read_files(jobs, 1 << 20), "stats": lambda: many(jobs)}, max(3, repeat))
+    return total / best_s["stats"], total / best_s["read"], len(jobs)
+
+
 def measure_real_tree(
     tree: Path, work: Path, *, repeat: int = 2, workers: int | None = None, log=print
 ) -> list[dict]:
-    """Measure (a) metadata-only ingest, (b) ingest with computed statistics, (c) peak memory of the
-    ingest's process tree on `tree`, writing catalogs under `work`. Returns rows of
-    {figure, value, unit, baseline, ratio, note}; `ratio` is measured time / baseline time."""
+    """Measure (a) metadata-only ingest, (b) ingest with computed statistics, (d) the statistics alone
+    against reading the same tensors, (c) peak memory of the ingest's process tree on `tree`, writing
+    catalogs under `work`. Returns rows of {figure, value, unit, baseline, ratio, note}; `ratio` is
+    measured time / baseline time."""
     tree = Path(tree).absolute()
     work = Path(work).absolute()
     work.mkdir(parents=True, exist_ok=True)
@@ -285,6 +311,18 @@ def measure_real_tree(
         read_rate,
         own_s / read_s,
         f"{own_s:.2f} s; {summary.computed_stats:,} statistics computed",
+    )
+
+    # (d) issue 14 part 2 on a real tree: the statistics alone vs reading the same tensors' data
+    stats_rate, data_read_rate, n_jobs = stats_vs_read(cat, repeat)
+    add(
+        "(d) statistics alone (compute_stats_many as ingest calls it)",
+        stats_rate,
+        "GB/s",
+        data_read_rate,
+        data_read_rate / stats_rate,
+        f"{stats_rate / data_read_rate:.2f}x the read rate (target >= 0.5x); {n_jobs:,} tensors of the "
+        "catalog; baseline: reading their data (page cache), same run",
     )
 
     # (c) peak memory of the ingest's process tree
