@@ -16,9 +16,9 @@ Every decision comes from a parser, never from patterns over the text:
   its own; what runs is rebuilt from the parts that were checked.
 
 Parsing happens on a private DuckDB connection per thread that never executes client SQL. The
-PostgreSQL session commands drivers send (SET, SHOW, RESET, BEGIN/COMMIT/ROLLBACK, DISCARD,
-DEALLOCATE, LISTEN) are recognised by anchored patterns and answered by the server itself; they
-never reach DuckDB, so recognising them is not a security decision.
+PostgreSQL commands drivers send (SET, SHOW, RESET, BEGIN/COMMIT/ROLLBACK, SAVEPOINT, DISCARD,
+DEALLOCATE, LISTEN, DECLARE/FETCH, COPY ... TO STDOUT) are read from DuckDB's tokenizer by
+`catalog.pg_session` and answered by the server itself; they never reach DuckDB as written.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import duckdb
 
+from catalog import pg_session
 from catalog.views import define_views
 
 SQLSTATE_PRIVILEGE = "42501"  # insufficient_privilege: reads of files, writes, settings, extensions
@@ -112,21 +113,6 @@ _REFUSALS = {
     "EXECUTE": "EXECUTE is not supported: use the protocol's prepared statements",
 }
 
-_SESSION = [
-    ("set", re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?(?!SESSION\s+CHARACTERISTICS)"
-                       r"(?!TRANSACTION\b)(?!VARIABLE\b)([\w.]+)\s*(?:=|\bTO\b)\s*([^;]*?)\s*;?\s*$", re.I)),
-    ("set_time_zone", re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?TIME\s+ZONE\s+([^;]*?)\s*;?\s*$", re.I)),
-    ("set_noop", re.compile(r"^\s*SET\s+(?:SESSION\s+CHARACTERISTICS|TRANSACTION|NAMES)\b[^;]*;?\s*$", re.I)),
-    ("reset", re.compile(r"^\s*RESET\s+([\w.]+|ALL)\s*;?\s*$", re.I)),
-    ("show", re.compile(r"^\s*SHOW\s+(?!TABLES\b|ALL\s+TABLES\b|DATABASES\b)([\w.]+)\s*;?\s*$", re.I)),
-    ("begin", re.compile(r"^\s*(?:BEGIN|START\s+TRANSACTION)\b[\w\s,]*;?\s*$", re.I)),
-    ("commit", re.compile(r"^\s*(?:COMMIT|END)\b[\w\s]*;?\s*$", re.I)),
-    ("rollback", re.compile(r"^\s*(?:ROLLBACK|ABORT)\b[\w\s]*;?\s*$", re.I)),
-    ("discard", re.compile(r"^\s*DISCARD\s+\w+\s*;?\s*$", re.I)),
-    ("deallocate", re.compile(r"^\s*DEALLOCATE\s+(?:PREPARE\s+)?(\w+)\s*;?\s*$", re.I)),
-    ("noop", re.compile(r"^\s*(?:UNLISTEN|LISTEN|CLOSE)\s+[\w*\"]+\s*;?\s*$", re.I)),
-]  # fmt: skip
-
 
 @dataclass(frozen=True)
 class Statement:
@@ -164,12 +150,13 @@ def parser_connection() -> duckdb.DuckDBPyConnection:
 
 
 def session_statement(text: str) -> Statement | None:
-    """A PostgreSQL session command the server answers itself, or None."""
-    for kind, rx in _SESSION:
-        m = rx.match(text)
-        if m:
-            return Statement(kind, text, tuple(g for g in m.groups() if g is not None))
-    return None
+    """A PostgreSQL command the server answers itself (SET, SHOW, BEGIN, DECLARE, COPY ... read
+    from DuckDB's tokenizer by catalog.pg_session), or None for anything else."""
+    try:
+        cmd = pg_session.command(text)
+    except pg_session.CommandError as exc:
+        raise Refused(str(exc), exc.sqlstate) from exc
+    return None if cmd is None else Statement(cmd.kind, text, cmd.args)
 
 
 _TOO_DEEP = f"statement too complex: expressions nest deeper than {MAX_EXPRESSION_DEPTH} levels"

@@ -9,139 +9,61 @@ text encoding of values (NaN/Infinity, arrays as `{1,2,3}`, timestamps) that cli
 from __future__ import annotations
 
 import base64
-import datetime as dt
-import decimal
 import hashlib
 import hmac
-import math
 import secrets
 import struct
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from catalog import pgcodec
+from catalog.pgcodec import (  # noqa: F401 (re-exported: the OIDs live with the Arrow -> OID mapping)
+    ARRAY_OF,
+    BOOL,
+    BYTEA,
+    DATE,
+    FLOAT4,
+    FLOAT8,
+    INT2,
+    INT4,
+    INT8,
+    INTERVAL,
+    JSON,
+    NAME,
+    NUMERIC,
+    OID,
+    TEXT,
+    TIME,
+    TIMESTAMP,
+    TIMESTAMPTZ,
+    TYPE_NAMES,
+    TYPE_SIZES,
+    UUID,
+    VARCHAR,
+)
+
 PROTOCOL_3 = 196608
 SSL_REQUEST = 80877103
 GSSENC_REQUEST = 80877104
 CANCEL_REQUEST = 80877102
 
-# -- type OIDs ---------------------------------------------------------------------------------
-
-BOOL, BYTEA, NAME, INT8, INT2, INT4, TEXT, OID = 16, 17, 19, 20, 21, 23, 25, 26
-JSON, FLOAT4, FLOAT8, VARCHAR = 114, 700, 701, 1043
-DATE, TIME, TIMESTAMP, TIMESTAMPTZ, INTERVAL, NUMERIC, UUID = 1082, 1083, 1114, 1184, 1186, 1700, 2950
-ARRAY_OF = {BOOL: 1000, INT2: 1005, INT4: 1007, TEXT: 1009, INT8: 1016, FLOAT4: 1021, FLOAT8: 1022}
-TYPE_NAMES = {
-    BOOL: "bool", BYTEA: "bytea", NAME: "name", INT8: "int8", INT2: "int2", INT4: "int4", TEXT: "text",
-    OID: "oid", JSON: "json", FLOAT4: "float4", FLOAT8: "float8", VARCHAR: "varchar", DATE: "date",
-    TIME: "time", TIMESTAMP: "timestamp", TIMESTAMPTZ: "timestamptz", INTERVAL: "interval",
-    NUMERIC: "numeric", UUID: "uuid", 1000: "_bool", 1005: "_int2", 1007: "_int4", 1009: "_text",
-    1016: "_int8", 1021: "_float4", 1022: "_float8",
-}  # fmt: skip
-TYPE_SIZES = {BOOL: 1, INT2: 2, INT4: 4, INT8: 8, OID: 4, FLOAT4: 4, FLOAT8: 8, DATE: 4, TIME: 8,
-              TIMESTAMP: 8, TIMESTAMPTZ: 8, INTERVAL: 16, UUID: 16, NAME: 64}  # fmt: skip
-
 # DuckDB type names (as in duckdb_columns().data_type) -> PostgreSQL OID.
 DUCK_TYPE_OIDS = {
     "BOOLEAN": BOOL, "TINYINT": INT2, "SMALLINT": INT2, "INTEGER": INT4, "BIGINT": INT8,
-    "UTINYINT": INT2, "USMALLINT": INT4, "UINTEGER": INT8, "UBIGINT": NUMERIC, "HUGEINT": NUMERIC,
+    "UTINYINT": INT2, "USMALLINT": INT4, "UINTEGER": OID, "UBIGINT": NUMERIC, "HUGEINT": NUMERIC,
     "FLOAT": FLOAT4, "DOUBLE": FLOAT8, "VARCHAR": TEXT, "BLOB": BYTEA, "DATE": DATE, "TIME": TIME,
     "TIMESTAMP": TIMESTAMP, "TIMESTAMP WITH TIME ZONE": TIMESTAMPTZ, "INTERVAL": INTERVAL,
     "UUID": UUID, "JSON": JSON, "BIGINT[]": 1016, "INTEGER[]": 1007, "VARCHAR[]": 1009,
-    "DOUBLE[]": 1022, "FLOAT[]": 1021, "BOOLEAN[]": 1000, "SMALLINT[]": 1005,
+    "DOUBLE[]": 1022, "UINTEGER[]": 1028, "FLOAT[]": 1021, "BOOLEAN[]": 1000, "SMALLINT[]": 1005,
 }  # fmt: skip
 
 
-def _scalar_oid(t: pa.DataType) -> int:
-    if pa.types.is_boolean(t):
-        return BOOL
-    if pa.types.is_int8(t) or pa.types.is_int16(t) or pa.types.is_uint8(t):
-        return INT2
-    if pa.types.is_int32(t) or pa.types.is_uint16(t):
-        return INT4
-    if pa.types.is_int64(t) or pa.types.is_uint32(t):
-        return INT8
-    if pa.types.is_uint64(t) or pa.types.is_decimal(t):
-        return NUMERIC
-    if pa.types.is_float16(t) or pa.types.is_float32(t):
-        return FLOAT4
-    if pa.types.is_float64(t):
-        return FLOAT8
-    if pa.types.is_timestamp(t):
-        return TIMESTAMPTZ if t.tz else TIMESTAMP
-    if pa.types.is_date(t):
-        return DATE
-    if pa.types.is_time(t):
-        return TIME
-    if pa.types.is_interval(t) or pa.types.is_duration(t):
-        return INTERVAL
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
-        return BYTEA
-    return TEXT
+oid_of = pgcodec.oid_of  # PostgreSQL type OID of an Arrow column type
 
+# -- text encoding of values (catalog.pgcodec) --------------------------------------------------
 
-def oid_of(t: pa.DataType) -> int:
-    """PostgreSQL type OID for an Arrow column type (lists of scalars -> array types)."""
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        inner = t.value_type
-        if pa.types.is_list(inner) or pa.types.is_large_list(inner):
-            return TEXT  # nested (possibly ragged) lists: the array literal as text
-        return ARRAY_OF.get(_scalar_oid(inner), TEXT)
-    return _scalar_oid(t)
-
-
-# -- text encoding of values -------------------------------------------------------------------
-
-
-def _float_text(v: float) -> str:
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "Infinity" if v > 0 else "-Infinity"
-    return repr(v)
-
-
-def _array_elem(v: object) -> str:
-    if v is None:
-        return "NULL"
-    if isinstance(v, list):
-        return "{" + ",".join(_array_elem(x) for x in v) + "}"
-    s = text_value(v)
-    if isinstance(v, bool | int | float) and not isinstance(v, str):
-        return s
-    if s == "" or s.upper() == "NULL" or any(c in s for c in ',{}"\\ \t\n'):
-        return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return s
-
-
-def text_value(v: object) -> str:
-    """The PostgreSQL text representation of a Python value (as produced by Arrow's to_pylist)."""
-    if isinstance(v, bool):
-        return "t" if v else "f"
-    if isinstance(v, float):
-        return _float_text(v)
-    if isinstance(v, int | str):
-        return str(v)
-    if isinstance(v, list):
-        return "{" + ",".join(_array_elem(x) for x in v) + "}"
-    if isinstance(v, dt.datetime):
-        s = v.isoformat(sep=" ")
-        if v.tzinfo is not None and s.endswith("+00:00"):
-            s = s[:-6] + "+00"
-        return s
-    if isinstance(v, dt.date | dt.time):
-        return v.isoformat()
-    if isinstance(v, dt.timedelta):
-        return f"{v.days} days {v.seconds} seconds {v.microseconds} microseconds" if v.days else str(v)
-    if isinstance(v, bytes):
-        return "\\x" + v.hex()
-    if isinstance(v, decimal.Decimal):
-        return str(v)
-    if isinstance(v, dict):
-        import json
-
-        return json.dumps(v, default=str)
-    return str(v)
+text_value = pgcodec.text_value  # the PostgreSQL text of one Python value
 
 
 def encode_rows_text(rows) -> list[bytes]:
@@ -160,47 +82,13 @@ def encode_rows_text(rows) -> list[bytes]:
 
 
 def encode_rows(batch: pa.RecordBatch) -> list[bytes]:
-    """DataRow messages (text format) for every row of a record batch."""
-    cols = [c.to_pylist() for c in batch.columns]
-    return (
-        encode_rows_text(zip(*cols, strict=True)) if cols else [b"D\x00\x00\x00\x06\x00\x00"] * batch.num_rows
-    )
+    """DataRow messages (text format) for every row of a record batch (pgcodec, vectorized)."""
+    return pgcodec.encode_datarow_list(batch)
 
 
 # -- parameters (Bind) -------------------------------------------------------------------------
 
-
-def decode_param(raw: bytes | None, oid: int, fmt: int) -> object:
-    """A Bind parameter as a Python value for DuckDB."""
-    if raw is None:
-        return None
-    if fmt == 1:  # binary
-        if oid == INT2:
-            return struct.unpack("!h", raw)[0]
-        if oid in (INT4, OID):
-            return struct.unpack("!i", raw)[0]
-        if oid == INT8:
-            return struct.unpack("!q", raw)[0]
-        if oid == FLOAT4:
-            return struct.unpack("!f", raw)[0]
-        if oid == FLOAT8:
-            return struct.unpack("!d", raw)[0]
-        if oid == BOOL:
-            return raw != b"\x00"
-        if oid == BYTEA:
-            return bytes(raw)
-        return raw.decode()
-    s = raw.decode()
-    if oid in (INT2, INT4, INT8, OID):
-        return int(s)
-    if oid in (FLOAT4, FLOAT8):
-        return float(s)
-    if oid == NUMERIC:
-        d = decimal.Decimal(s)
-        return int(d) if d == d.to_integral_value() and "." not in s else float(d)
-    if oid == BOOL:
-        return s.lower() in ("t", "true", "1", "on", "yes", "y")
-    return s
+decode_param = pgcodec.decode_param  # a Bind parameter as a Python value for DuckDB
 
 
 # -- frontend messages -------------------------------------------------------------------------
@@ -345,11 +233,25 @@ def ready(status: str = "I") -> bytes:
     return msg(b"Z", status.encode())
 
 
-def row_description(fields: list[tuple[str, int]]) -> bytes:
+def row_description(fields: list[tuple[str, int]], formats: list[int] | None = None) -> bytes:
+    """RowDescription: each field's name, type OID, size and format code (0 text, 1 binary)."""
     body = bytearray(struct.pack("!h", len(fields)))
-    for name, oid in fields:
-        body += cstr(name) + struct.pack("!ihihih", 0, 0, oid, TYPE_SIZES.get(oid, -1), -1, 0)
+    for i, (name, oid) in enumerate(fields):
+        fmt = formats[i] if formats else 0
+        body += cstr(name) + struct.pack("!ihihih", 0, 0, oid, TYPE_SIZES.get(oid, -1), -1, fmt)
     return msg(b"T", bytes(body))
+
+
+def copy_out_response(fmt: int, ncols: int) -> bytes:
+    """CopyOutResponse: overall format (0 text/csv, 1 binary) and each column's (the same)."""
+    return msg(b"H", struct.pack("!bh", fmt, ncols) + struct.pack(f"!{ncols}h", *([fmt] * ncols)))
+
+
+def copy_data(payload: bytes) -> bytes:
+    return msg(b"d", payload)
+
+
+COPY_DONE = b"c\x00\x00\x00\x04"
 
 
 def parameter_description(oids: list[int]) -> bytes:

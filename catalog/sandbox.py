@@ -21,6 +21,7 @@ what DuckDB's memory limit does not.
 
 from __future__ import annotations
 
+import datetime
 import os
 import tempfile
 from collections import OrderedDict
@@ -110,6 +111,7 @@ class ContainedEngine:
         self._datasets: dict[str, ds.Dataset] = {}
         self._cursors: OrderedDict[int, tuple[duckdb.DuckDBPyConnection, tuple | None]] = OrderedDict()
         self._max_cursors = max_cursors
+        self.started = datetime.datetime.now(datetime.UTC)
 
     def refresh(self) -> None:
         """Open the live files of a newly committed snapshot as Arrow datasets (the union of the
@@ -148,6 +150,9 @@ class ContainedEngine:
         entry = self._cursors.pop(session, None)
         if entry is None:
             cur, token = self.con.cursor(), None
+            # what pg_backend_pid() and pg_stat_activity show this session (catalog.pg_catalog)
+            cur.execute("SET VARIABLE dumpcat_backend_pid = ?", [session])
+            cur.execute("SET VARIABLE dumpcat_started = ?", [self.started])
         else:
             cur, token = entry
         if token != self._token:

@@ -35,11 +35,13 @@ import ssl
 import struct
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from catalog import pg_catalog, pgwire
+import pyarrow as pa
+
+from catalog import pg_catalog, pgcodec, pgwire
 from catalog.sandbox import build_views_database, private_folder
-from catalog.statement_worker import DATA, DONE, ERROR, LIST, NODATA, PARSED, ROWDESC, parse_size
+from catalog.statement_worker import COPYOUT, DATA, DONE, ERROR, LIST, NODATA, PARSED, ROWDESC, parse_size
 from catalog.worker_pool import FAST_SECONDS, Job, JobFailed, WorkerPool, error_of
 from ingest.store import CatalogStore
 
@@ -49,6 +51,10 @@ MAX_MESSAGE = 16 << 20
 MIN_MEMORY = 128 << 20  # below this a worker cannot even open the catalog's views
 MAX_STATEMENTS = 10_000  # prepared statements one session may hold
 MAX_STATEMENT_BYTES = 64 << 20  # and their text in all
+MAX_SETTINGS = 256  # session settings (custom ones included)
+MAX_SETTING_CHARS = 64 << 10  # characters of one setting's value
+MAX_SAVEPOINTS = 1000
+MAX_CURSORS = 256
 
 
 @dataclass
@@ -83,19 +89,44 @@ class QueryError(Exception):
 
 @dataclass
 class Prepared:
-    """A parsed statement: a query (text to run) or a session command the server answers."""
+    """A parsed statement: a query (text to run) or a command the server answers."""
 
     kind: str
     text: str
     args: tuple[str, ...]
     nparams: int
-    param_oids: list[int]
+    param_oids: list[int]  # as the client's Parse gave them (0: unspecified)
+    param_types: list[int] = field(default_factory=list)  # as the worker inferred them
+
+    def param_oid(self, i: int) -> int:
+        """The type of parameter i: the client's, else the inferred one, else text."""
+        if i < len(self.param_oids) and self.param_oids[i]:
+            return self.param_oids[i]
+        if i < len(self.param_types) and self.param_types[i]:
+            return self.param_types[i]
+        return pgwire.TEXT
+
+
+@dataclass
+class Cursor:
+    """A DECLAREd cursor: its whole result (capped like a portal's), and where FETCH is."""
+
+    name: str
+    table: pa.Table
+    binary: bool
+    hold: bool
+    query: str
+    pos: int = 0  # 0: before the first row; n: on row n; rows + 1: after the last
+
+    def fields(self) -> list[tuple[str, int]]:
+        return [(f.name, pgcodec.oid_of(f.type)) for f in self.table.schema]
 
 
 @dataclass
 class Portal:
     statement: Prepared
     params: list  # [hex or None, oid, format]
+    formats: list[int] = field(default_factory=list)  # result format codes from Bind
     job: Job | None = None  # a query started by Describe, waiting for Execute
     rowdesc: bytes | None = None
     rows: list[bytes] | None = None  # buffered DataRows (Execute with a row limit)
@@ -346,6 +377,7 @@ class Server:
 
 
 DEFAULT_SETTINGS = pg_catalog.SERVER_SETTINGS
+DEFAULTS = {k.lower(): v for k, v in DEFAULT_SETTINGS.items()}
 REPORTED = ["server_version", "server_encoding", "client_encoding", "DateStyle", "IntervalStyle", "TimeZone",
             "integer_datetimes", "standard_conforming_strings", "is_superuser", "application_name",
             "session_authorization", "default_transaction_read_only"]  # fmt: skip
@@ -367,6 +399,8 @@ class Session:
             if k not in ("user", "database", "options", "replication"):
                 self.settings[k.lower()] = v
         self.tx = "I"
+        self.savepoints: list[str] = []
+        self.cursors: dict[str, Cursor] = {}
         self.statements: dict[str, Prepared] = {}
         self.portals: dict[str, Portal] = {}
         self.job: Job | None = None  # the job running for this session, if any
@@ -589,6 +623,8 @@ class Session:
             if kind == ROWDESC:
                 if rowdesc:
                     self.send(payload)
+            elif kind == COPYOUT:
+                self.send(payload)
             elif kind == DATA:
                 self.send(payload)
                 await self.drain(job)
@@ -612,6 +648,7 @@ class Session:
             )
             kind, payload = await self.frame(job)
             if kind != LIST:
+                self._check_aborted("query")
                 tag = await self.stream(job, rowdesc=True, first=(kind, payload))
                 self.send(pgwire.command_complete(tag))
                 return
@@ -619,15 +656,9 @@ class Session:
             if not parts:
                 self.send(pgwire.EMPTY_QUERY)
             for part in parts:
-                if "session" in part:
-                    info = part["session"]
-                    self._check_aborted(info["kind"])
-                    self._answer_session(Prepared(info["kind"], info["text"], tuple(info["args"]), 0, []))
-                    continue
-                self._check_aborted("query")
-                job = await self.start_job({"op": "run", "text": part["query"], **self._limits()})
-                tag = await self.stream(job, rowdesc=True)
-                self.send(pgwire.command_complete(tag))
+                st = _prepared(part)
+                self._check_aborted(st.kind)
+                await self.run_statement(st, [], None, simple=True)
                 await self.writer.drain()
         except QueryError as exc:
             self.send(pgwire.error_response(exc.sqlstate, str(exc)))
@@ -635,48 +666,58 @@ class Session:
                 self.tx = "E"
 
     def _check_aborted(self, kind: str) -> None:
-        if self.tx == "E" and kind not in ("commit", "rollback"):
+        if self.tx == "E" and kind not in ("commit", "rollback", "rollback_to"):
             raise QueryError(
                 "current transaction is aborted, commands ignored until end of transaction block", "25P02"
             )
 
-    def _answer_session(self, st: Prepared) -> None:
-        """Send the complete answer to a session command (rows for SHOW, then CommandComplete)."""
-        fields, rows, tag = self._session(st)
-        if fields is not None:
-            self.send(pgwire.row_description(fields))
+    async def run_statement(
+        self, st: Prepared, params: list, formats: list[int] | None, *, simple: bool
+    ) -> None:
+        """Run a statement and send its answer: with a RowDescription first for a simple query
+        (the extended protocol sent it at Describe), then rows and CommandComplete."""
+        if st.kind == "query":
+            job = await self.start_job({"op": "run", "text": st.text, "params": params,
+                                        "formats": formats or [], **self._limits()})  # fmt: skip
+            tag = await self.stream(job, rowdesc=simple)
+            self.send(pgwire.command_complete(tag))
+        elif st.kind == "copy":
+            await self._copy(st, params)
+        elif st.kind == "declare":
+            await self._declare(st, params)
+        elif st.kind in ("fetch", "move"):
+            self._fetch(st, formats, rowdesc=simple)
+        else:
+            fields, rows, tag = self._session(st)
+            if fields is not None and simple:
+                self.send(pgwire.row_description(fields))
             self.send(b"".join(rows))
-        self.send(pgwire.command_complete(tag))
+            self.send(pgwire.command_complete(tag))
 
     def _session(self, st: Prepared) -> tuple[list | None, list[bytes], str]:
         """(fields, DataRows, tag) of a PostgreSQL session command, answered without DuckDB."""
         k = st.kind
         if k in ("set", "reset") and not settable(st.args[0]):
+            if st.args[0].lower() in DEFAULTS:
+                raise QueryError(f'parameter "{st.args[0]}" cannot be changed', "55P02")
             raise QueryError(
                 f'parameter "{st.args[0]}" cannot be changed: only PostgreSQL session settings are '
                 "accepted; the engine's configuration is fixed by the server",
                 "42501",
             )
-        if k == "set":
-            name, value = st.args[0].lower(), st.args[1].strip().strip("'\"")
-            if value.upper() == "DEFAULT":
-                value = DEFAULT_SETTINGS.get(name, "")
-            self.settings[name] = value
-            for rep in REPORTED:
-                if rep.lower() == name:
-                    self.send(pgwire.parameter_status(rep, value))
+        if k in ("set", "set_config"):
+            self._set(st.args[0], st.args[1])
+            if k == "set_config":
+                return [("set_config", pgwire.TEXT)], pgwire.encode_rows_text([[st.args[1]]]), "SELECT 1"
             return None, [], "SET"
-        if k == "set_time_zone":
-            self.settings["timezone"] = st.args[0].strip("'\"")
-            return None, [], "SET"
-        if k == "set_noop":
-            return None, [], "SET"
+        if k in ("set_noop", "noop"):
+            return None, [], st.args[0] if k == "noop" and st.args else "SET"
         if k == "reset":
             name = st.args[0].lower()
             if name == "all":
-                self.settings.update({a.lower(): b for a, b in DEFAULT_SETTINGS.items()})
+                self.settings.update(DEFAULTS)
             else:
-                self.settings[name] = DEFAULT_SETTINGS.get(name, "")
+                self._set(name, DEFAULTS.get(name, ""))
             return None, [], "RESET"
         if k == "show":
             name = st.args[0].lower()
@@ -693,26 +734,168 @@ class Session:
         if k in ("commit", "rollback"):
             tag = "ROLLBACK" if k == "rollback" or self.tx == "E" else "COMMIT"
             self.tx = "I"
+            self.savepoints.clear()
+            self.cursors = {n: c for n, c in self.cursors.items() if c.hold and tag == "COMMIT"}
             return None, [], tag
+        if k in ("savepoint", "release", "rollback_to"):
+            return None, [], self._savepoint(k, st.args[0])
         if k == "discard":
-            self.statements.clear()
-            return None, [], "DISCARD ALL"
+            if st.args[0] == "all":
+                self.statements.clear()
+                self.cursors.clear()
+                self.settings.update(DEFAULTS)
+            return None, [], f"DISCARD {st.args[0].upper()}"
         if k == "deallocate":
             if st.args[0].upper() == "ALL":
                 self.statements.clear()
-            else:
-                self.statements.pop(st.args[0], None)
-            return None, [], "DEALLOCATE"
-        return None, [], st.text.split()[0].upper()
+            elif self.statements.pop(st.args[0], None) is None:
+                raise QueryError(f'prepared statement "{st.args[0]}" does not exist', "26000")
+            return None, [], "DEALLOCATE ALL" if st.args[0].upper() == "ALL" else "DEALLOCATE"
+        if k == "close":
+            if st.args[0] == "ALL":
+                self.cursors.clear()
+            elif self.cursors.pop(st.args[0], None) is None:
+                raise QueryError(f'cursor "{st.args[0]}" does not exist', "34000")
+            return None, [], "CLOSE CURSOR ALL" if st.args[0] == "ALL" else "CLOSE CURSOR"
+        raise QueryError(f"{k} is not supported here", "0A000")
+
+    def _set(self, name: str, value: str) -> None:
+        name = name.lower()
+        if len(value) > MAX_SETTING_CHARS:
+            limit = f"at most {MAX_SETTING_CHARS:,} characters"
+            raise QueryError(f'value for parameter "{name}" is too long ({limit})', "22023")
+        if name not in self.settings and len(self.settings) >= MAX_SETTINGS:
+            raise QueryError(f"too many custom settings in this session (at most {MAX_SETTINGS})", "54000")
+        if value.upper() == "DEFAULT":
+            value = DEFAULTS.get(name, "")
+        self.settings[name] = value
+        for rep in REPORTED:
+            if rep.lower() == name:
+                self.send(pgwire.parameter_status(rep, value))
+
+    def _savepoint(self, kind: str, name: str) -> str:
+        if self.tx == "I":
+            word = {
+                "savepoint": "SAVEPOINT",
+                "release": "RELEASE SAVEPOINT",
+                "rollback_to": "ROLLBACK TO SAVEPOINT",
+            }
+            raise QueryError(f"{word[kind]} can only be used in transaction blocks", "25P01")
+        if kind == "savepoint":
+            if len(self.savepoints) >= MAX_SAVEPOINTS:
+                raise QueryError(f"too many savepoints (at most {MAX_SAVEPOINTS})", "54000")
+            self.savepoints.append(name)
+            return "SAVEPOINT"
+        if name not in self.savepoints:
+            raise QueryError(f'savepoint "{name}" does not exist', "3B001")
+        at = len(self.savepoints) - 1 - self.savepoints[::-1].index(name)
+        if kind == "release":
+            del self.savepoints[at:]
+            return "RELEASE"
+        del self.savepoints[at + 1 :]
+        self.tx = "T"  # rolling back to a savepoint ends the aborted state
+        return "ROLLBACK"
+
+    # -- COPY and cursors ----------------------------------------------------------------------
+
+    async def _copy(self, st: Prepared, params: list) -> None:
+        options = json.loads(st.args[1])
+        job = await self.start_job({"op": "copy", "text": st.args[0], "params": params, "options": options,
+                                    **self._limits()})  # fmt: skip
+        tag = await self.stream(job, rowdesc=True)
+        self.send(pgwire.command_complete(tag))
+
+    async def _declare(self, st: Prepared, params: list) -> None:
+        name, binary, hold, query = st.args
+        if self.tx == "I" and hold != "1":
+            raise QueryError("DECLARE CURSOR can only be used in transaction blocks", "25P01")
+        if name in self.cursors:
+            raise QueryError(f'cursor "{name}" already exists', "42P03")
+        if len(self.cursors) >= MAX_CURSORS:
+            raise QueryError(f"too many open cursors in this session (at most {MAX_CURSORS})", "54000")
+        job = await self.start_job({"op": "arrow", "text": query, "params": params, **self._limits()})
+        schema: pa.Schema | None = None
+        batches: list[pa.RecordBatch] = []
+        budget = self.limits.max_result_bytes - self._held_bytes()
+        size = 0
+        while True:
+            kind, payload = await self.frame(job)
+            if kind == ROWDESC:
+                schema = pa.ipc.open_stream(payload).schema
+            elif kind == DATA:
+                size += len(payload)
+                if size > budget:
+                    await job.abort()
+                    raise QueryError(
+                        f"this session's cursors and portals hold more than {self.limits.max_result_bytes:,} "
+                        "bytes of rows: close some, or fetch less at once",
+                        "54000",
+                    )
+                batches.extend(pa.ipc.open_stream(payload))
+            elif kind in (DONE, NODATA):
+                break
+        if schema is None:
+            raise QueryError("DECLARE CURSOR needs a query that returns rows", "42P11")
+        table = pa.Table.from_batches(batches, schema=schema)
+        self.cursors[name] = Cursor(name, table, binary == "1", hold == "1", query)
+        self.send(pgwire.command_complete("DECLARE CURSOR"))
+
+    def _held_bytes(self) -> int:
+        held = sum(c.table.nbytes for c in self.cursors.values())
+        return held + sum(sum(map(len, p.rows)) for p in self.portals.values() if p.rows)
+
+    def _cursor(self, name: str) -> Cursor:
+        cursor = self.cursors.get(name)
+        if cursor is None:
+            raise QueryError(f'cursor "{name}" does not exist', "34000")
+        return cursor
+
+    def _fetch(self, st: Prepared, formats: list[int] | None, *, rowdesc: bool) -> None:
+        """FETCH / MOVE on a cursor: its position moves as PostgreSQL's does (0 before the first
+        row, n after the last); FETCH sends the rows in the formats asked for."""
+        name, direction, count = st.args
+        cursor = self._cursor(name)
+        total = cursor.table.num_rows
+        step = total + 1 if count == "all" else int(count)
+        start, pos = cursor.pos, cursor.pos
+        if direction == "forward":
+            end = min(total + 1, pos + step) if step >= 0 else max(0, pos + step)
+            taken = range(pos + 1, min(end, total) + 1) if step >= 0 else range(pos - 1, end - 1, -1)
+        elif direction == "backward":
+            end = max(0, pos - step)
+            taken = range(pos - 1, end - 1, -1) if step > 0 else range(0)
+        elif direction in ("absolute", "relative", "first", "last"):
+            target = {"first": 1, "last": total, "absolute": step if step >= 0 else total + 1 + step,
+                      "relative": pos + step}[direction]  # fmt: skip
+            end = max(0, min(total + 1, target))
+            taken = range(end, end + 1) if 1 <= end <= total else range(0)
+        else:
+            raise QueryError(f"FETCH {direction} is not supported", "0A000")
+        cursor.pos = end
+        if st.kind == "move":
+            moved = (
+                len(range(min(start, end), max(start, end))) if direction in ("forward", "backward") else 1
+            )
+            self.send(pgwire.command_complete(f"MOVE {min(moved, total) if end else 0}"))
+            return
+        rows = [i - 1 for i in taken if 1 <= i <= total]
+        codes = result_formats(formats, cursor.table.num_columns, binary=cursor.binary)
+        if rowdesc:
+            self.send(pgwire.row_description(cursor.fields(), codes))
+        if rows:
+            part = cursor.table.take(pa.array(rows, type=pa.int64()))
+            for batch in part.to_batches():
+                self.send(pgcodec.encode_datarows(batch, codes))
+        self.send(pgwire.command_complete(f"FETCH {len(rows)}"))
 
     # -- extended query ----------------------------------------------------------------------
 
     async def extended(self, tag: bytes, body: bytes) -> None:
         if tag == b"P":
             p = pgwire.parse_parse(body)
-            held = sum(len(st.text) for name, st in self.statements.items() if name != p.name)
+            held = sum(len(st.text.encode()) for name, st in self.statements.items() if name != p.name)
             count = len(self.statements) - (p.name in self.statements)
-            if (count >= MAX_STATEMENTS and p.name) or held + len(p.query) > MAX_STATEMENT_BYTES:
+            if (count >= MAX_STATEMENTS and p.name) or held + len(p.query.encode()) > MAX_STATEMENT_BYTES:
                 raise QueryError(
                     f"too many prepared statements in this session (at most {MAX_STATEMENTS:,}, "
                     f"{MAX_STATEMENT_BYTES >> 20} MiB of text): close some",
@@ -721,30 +904,42 @@ class Session:
             kind, payload = await self.request({"op": "parse", "text": p.query})
             if kind != PARSED:
                 raise QueryError(f"unexpected reply {kind!r} from a statement worker", "XX000")
-            info = json.loads(payload)
-            self.statements[p.name] = Prepared(
-                info["kind"], info["text"], tuple(info["args"]), info["nparams"], list(p.param_oids)
-            )
+            st = _prepared(json.loads(payload))
+            st.param_oids = list(p.param_oids)
+            self.statements[p.name] = st
             self.send(pgwire.PARSE_COMPLETE)
         elif tag == b"B":
             b = pgwire.parse_bind(body)
             st = self._statement(b.statement)
-            if any(f != 0 for f in b.result_formats):
-                raise QueryError("binary result format is not supported", "0A000")
+            if any(f not in (0, 1) for f in b.result_formats):
+                raise QueryError("unsupported format code in Bind", "08P01")
             fmts = pgwire.param_formats(b)
+            if len(fmts) != len(b.params):
+                raise QueryError(
+                    f"bind message has {len(fmts)} parameter formats but {len(b.params)} parameters", "08P01"
+                )
+            if len(b.params) != st.nparams:
+                raise QueryError(
+                    f"bind message supplies {len(b.params)} parameters, but prepared statement "
+                    f'"{b.statement}" requires {st.nparams}',
+                    "08P01",
+                )
             params = [
-                [None if raw is None else bytes(raw).hex(),
-                 st.param_oids[i] if i < len(st.param_oids) else 0, fmts[i]]
+                [None if raw is None else bytes(raw).hex(), st.param_oid(i), fmts[i]]
                 for i, raw in enumerate(b.params)
-            ]  # fmt: skip
+            ]
             if b.portal in self.portals:
                 self._drop(self.portals.pop(b.portal))
-            self.portals[b.portal] = Portal(st, params)
+            self.portals[b.portal] = Portal(st, params, formats=list(b.result_formats))
             self.send(pgwire.BIND_COMPLETE)
         elif tag == b"D":
             kind, name = body[:1], body[1:].rstrip(b"\x00").decode()
             if kind == b"S":
                 await self._describe_statement(self._statement(name))
+            elif name not in self.portals and name in self.cursors:  # a DECLAREd cursor is a portal too
+                cursor = self.cursors[name]
+                codes = result_formats(None, len(cursor.fields()), binary=cursor.binary)
+                self.send(pgwire.row_description(cursor.fields(), codes))
             else:
                 await self._describe_portal(self._portal(name))
         elif tag == b"E":
@@ -757,6 +952,8 @@ class Session:
                 self.statements.pop(name, None)
             elif name in self.portals:
                 self._drop(self.portals.pop(name))
+            else:
+                self.cursors.pop(name, None)
             self.send(pgwire.CLOSE_COMPLETE)
         else:
             raise QueryError(f"unsupported message {tag!r}", "08P01")
@@ -771,18 +968,25 @@ class Session:
             raise QueryError(f'portal "{name}" does not exist', "34000")
         return self.portals[name]
 
-    def _describe_session(self, st: Prepared) -> bool:
+    def _describe_command(self, st: Prepared, formats: list[int] | None) -> bool:
         """Describe a statement the server answers itself; False for a query (the worker's job)."""
         if st.kind == "query":
             return False
-        self.send(pgwire.row_description(show_fields(st.args[0])) if st.kind == "show" else pgwire.NO_DATA)
+        if st.kind == "show":
+            self.send(pgwire.row_description(show_fields(st.args[0])))
+        elif st.kind == "set_config":
+            self.send(pgwire.row_description([("set_config", pgwire.TEXT)]))
+        elif st.kind == "fetch" and st.args[0] in self.cursors:
+            cursor = self.cursors[st.args[0]]
+            codes = result_formats(formats, cursor.table.num_columns, binary=cursor.binary)
+            self.send(pgwire.row_description(cursor.fields(), codes))
+        else:
+            self.send(pgwire.NO_DATA)
         return True
 
     async def _describe_statement(self, st: Prepared) -> None:
-        oids = [st.param_oids[i] if i < len(st.param_oids) and st.param_oids[i] else pgwire.TEXT
-                for i in range(st.nparams)]  # fmt: skip
-        self.send(pgwire.parameter_description(oids))
-        if self._describe_session(st):
+        self.send(pgwire.parameter_description([st.param_oid(i) for i in range(st.nparams)]))
+        if self._describe_command(st, None):
             return
         job = await self.start_job({"op": "describe", "text": st.text, "nparams": st.nparams})
         kind, payload = await self.frame(job)
@@ -794,7 +998,7 @@ class Session:
 
     async def _describe_portal(self, portal: Portal) -> None:
         st = portal.statement
-        if self._describe_session(st):
+        if self._describe_command(st, portal.formats):
             return
         if portal.rowdesc is None and not portal.finished:
             self._check_aborted("query")
@@ -807,9 +1011,8 @@ class Session:
         self.send(portal.rowdesc if portal.rowdesc is not None else pgwire.NO_DATA)
 
     async def _run_portal(self, portal: Portal) -> Job:
-        return await self.start_job(
-            {"op": "run", "text": portal.statement.text, "params": portal.params, **self._limits()}
-        )
+        return await self.start_job({"op": "run", "text": portal.statement.text, "params": portal.params,
+                                     "formats": portal.formats, **self._limits()})  # fmt: skip
 
     async def _execute(self, portal: Portal, limit: int) -> None:
         st = portal.statement
@@ -818,9 +1021,10 @@ class Session:
             return
         if st.kind != "query":
             self._check_aborted(st.kind)
-            _fields, rows, tag = self._session(st)
-            self.send(b"".join(rows))
-            self.send(pgwire.command_complete(tag))
+            if portal.finished:
+                self.send(pgwire.command_complete(portal.tag))
+                return
+            await self.run_statement(st, portal.params, portal.formats, simple=False)
             return
         if portal.rows is None and limit <= 0:  # the common case: stream everything
             if portal.job is None and not portal.finished:
@@ -851,10 +1055,8 @@ class Session:
             portal.job = await self._run_portal(portal)
         job, portal.job = portal.job, None
         rows: list[bytes] = []
-        # Buffered rows of all this session's portals share one --max-result-bytes.
-        budget = self.limits.max_result_bytes - sum(
-            sum(map(len, p.rows)) for p in self.portals.values() if p.rows and p is not portal
-        )
+        # Buffered rows of all this session's portals and cursors share one --max-result-bytes.
+        budget = self.limits.max_result_bytes - self._held_bytes()
         size = 0
         while True:
             kind, payload = await self.frame(job)
@@ -892,19 +1094,27 @@ class Session:
                 portal.finished, portal.rows = True, []
 
 
-# PostgreSQL parameters clients set (JDBC, psql, pgAdmin, DBeaver, BI tools). They change what SHOW
-# and ParameterStatus answer, never the engine. Names with a dot are custom settings, as in
-# PostgreSQL.
-SETTABLE = {name.lower() for name in DEFAULT_SETTINGS} | {
-    "extra_float_digits", "client_min_messages", "bytea_output", "search_path", "statement_timeout",
-    "lock_timeout", "idle_in_transaction_session_timeout", "idle_session_timeout", "jit", "work_mem",
-    "row_security", "intervalstyle", "datestyle", "timezone", "geqo", "enable_seqscan", "lc_messages",
-    "lc_monetary", "lc_numeric", "lc_time", "synchronous_commit", "cursor_tuple_fraction", "all",
-}  # fmt: skip
+def _prepared(info: dict) -> Prepared:
+    return Prepared(info["kind"], info["text"], tuple(info["args"]), info.get("nparams", 0), [],
+                    list(info.get("param_types") or []))  # fmt: skip
+
+
+def result_formats(codes: list[int] | None, ncols: int, *, binary: bool = False) -> list[int]:
+    """Format code per column from Bind's list (none: the cursor's own, text unless DECLARE BINARY)."""
+    if not codes:
+        return [1 if binary else 0] * ncols
+    if len(codes) == 1:
+        return list(codes) * ncols
+    if len(codes) != ncols:
+        raise QueryError(f"bind message has {len(codes)} result formats but the result has {ncols} columns",
+                         "08P01")  # fmt: skip
+    return list(codes)
 
 
 def settable(name: str) -> bool:
-    return name.lower() in SETTABLE or "." in name
+    """PostgreSQL session settings a client may change (they change what SHOW, current_setting and
+    ParameterStatus answer, never the engine), and custom settings (a dotted name), as in PostgreSQL."""
+    return name.lower() in pg_catalog.SESSION_SETTABLE or name.lower() == "all" or "." in name
 
 
 def show_fields(name: str) -> list[tuple[str, int]]:

@@ -31,6 +31,8 @@ import threading
 import time
 from typing import Any
 
+from catalog import pgwire
+
 HEADER = struct.Struct("!cI")
 
 # Reply kinds.
@@ -42,6 +44,7 @@ ERROR = b"E"  # {"sqlstate", "message"}: a request failed
 PARSED = b"P"  # {"kind", "text", "args", "nparams"}
 LIST = b"L"  # [{"session": {...}} | {"query": text}]: a simple query of several parts
 NODATA = b"N"  # Describe: the statement returns no rows
+COPYOUT = b"H"  # a CopyOutResponse message (COPY ... TO STDOUT starts)
 TERMINAL = {DONE, ERROR, PARSED, LIST, NODATA}
 
 CHUNK_BYTES = 256 << 10
@@ -146,6 +149,15 @@ class Worker:
         self.guard.classify("SELECT count(*) FROM stats WHERE nan_count > 0")
         cur.sql("SELECT count(*) FROM stats WHERE nan_count > 0").fetchall()
         cur.sql("SELECT * FROM dumpcat_pg.pg_class LIMIT 1").to_arrow_table()
+        # the PostgreSQL front's modules (sqlglot, the codecs) load here, not under the cap
+        catalog_query = self.prepare(
+            "SELECT c.relname FROM pg_catalog.pg_class c WHERE c.oid = 'stats'::regclass"
+        )
+        batch = cur.sql(catalog_query["text"]).to_arrow_table().to_batches()
+        from catalog import pgcodec
+
+        for b in batch:
+            pgcodec.encode_datarows(b, [1] * b.num_columns)
         self.engine.forget(-1)
 
     def limit_memory(self) -> int:
@@ -239,6 +251,12 @@ class Worker:
             elif op == "run":
                 values = self.decode_params(request.get("params") or [])
                 self.run(request["sid"], request["text"], values, request)
+            elif op == "copy":
+                values = self.decode_params(request.get("params") or [])
+                self.copy(request["sid"], request["text"], values, request.get("options") or {}, request)
+            elif op == "arrow":
+                values = self.decode_params(request.get("params") or [])
+                self.arrow(request["sid"], request["text"], values, request)
             else:
                 raise StatementError(f"unknown request {op!r}", "XX000")
         except StatementError:
@@ -272,97 +290,228 @@ class Worker:
         if isinstance(exc, RecursionError):
             return StatementError("statement too complex: nested too deeply", "54001")
         if isinstance(exc, duckdb.Error):
-            return StatementError(first_line(exc), sqlstate_of(exc))
+            return StatementError(first_line(exc), _emulation_sqlstate(first_line(exc)) or sqlstate_of(exc))
         if isinstance(exc, OverflowError | ValueError | ArrowException | UnicodeError):
             return StatementError(f"cannot send this result: {first_line(exc)}", "22008")
         return StatementError(f"internal error: {type(exc).__name__}: {first_line(exc)}", "XX000")
 
     def decode_params(self, params: list) -> list:
-        from catalog import pgwire
+        from catalog import pgcodec
 
         try:
             return [
-                pgwire.decode_param(None if h is None else bytes.fromhex(h), oid, fmt)
+                pgcodec.decode_param(None if h is None else bytes.fromhex(h), oid, fmt)
                 for h, oid, fmt in params
             ]
         except (ValueError, UnicodeDecodeError, struct.error) as exc:
             raise StatementError(f"invalid parameter: {first_line(exc)}", "22P02") from exc
 
-    def parse(self, text: str) -> dict:
-        from catalog import pg_catalog
+    # -- what a statement is ---------------------------------------------------------------------
 
-        stmts = self.guard.split(pg_catalog.rewrite(text))
+    def query_text(self, text: str) -> str:
+        """The DuckDB text of a client query: PostgreSQL catalog queries translated
+        (catalog.pg_translate), then classified by the guard (refused unless a harmless read)."""
+        from catalog import pg_translate
+
+        if pg_translate.needs_translation(text):
+            try:
+                text = pg_translate.translate(text)
+            except pg_translate.TranslationError as exc:
+                raise StatementError(str(exc), exc.sqlstate) from exc
+        st = self.guard.classify(text)
+        if st.kind != "query":
+            raise StatementError(f"{st.kind} cannot run here", "0A000")
+        return st.text
+
+    def prepare(self, text: str) -> dict:
+        """One statement as the server needs it: a query (DuckDB text and its parameters) or a
+        command the server answers (catalog.pg_session), whose inner query (DECLARE, COPY) is
+        prepared here too."""
+        from catalog import pg_session, pg_translate
+
+        try:
+            cmd = pg_session.command(text)
+        except pg_session.CommandError as exc:
+            raise StatementError(str(exc), exc.sqlstate) from exc
+        if cmd is None:
+            call = pg_translate.set_config_call(text)
+            if call is not None:
+                return {
+                    "kind": "set_config",
+                    "text": text,
+                    "args": list(call),
+                    "nparams": 0,
+                    "param_types": [],
+                }
+            query = self.query_text(text)
+            return {"kind": "query", "text": query, "args": [], **self.parameters(query)}
+        args = list(cmd.args)
+        info = {"nparams": 0, "param_types": []}
+        if cmd.kind == "declare":
+            args[3] = self.query_text(args[3])
+            info = self.parameters(args[3])
+        elif cmd.kind == "copy":
+            args[0] = self.query_text(args[0])
+            info = self.parameters(args[0])
+        return {"kind": cmd.kind, "text": text, "args": args, **info}
+
+    def parameters(self, query: str) -> dict:
+        """How many $n parameters a query has, and the PostgreSQL type of each where it can be
+        inferred (a client that asks, such as asyncpg, encodes its values by these)."""
+        from catalog import pg_translate
+
+        n = param_count(query)
+        return {
+            "nparams": n,
+            "param_types": pg_translate.param_types(query, n, self.column_oids()) if n else [],
+        }
+
+    def column_oids(self) -> dict[str, int]:
+        """PostgreSQL type OID of each user-view column name that has one type in every view."""
+        if self._column_oids is None:
+            from catalog.views import USER_VIEWS
+
+            rows = self.engine.con.execute(
+                "SELECT column_name, data_type FROM duckdb_columns() WHERE schema_name = 'main' "
+                "AND table_name IN (SELECT unnest($1::VARCHAR[]))",
+                [sorted(USER_VIEWS)],
+            ).fetchall()
+            seen: dict[str, set[int]] = {}
+            for name, duck_type in rows:
+                seen.setdefault(name.lower(), set()).add(pgwire.DUCK_TYPE_OIDS.get(duck_type, pgwire.TEXT))
+            self._column_oids = {name: oids.pop() for name, oids in seen.items() if len(oids) == 1}
+        return self._column_oids
+
+    _column_oids: dict[str, int] | None = None
+
+    def parse(self, text: str) -> dict:
+        from catalog import pg_session
+
+        stmts = pg_session.split(text)
         if not stmts:
-            return {"kind": "empty", "text": "", "args": [], "nparams": 0}
+            return {"kind": "empty", "text": "", "args": [], "nparams": 0, "param_types": []}
         if len(stmts) > 1:
             raise StatementError("cannot insert multiple commands into a prepared statement", "42601")
-        st = self.guard.classify(stmts[0])
-        return {"kind": st.kind, "text": st.text, "args": list(st.args), "nparams": param_count(st.text)}
+        return self.prepare(stmts[0])
 
     def simple(self, request: dict) -> None:
-        from catalog import pg_catalog
+        from catalog import pg_session
 
-        stmts = self.guard.split(pg_catalog.rewrite(request["text"]))
+        stmts = pg_session.split(request["text"])
         if len(stmts) > MAX_STATEMENTS_PER_QUERY:
             raise StatementError(
                 f"a query string of {len(stmts):,} statements: at most {MAX_STATEMENTS_PER_QUERY:,} at once",
                 "54000",
             )
-        if len(stmts) == 1 and self.guard.session_statement(stmts[0]) is None:
-            self.run(request["sid"], stmts[0], [], request)
+        parts = [self.prepare(text) for text in stmts]
+        if len(parts) == 1 and parts[0]["kind"] == "query":
+            self.run(request["sid"], parts[0]["text"], [], request, checked=True)
             return
-        parts: list[dict] = []
-        for text in stmts:
-            st = self.guard.session_statement(text)
-            if st is None:
-                parts.append({"query": text})
-            else:
-                parts.append({"session": {"kind": st.kind, "text": st.text, "args": list(st.args)}})
         self.send(json_frame(LIST, parts))
 
-    def _start(self, sid: int, text: str):
-        st = self.guard.classify(text)
-        if st.kind != "query":
-            raise StatementError(f"{st.kind} cannot run here", "0A000")
+    def _cursor(self, sid: int):
         cur = self.engine.cursor(sid)
         with self._lock:
             self.cursor = cur
-        return st, cur
+        return cur
+
+    def _start(self, sid: int, text: str, *, checked: bool = False):
+        """(text, cursor) for a query; `checked` texts come from prepare() of this server."""
+        if not checked:
+            text = self.query_text(text)
+        return text, self._cursor(sid)
 
     def describe(self, sid: int, text: str, nparams: int) -> None:
         import duckdb
 
-        from catalog import pgwire
+        from catalog import pgcodec
 
-        st, cur = self._start(sid, text)
+        text, cur = self._start(sid, text, checked=True)
         params = [None] * nparams or None
         try:
-            body = st.text.rstrip().rstrip(";")
+            body = text.rstrip().rstrip(";")
             schema = cur.sql(f"SELECT * FROM ({body}) AS _q LIMIT 0", params=params).to_arrow_table().schema
         except duckdb.InterruptException:
             raise
         except duckdb.Error:
-            rel = cur.sql(st.text, params=params)
+            rel = cur.sql(text, params=params)
             if rel is None:
                 self.send(frame(NODATA, b""))
                 return
             schema = rel.limit(0).to_arrow_table().schema
-        fields = [(f.name, pgwire.oid_of(f.type)) for f in schema]
+        fields = [(f.name, pgcodec.oid_of(f.type)) for f in schema]
         self.send(frame(ROWDESC, pgwire.row_description(fields)))
         self.send(json_frame(DONE, {"tag": ""}))
 
-    def run(self, sid: int, text: str, values: list, limits: dict) -> None:
-        from catalog import pgwire
+    def _reader(self, sid: int, text: str, values: list, *, checked: bool):
+        text, cur = self._start(sid, text, checked=checked)
+        rel = cur.sql(text, params=values or None)
+        return None if rel is None else rel.to_arrow_reader(BATCH_ROWS)
 
-        max_rows, max_bytes = limits.get("max_rows", 100_000), limits.get("max_bytes", 256 << 20)
-        st, cur = self._start(sid, text)
-        rel = cur.sql(st.text, params=values or None)
-        if rel is None:
+    def run(self, sid: int, text: str, values: list, limits: dict, *, checked: bool = True) -> None:
+        """Run a query and stream its rows as DataRow messages in the formats the client bound."""
+        from catalog import pgcodec
+
+        reader = self._reader(sid, text, values, checked=checked)
+        if reader is None:
             self.send(json_frame(DONE, {"tag": "SELECT 0"}))
             return
-        reader = rel.to_arrow_reader(BATCH_ROWS)
-        fields = [(f.name, pgwire.oid_of(f.type)) for f in reader.schema]
-        self.send(frame(ROWDESC, pgwire.row_description(fields)))
+        formats = result_formats(limits.get("formats") or [], len(reader.schema))
+        fields = [(f.name, pgcodec.oid_of(f.type)) for f in reader.schema]
+        self.send(frame(ROWDESC, pgwire.row_description(fields, formats)))
+        rows = self.stream(reader, limits, lambda batch: pgcodec.encode_datarows(batch, formats))
+        self.send(json_frame(DONE, {"tag": f"SELECT {rows}"}))
+
+    def copy(self, sid: int, text: str, values: list, options: dict, limits: dict) -> None:
+        """`COPY (query) TO STDOUT`: CopyOutResponse, one CopyData message per row (as PostgreSQL
+        sends them; psycopg's row reader counts on it), CopyDone. Nothing is written anywhere but to
+        the client."""
+        from catalog import pgcodec
+
+        reader = self._reader(sid, text, values, checked=True)
+        fmt = options.get("format", "text")
+        names = reader.schema.names if reader is not None else []
+        opts = _csv_options(options) if fmt == "csv" else _text_options(options) if fmt == "text" else {}
+        if fmt == "csv" and options.get("header") == "true":
+            opts["header"] = True
+        try:
+            encoder = pgcodec.CopyEncoder(names, fmt, **opts)
+        except ValueError as exc:
+            raise StatementError(f"COPY: {first_line(exc)}", "22023") from exc
+        self.send(frame(COPYOUT, pgwire.copy_out_response(1 if fmt == "binary" else 0, len(names))))
+        head = encoder.start()
+        if head:
+            self.send(frame(DATA, head))
+        rows = self.stream(reader, limits, encoder.rows) if reader is not None else 0
+        self.send(frame(DATA, encoder.finish() + pgwire.COPY_DONE))
+        self.send(json_frame(DONE, {"tag": f"COPY {rows}"}))
+
+    def arrow(self, sid: int, text: str, values: list, limits: dict) -> None:
+        """A query's result as Arrow IPC (a DECLAREd cursor: the server keeps it and encodes what
+        each FETCH takes in the format that FETCH asks for)."""
+        import pyarrow as pa
+
+        reader = self._reader(sid, text, values, checked=True)
+        if reader is None:
+            self.send(json_frame(DONE, {"tag": "SELECT 0"}))
+            return
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, reader.schema):
+            pass
+        self.send(frame(ROWDESC, sink.getvalue().to_pybytes()))
+
+        def ipc(batch) -> bytes:
+            out = pa.BufferOutputStream()
+            with pa.ipc.new_stream(out, batch.schema) as w:
+                w.write_batch(batch)
+            return out.getvalue().to_pybytes()
+
+        rows = self.stream(reader, limits, ipc, chunk_rows=False)
+        self.send(json_frame(DONE, {"tag": f"SELECT {rows}"}))
+
+    def stream(self, reader, limits: dict, encode, *, chunk_rows: bool = True) -> int:
+        """Send each batch encoded, in frames of about CHUNK_BYTES, under the row and byte caps."""
+        max_rows, max_bytes = limits.get("max_rows", 100_000), limits.get("max_bytes", 256 << 20)
         rows = size = 0
         pending: list[bytes] = []
         pending_size = 0
@@ -374,20 +523,46 @@ class Worker:
                 )
             if size + batch.get_total_buffer_size() > 2 * max_bytes:
                 raise StatementError(too_big(max_bytes), "54000")
-            for row in pgwire.encode_rows(batch):
-                size += len(row)
-                if size > max_bytes:
-                    raise StatementError(too_big(max_bytes), "54000")
-                pending.append(row)
-                pending_size += len(row)
-                if pending_size >= CHUNK_BYTES:
-                    self.send(frame(DATA, b"".join(pending)))
-                    pending, pending_size = [], 0
+            data = encode(batch)
+            size += len(data)
+            if size > max_bytes:
+                raise StatementError(too_big(max_bytes), "54000")
+            if not chunk_rows:
+                self.send(frame(DATA, data))
+                continue
+            pending.append(data)
+            pending_size += len(data)
+            if pending_size >= CHUNK_BYTES:
+                self.send(frame(DATA, b"".join(pending)))
+                pending, pending_size = [], 0
         if pending:
             self.send(frame(DATA, b"".join(pending)))
-        self.send(json_frame(DONE, {"tag": f"SELECT {rows}"}))
+        return rows
 
     _timeout = 30.0
+
+
+def result_formats(codes: list[int], ncols: int) -> list[int]:
+    """Bind's result format codes for each column: none (all text), one (for all) or one each."""
+    if not codes:
+        return [0] * ncols
+    if len(codes) == 1:
+        return codes * ncols
+    if len(codes) != ncols:
+        raise StatementError(
+            f"bind message has {len(codes)} result formats but query has {ncols} columns", "08P01"
+        )
+    if any(c not in (0, 1) for c in codes):
+        raise StatementError("unsupported format code", "22023")
+    return list(codes)
+
+
+def _csv_options(options: dict) -> dict:
+    return {k: options[k] for k in ("delimiter", "null", "quote", "escape", "force_quote") if k in options}
+
+
+def _text_options(options: dict) -> dict:
+    return {k: options[k] for k in ("delimiter", "null") if k in options}
 
 
 def too_big(max_bytes: int) -> str:
@@ -411,6 +586,27 @@ _ERROR_CODES = [
     ("OutOfMemoryException", "53200"),
     ("NotImplementedException", "0A000"),
 ]
+
+
+# Errors the PostgreSQL emulation raises (catalog.pg_catalog's macros) and PostgreSQL's SQLSTATE for each.
+_EMULATION_ERRORS = [
+    ("unrecognized configuration parameter", "42704"),
+    ('relation "', "42P01"),
+    ('type "', "42704"),
+    ('function "', "42883"),
+    ('schema "', "3F000"),
+    ('role "', "42704"),
+]
+
+
+def _emulation_sqlstate(message: str) -> str | None:
+    if "Invalid Input Error: " not in message:
+        return None
+    text = message.split("Invalid Input Error: ", 1)[1]
+    for start, code in _EMULATION_ERRORS:
+        if text.startswith(start) and (start.endswith("parameter") or text.endswith("does not exist")):
+            return code
+    return None
 
 
 def sqlstate_of(exc: BaseException) -> str:

@@ -53,10 +53,19 @@ def raw_view_sql(
 
 
 def view_sql_files() -> list[tuple[str, str]]:
-    """(name, text) of every sql/*.sql file, in order."""
+    """(name, text) of every numbered sql/NN_*.sql file (the views and macros), in order."""
     root = resources.files("sql")
-    files = sorted((p for p in root.iterdir() if p.name.endswith(".sql")), key=lambda p: p.name)
+    files = sorted(
+        (p for p in root.iterdir() if p.name.endswith(".sql") and p.name[:1].isdigit()), key=lambda p: p.name
+    )
     return [(p.name, p.read_text(encoding="utf-8")) for p in files]
+
+
+def column_comments_sql() -> list[str]:
+    """The COMMENT ON COLUMN statements of sql/comments.sql (the user views' column descriptions),
+    run where a database keeps the views: the server's views database and export-duckdb."""
+    text = resources.files("sql").joinpath("comments.sql").read_text(encoding="utf-8")
+    return [line.rstrip(";") for line in text.splitlines() if line.startswith("COMMENT ON ")]
 
 
 def query_text(name: str) -> str:

@@ -11,9 +11,9 @@ public class CatalogProbe {
         try (Connection con = DriverManager.getConnection(url, args[1], args[2])) {
             DatabaseMetaData md = con.getMetaData();
             System.out.println("product " + md.getDatabaseProductName() + " " + md.getDatabaseProductVersion());
-            try (ResultSet rs = md.getTables(null, "public", "%", new String[] {"TABLE"})) {
+            try (ResultSet rs = md.getTables(null, "public", "%", new String[] {"VIEW"})) {
                 while (rs.next()) {
-                    System.out.println("table " + rs.getString("TABLE_NAME"));
+                    System.out.println("view " + rs.getString("TABLE_NAME"));
                 }
             }
             try (ResultSet rs = md.getColumns(null, "public", "stats", "%")) {
