@@ -20,6 +20,7 @@ or nested deeper than Python's recursion allows are refused, not translated.
 
 from __future__ import annotations
 
+import collections
 import functools
 import typing
 
@@ -123,7 +124,9 @@ def translate(text: str) -> str:
         raise TranslationError(f'syntax error at or near "{tree.this}"')
     try:
         tree = _rewrite(tree)
-        return tree.sql(dialect="duckdb")
+        sql = tree.sql(dialect="duckdb")
+        _remember_params(sql, tree)
+        return sql
     except RecursionError as exc:
         raise TranslationError("statement too complex: nested too deeply", "54001") from exc
     except SqlglotError as exc:
@@ -215,6 +218,12 @@ def _node(node: exp.Expression, ctes: set[str], outputs: set[int]) -> exp.Expres
         return exp.Literal.string(pg_catalog.OWNER)
     if isinstance(node, exp.CurrentSchema):
         return exp.Literal.string("public")
+    if isinstance(node, exp.CurrentDatabase | exp.CurrentCatalog):
+        return exp.Literal.string(pg_catalog.DATABASE)
+    if isinstance(node, exp.CurrentSchemas):
+        return _qualified("current_schemas", [node.this] if node.this is not None else [exp.false()])
+    if isinstance(node, exp.Column) and not node.table and node.name == "user" and not node.this.quoted:
+        return exp.Literal.string(pg_catalog.OWNER)  # PostgreSQL's USER is current_user
     if isinstance(node, exp.CurrentVersion):
         return _qualified("version", [])
     if isinstance(node, exp.Cast):
@@ -227,7 +236,7 @@ def _node(node: exp.Expression, ctes: set[str], outputs: set[int]) -> exp.Expres
             node.set("catalog", None)
     if isinstance(node, exp.Column) and id(node) in outputs and node.name.lower() in REGPROC_COLUMNS:
         shown = _qualified("regproc_out", [node.copy()])
-        return shown if isinstance(node.parent, exp.Alias) else exp.alias_(shown, node.name, quoted=False)
+        return exp.alias_(shown, node.name, quoted=False) if isinstance(node.parent, exp.Select) else shown
     if isinstance(node, exp.Operator):
         return _operator(node)
     if isinstance(node, exp.Like | exp.ILike) and not isinstance(node.parent, exp.Escape):
@@ -408,18 +417,33 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp
 TEXT, INT8, FLOAT8, BOOL = 25, 20, 701, 16
 
 
+# Parameter types found on the trees of translated statements, by their DuckDB text (sqlglot
+# cannot always read its own DuckDB output back).
+_TRANSLATED_PARAMS: collections.OrderedDict[str, list[exp.Expression]] = collections.OrderedDict()
+
+
+def _remember_params(sql: str, tree: exp.Expression) -> None:
+    params = list(tree.find_all(exp.Placeholder, exp.Parameter))
+    if params:
+        _TRANSLATED_PARAMS[sql] = params
+        while len(_TRANSLATED_PARAMS) > 2048:
+            _TRANSLATED_PARAMS.popitem(last=False)
+
+
 def param_types(query: str, n: int, column_oids: dict[str, int] | None = None) -> list[int]:
     """The PostgreSQL type OID of each $1..$n of a (DuckDB) query, inferred as PostgreSQL infers
     them from where they stand: compared with a column (its type), with a literal, cast to a
     type, in LIMIT/OFFSET (bigint), in `= ANY($n)` (an array of the other side's type). A parameter
     whose type cannot be told is text, as PostgreSQL takes an unknown literal."""
     types = [0] * n
-    try:
-        tree = sqlglot.parse_one(query, read="duckdb")
-    except (SqlglotError, RecursionError):
-        return [TEXT] * n
+    params = _TRANSLATED_PARAMS.get(query)
+    if params is None:
+        try:
+            params = list(sqlglot.parse_one(query, read="duckdb").find_all(exp.Placeholder, exp.Parameter))
+        except (SqlglotError, RecursionError):
+            return [TEXT] * n
     columns = column_oids or {}
-    for node in tree.find_all(exp.Placeholder, exp.Parameter):
+    for node in params:
         index = _param_index(node)
         if index is None or not 1 <= index <= n or types[index - 1]:
             continue
@@ -476,7 +500,9 @@ def _param_type(node: exp.Expression, columns: dict[str, int]) -> int:
         comparison = parent.parent
         if isinstance(comparison, _COMPARISONS):
             other = comparison.this if comparison.expression is parent else comparison.expression
-            return pgwire.ARRAY_OF.get(_expression_type(other, columns), 0)
+            # an array of the other side's type; of text where that is not known (PostgreSQL
+            # would know it; a text array still compares with anything DuckDB can cast)
+            return pgwire.ARRAY_OF.get(_expression_type(other, columns) or TEXT, 0)
     if isinstance(parent, _COMPARISONS):
         other = parent.expression if parent.this is node else parent.this
         return _expression_type(other, columns)

@@ -100,8 +100,12 @@ class Prepared:
 
     def param_oid(self, i: int) -> int:
         """The type of parameter i: the client's, else the inferred one, else text."""
-        if i < len(self.param_oids) and self.param_oids[i]:
-            return self.param_oids[i]
+        inferred = self.param_types[i] if i < len(self.param_types) else 0
+        given = self.param_oids[i] if i < len(self.param_oids) else 0
+        if given in (pgwire.TEXT, pgwire.VARCHAR, 705) and inferred in pgcodec.ELEMENT_OF:
+            return inferred  # '{a,b}' given as text where the statement wants an array, as PostgreSQL casts it
+        if given:
+            return given
         if i < len(self.param_types) and self.param_types[i]:
             return self.param_types[i]
         return pgwire.TEXT

@@ -1,0 +1,1 @@
+"""Apache Superset against `dumpcat serve`: its installer, a harness and a screenshot script."""

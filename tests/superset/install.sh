@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Build the virtual environment Apache Superset runs from in tests/test_superset.py: its own, apart
+# from the project's .venv (Superset pins many libraries, SQLAlchemy 1.4 and pandas 2.1 among them,
+# that would clash with dumpcat's). Idempotent: a venv that already holds these pins is left as it is.
+# Where: $DUMPCAT_SUPERSET_VENV, default <repo>/.superset-venv (the test looks in the same place).
+# Prints one line on success; on failure, pip's output and a non-zero exit.
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
+venv="${DUMPCAT_SUPERSET_VENV:-$repo/.superset-venv}"
+
+# apache-superset 6.1.0 as released, and beside it: flask-caching 2.3.1, because newer releases pass
+# ignore_delete_many_errors to Superset's SupersetMetastoreCache, which refuses it at start-up;
+# rich and cachetools, which Superset imports without declaring them; psycopg2-binary, the driver of
+# the postgresql+psycopg2:// URI the test adds. All pinned to the versions the test was run with.
+pins=(apache-superset==6.1.0 flask-caching==2.3.1 rich==15.0.0 cachetools==8.0.2 psycopg2-binary==2.9.13)
+stamp="$venv/.dumpcat-pins"
+
+if [ -x "$venv/bin/superset" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "${pins[*]}" ]; then
+    echo "superset: $venv already has ${pins[*]}"
+    exit 0
+fi
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+log="$scratch/install.log"
+install() {
+    export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
+    [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --upgrade pip
+    "$venv/bin/python" -m pip install --quiet "${pins[@]}"
+    # Superset builds its app (where a wrong flask-caching fails) with a throwaway config and home.
+    printf 'SECRET_KEY = "%s"\nSQLALCHEMY_DATABASE_URI = "sqlite:///%s/superset.db"\n' \
+        "install-check-$RANDOM$RANDOM$RANDOM" "$scratch" > "$scratch/superset_config.py"
+    SUPERSET_CONFIG_PATH="$scratch/superset_config.py" SUPERSET_HOME="$scratch" \
+        "$venv/bin/python" -c "from superset.app import create_app; create_app(); import psycopg2"
+}
+if ! install > "$log" 2>&1; then
+    cat "$log" >&2
+    echo "superset: installing ${pins[*]} in $venv failed" >&2
+    exit 1
+fi
+echo "${pins[*]}" > "$stamp"
+echo "superset: installed ${pins[*]} in $venv"
