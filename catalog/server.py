@@ -103,7 +103,7 @@ class Prepared:
         inferred = self.param_types[i] if i < len(self.param_types) else 0
         given = self.param_oids[i] if i < len(self.param_oids) else 0
         if given in (pgwire.TEXT, pgwire.VARCHAR, 705) and inferred in pgcodec.ELEMENT_OF:
-            return inferred  # '{a,b}' sent as text where the statement wants an array: cast, as PostgreSQL does
+            return inferred  # '{a,b}' sent as text where an array is wanted: cast, as PostgreSQL does
         if given:
             return given
         if i < len(self.param_types) and self.param_types[i]:
