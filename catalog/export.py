@@ -27,7 +27,7 @@ from pathlib import Path
 import duckdb
 
 from catalog.api import DUCKDB_CONFIG
-from catalog.views import _quote_literal, define_views, view_sql_files
+from catalog.views import USER_VIEWS, _quote_literal, column_comments_sql, define_views, view_sql_files
 from ingest.schema import TABLES
 from ingest.store import CatalogStore, fsync_path
 
@@ -79,6 +79,15 @@ def _write(con: duckdb.DuckDBPyConnection, files: dict[str, list[str]], material
     return rows
 
 
+def _describe(con: duckdb.DuckDBPyConnection) -> None:
+    """The user views' descriptions and their columns' (sql/comments.sql), as DuckDB comments: SQL
+    tools show them (duckdb_views().comment, duckdb_columns().comment, SQLAlchemy's inspector)."""
+    for name, text in USER_VIEWS.items():
+        con.execute(f"COMMENT ON VIEW {_ALIAS}.main.{name} IS {_quote_literal(text)}")
+    for stmt in column_comments_sql():
+        con.execute(stmt.replace("COMMENT ON COLUMN ", f"COMMENT ON COLUMN {_ALIAS}.main.", 1))
+
+
 def export_duckdb(
     catalog_path: str | os.PathLike,
     out_path: str | os.PathLike,
@@ -107,6 +116,7 @@ def export_duckdb(
         try:
             con.execute(f"ATTACH {_quote_literal(str(tmp))} AS {_ALIAS}{options}")
             rows = _write(con, files, materialize)
+            _describe(con)
             views = con.execute(
                 "SELECT count(*) FROM duckdb_views() WHERE database_name = ? AND NOT internal", [_ALIAS]
             ).fetchall()[0][0]

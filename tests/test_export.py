@@ -111,6 +111,19 @@ def test_sqlalchemy_reflects_views_and_queries(exported):
     assert first == LOG_OP
 
 
+def test_user_views_carry_their_descriptions(exported):
+    """Tools reading the file show what each view and column means (sql/comments.sql)."""
+    with duckdb.connect(str(exported), read_only=True) as con:
+        views = dict(
+            con.execute("SELECT view_name, comment FROM duckdb_views() WHERE NOT internal").fetchall()
+        )
+        column = con.execute(
+            "SELECT comment FROM duckdb_columns() WHERE table_name = 'stats' AND column_name = 'nan_count'"
+        ).fetchall()
+    assert {name: views[name] for name in USER_VIEWS} == USER_VIEWS
+    assert column == [("element counts",)]
+
+
 def test_same_views_and_columns_as_the_catalog(exported, cat_path):
     with Catalog.open(cat_path) as cat:
         expected = {
