@@ -396,7 +396,8 @@ def _copy(text: str, toks: list[Token]) -> Command:
         raise CommandError("COPY FROM is not allowed: the catalog is read-only", "42501")
     if i + 1 >= len(toks) or toks[i + 1].word != "stdout":
         raise CommandError(
-            "COPY to a file or program is not allowed: the server has no file access; use COPY ... TO STDOUT",
+            "COPY to a file or program is not allowed: the catalog has no file access "
+            "(dumpcat serve answers COPY (query) TO STDOUT)",
             "42501",
         )
     options = _copy_options(toks[i + 2 :])
