@@ -1,6 +1,8 @@
 """Export a catalog as a DuckDB database file, for SQLAlchemy tools (Superset) and DuckDB clients.
 
-The file holds the same views as `Catalog` (`stats`, `tensors`, `ops`, ..., `raw_<table>`):
+The file holds the same views as `Catalog` (`stats`, `tensors`, `ops`, ..., `raw_<table>`) in its
+`main` schema, with their descriptions as DuckDB comments; the helper views they are built from
+live in schema `dumpcat_internal`, so SQL tools list only what users query:
 
 - by default (`materialize=False`) the `raw_<table>` views read the catalog's parquet files by
   absolute path, so the file stays small (a few hundred KiB) and shows rows appended to those files
@@ -60,22 +62,31 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
+# Everything sql/*.sql defines lives in this schema of the file; `main` shows the user views and
+# the raw_<table> relations (views reading it), so tools list what users query, not the helpers.
+INTERNAL_SCHEMA = "dumpcat_internal"
+
+
 def _write(con: duckdb.DuckDBPyConnection, files: dict[str, list[str]], materialize: bool) -> int:
     """Define the views (and tables) in the attached export database; return rows copied."""
-    if not materialize:
-        con.execute(f"USE {_ALIAS}")
-        define_views(con, files)
-        return 0
-    # The raw_<table> views are defined in the in-memory database, copied into tables of the
-    # export database, and the views of sql/*.sql defined over them there.
-    define_views(con, files)
+    inner = f"{_ALIAS}.{INTERNAL_SCHEMA}"
+    con.execute(f"CREATE SCHEMA {inner}")
     rows = 0
-    for table in TABLES:
-        con.execute(f"CREATE TABLE {_ALIAS}.main.raw_{table} AS SELECT * FROM memory.main.raw_{table}")
-        rows += con.execute(f"SELECT count(*) FROM {_ALIAS}.main.raw_{table}").fetchall()[0][0]
-    con.execute(f"USE {_ALIAS}")
-    for _name, text in view_sql_files():
-        con.execute(text)
+    if not materialize:
+        con.execute(f"USE {inner}")
+        define_views(con, files)
+    else:
+        # The raw_<table> views are defined in the in-memory database, copied into tables of the
+        # export database, and the views of sql/*.sql defined over them there.
+        define_views(con, files)
+        for table in TABLES:
+            con.execute(f"CREATE TABLE {inner}.raw_{table} AS SELECT * FROM memory.main.raw_{table}")
+            rows += con.execute(f"SELECT count(*) FROM {inner}.raw_{table}").fetchall()[0][0]
+        con.execute(f"USE {inner}")
+        for _name, text in view_sql_files():
+            con.execute(text)
+    for name in [*sorted(USER_VIEWS), *(f"raw_{t}" for t in TABLES)]:
+        con.execute(f"CREATE VIEW {_ALIAS}.main.{name} AS SELECT * FROM {inner}.{name}")
     return rows
 
 
@@ -118,7 +129,9 @@ def export_duckdb(
             rows = _write(con, files, materialize)
             _describe(con)
             views = con.execute(
-                "SELECT count(*) FROM duckdb_views() WHERE database_name = ? AND NOT internal", [_ALIAS]
+                "SELECT count(*) FROM duckdb_views() WHERE database_name = ? AND schema_name = 'main' "
+                "AND NOT internal",
+                [_ALIAS],
             ).fetchall()[0][0]
             tables = con.execute(
                 "SELECT count(*) FROM duckdb_tables() WHERE database_name = ?", [_ALIAS]
