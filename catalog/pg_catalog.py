@@ -33,7 +33,7 @@ PG_VERSION = "14.0"
 DATABASE = "dumpcat"
 OWNER = "dumpcat"
 OWNER_OID = 10
-PG_NS, PUBLIC_NS, INFO_NS = 11, 2200, 13000
+PG_NS, PUBLIC_NS, INFO_NS, TEMP_NS = 11, 2200, 13000, 16386
 DATABASE_OID = 16383
 PG = "dumpcat_pg"
 IS = "dumpcat_is"
@@ -504,25 +504,38 @@ def setup_sql(con: duckdb.DuckDBPyConnection | None = None) -> list[str]:
         f"CREATE OR REPLACE VIEW {pg}.duck_type_oids AS SELECT * FROM {type_map}",
         f"CREATE OR REPLACE VIEW {pg}.format_types AS SELECT * FROM {_values(format_type_rows(), 'oid, name')}",
         # Every relation a client can see: the user views, then the emulated catalogs.
+        # Every relation a client can see: the user views, the emulated catalogs, and this session's
+        # temporary views (in DuckDB's temp catalog; the worker names them in a variable).
         f"""CREATE OR REPLACE VIEW {pg}.rels AS SELECT oid::UINTEGER AS oid, relname, nsp::UINTEGER AS nsp, relkind,
             CASE nsp WHEN {PUBLIC_NS} THEN 'main' WHEN {PG_NS} THEN '{pg}' ELSE '{info}' END AS duck_schema
-            FROM {_values(user_rels + system_rels, "oid, relname, nsp, relkind")}""",
+            FROM {_values(user_rels + system_rels, "oid, relname, nsp, relkind")}
+            UNION ALL
+            SELECT (3000000000 + hash(view_name) % 1000000000)::UINTEGER, view_name, {TEMP_NS}::UINTEGER, 'v', 'main'
+            FROM duckdb_views() WHERE temporary
+              AND list_contains(coalesce(getvariable('dumpcat_session_views'), []::VARCHAR[]), view_name)""",
         f"""CREATE OR REPLACE VIEW {pg}.cols AS
             SELECT r.oid AS attrelid, c.column_name AS attname, c.column_index AS attnum,
                    coalesce(m.oid, 25)::UINTEGER AS atttypid, c.data_type AS duck_type, c.comment AS comment,
                    r.nsp AS nsp
             FROM duckdb_columns() c JOIN {pg}.rels r ON c.table_name = r.relname AND c.schema_name = r.duck_schema
+              AND (c.database_name = 'temp') = (r.nsp = {TEMP_NS})
             LEFT JOIN {pg}.duck_type_oids m ON m.duck_type = c.data_type
-            WHERE c.database_name NOT IN ('system', 'temp')""",
+            WHERE c.database_name <> 'system'""",
         f"""CREATE OR REPLACE VIEW {pg}.pg_namespace AS SELECT oid::UINTEGER AS oid, nspname, {
             OWNER_OID
         }::BIGINT
             AS nspowner, NULL::VARCHAR[] AS nspacl FROM {
             _values(
-                [(PG_NS, "pg_catalog"), (PUBLIC_NS, "public"), (INFO_NS, "information_schema")],
+                [
+                    (PG_NS, "pg_catalog"),
+                    (PUBLIC_NS, "public"),
+                    (INFO_NS, "information_schema"),
+                ],
                 "oid, nspname",
             )
-        }""",
+        }
+        UNION ALL SELECT {TEMP_NS}::UINTEGER, 'pg_temp_1', {OWNER_OID}::BIGINT, NULL::VARCHAR[]
+        WHERE len(coalesce(getvariable('dumpcat_session_views'), [])) > 0""",
         f"""CREATE OR REPLACE VIEW {pg}.pg_class AS
             SELECT r.oid, r.relname, r.nsp AS relnamespace, 0::UINTEGER AS reltype,
               0::UINTEGER AS reloftype, {OWNER_OID}::UINTEGER AS relowner,
@@ -713,7 +726,8 @@ def setup_sql(con: duckdb.DuckDBPyConnection | None = None) -> list[str]:
             0::UINTEGER AS laninline, 0::UINTEGER AS lanvalidator, NULL::VARCHAR[] AS lanacl
             FROM {_values([(12, "internal", False), (13, "c", False), (14, "sql", False)], "oid, lanname, lanispl")}""",
         f"""CREATE OR REPLACE VIEW {pg}.pg_views AS SELECT CASE r.nsp WHEN {PUBLIC_NS} THEN 'public'
-            WHEN {PG_NS} THEN 'pg_catalog' ELSE 'information_schema' END AS schemaname, r.relname AS viewname,
+            WHEN {PG_NS} THEN 'pg_catalog' WHEN {TEMP_NS} THEN 'pg_temp_1' ELSE 'information_schema' END
+            AS schemaname, r.relname AS viewname,
             '{OWNER}' AS viewowner, NULL::VARCHAR AS definition FROM {pg}.rels r WHERE r.relkind = 'v'""",
         f"""CREATE OR REPLACE VIEW {pg}.pg_stat_activity AS SELECT {DATABASE_OID}::UINTEGER AS datid,
             '{DATABASE}' AS datname, getvariable('dumpcat_backend_pid')::INTEGER AS pid,
@@ -747,7 +761,7 @@ def _function_sql(proc_oid: dict[str, int]) -> list[str]:
         f"CREATE OR REPLACE MACRO {pg}.pg_get_userbyid(x) AS CASE WHEN x = {OWNER_OID} THEN '{OWNER}' "
         "ELSE 'unknown (OID=' || x || ')' END",
         # on the search path ("$user", public, and pg_catalog, always), as in PostgreSQL
-        f"CREATE OR REPLACE MACRO {pg}.pg_table_is_visible(x) AS coalesce((SELECT nsp IN ({PUBLIC_NS}, {PG_NS}) "
+        f"CREATE OR REPLACE MACRO {pg}.pg_table_is_visible(x) AS coalesce((SELECT nsp IN ({PUBLIC_NS}, {PG_NS}, {TEMP_NS}) "
         f"FROM {pg}.rels WHERE oid = x), false)",
         *(
             f"CREATE OR REPLACE MACRO {pg}.{f}(x) AS true"
@@ -762,7 +776,8 @@ def _function_sql(proc_oid: dict[str, int]) -> list[str]:
         ),
         f"CREATE OR REPLACE MACRO {pg}.pg_relation_is_publishable(x) AS false",
         f"CREATE OR REPLACE MACRO {pg}.pg_is_other_temp_schema(x) AS false",
-        f"CREATE OR REPLACE MACRO {pg}.pg_my_temp_schema() AS 0::BIGINT",
+        f"CREATE OR REPLACE MACRO {pg}.pg_my_temp_schema() AS (CASE WHEN len(coalesce(getvariable("
+        f"'dumpcat_session_views'), [])) > 0 THEN {TEMP_NS} ELSE 0 END)::UINTEGER",
         f"CREATE OR REPLACE MACRO {pg}.pg_get_expr(a, b) AS NULL::VARCHAR, (a, b, c) AS NULL::VARCHAR",
         f"""CREATE OR REPLACE MACRO {pg}.obj_description(o) AS (SELECT description FROM {pg}.pg_description d
             WHERE d.objoid = o AND d.objsubid = 0 LIMIT 1),
@@ -907,7 +922,10 @@ def _function_sql(proc_oid: dict[str, int]) -> list[str]:
 
 def _information_schema_sql() -> list[str]:
     pg, info = PG, IS
-    nsp_name = f"CASE r.nsp WHEN {PUBLIC_NS} THEN 'public' WHEN {PG_NS} THEN 'pg_catalog' ELSE 'information_schema' END"
+    nsp_name = (
+        f"CASE r.nsp WHEN {PUBLIC_NS} THEN 'public' WHEN {PG_NS} THEN 'pg_catalog' WHEN {TEMP_NS} THEN 'pg_temp_1' "
+        "ELSE 'information_schema' END"
+    )
     empty = {
         "routines": "specific_catalog V, specific_schema V, specific_name V, routine_catalog V, routine_schema V, "
         "routine_name V, routine_type V, data_type V, type_udt_name V, routine_definition V, external_language V",

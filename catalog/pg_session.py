@@ -464,6 +464,50 @@ def _checked(opts: dict[str, str]) -> dict[str, str]:
     return opts
 
 
+def _create(text: str, toks: list[Token]) -> Command | None:
+    """CREATE [OR REPLACE] {TEMP | TEMPORARY} VIEW name [(columns)] AS query: a view of this session
+    only (args: name, query, or_replace, columns). Anything else CREATE is a query for the guard to
+    refuse."""
+    words = _words(toks)
+    i = 1
+    replace = words[1:3] == ["or", "replace"]
+    if replace:
+        i = 3
+    if i >= len(words) or words[i] not in ("temp", "temporary") or words[i + 1 : i + 2] != ["view"]:
+        return None
+    i += 2
+    if i >= len(toks):
+        raise CommandError("syntax error in CREATE VIEW")
+    name = toks[i].word
+    i += 1
+    columns = ""
+    if i < len(toks) and toks[i].text == "(":
+        j = i
+        while j < len(toks) and toks[j].text != ")":
+            j += 1
+        columns = ",".join(t.word for t in toks[i + 1 : j] if t.text != ",")
+        i = j + 1
+    if i >= len(toks) - 1 or toks[i].word != "as":
+        raise CommandError("syntax error in CREATE VIEW: expected AS query")
+    return Command("create_view", text, (name, text[toks[i + 1].start :], "1" if replace else "0", columns))
+
+
+def _drop(text: str, toks: list[Token]) -> Command | None:
+    """DROP VIEW [IF EXISTS] name [, ...] [CASCADE | RESTRICT] (args: if_exists, names...): the
+    server drops this session's views and refuses any other DROP."""
+    words = _words(toks)
+    if words[1:2] != ["view"]:
+        return None
+    i = 2
+    exists = words[2:4] == ["if", "exists"]
+    if exists:
+        i = 4
+    names = [t.word for t in toks[i:] if t.text != "," and t.word not in ("cascade", "restrict")]
+    if not names:
+        raise CommandError("syntax error at end of input")
+    return Command("drop_view", text, ("1" if exists else "0", *names))
+
+
 _READERS = {
     "set": _set,
     "reset": _reset,
@@ -486,4 +530,6 @@ _READERS = {
     "fetch": _fetch,
     "move": _fetch,
     "copy": _copy,
+    "create": _create,
+    "drop": _drop,
 }

@@ -42,6 +42,7 @@ import pyarrow as pa
 from catalog import pg_catalog, pgcodec, pgwire
 from catalog.sandbox import build_views_database, private_folder
 from catalog.statement_worker import COPYOUT, DATA, DONE, ERROR, LIST, NODATA, PARSED, ROWDESC, parse_size
+from catalog.views import USER_VIEWS
 from catalog.worker_pool import FAST_SECONDS, Job, JobFailed, WorkerPool, error_of
 from ingest.store import CatalogStore
 
@@ -55,6 +56,8 @@ MAX_SETTINGS = 256  # session settings (custom ones included)
 MAX_SETTING_CHARS = 64 << 10  # characters of one setting's value
 MAX_SAVEPOINTS = 1000
 MAX_CURSORS = 256
+MAX_VIEWS = 64  # temporary views of one session
+MAX_VIEW_CHARS = 1 << 20  # and their queries' text in all
 
 
 @dataclass
@@ -405,6 +408,7 @@ class Session:
         self.tx = "I"
         self.savepoints: list[str] = []
         self.cursors: dict[str, Cursor] = {}
+        self.views: dict[str, str] = {}  # this session's temporary views: name -> DuckDB query
         self.statements: dict[str, Prepared] = {}
         self.portals: dict[str, Portal] = {}
         self.job: Job | None = None  # the job running for this session, if any
@@ -568,7 +572,9 @@ class Session:
             key = hashlib.blake2b(f"{request['op']}\0{text}".encode(), digest_size=16).digest()
             trusted = self.trusted or key in self.server.fast_texts
         try:
-            job = await pool.job({**request, "sid": self.pid}, self.limits.query_timeout, trusted)
+            job = await pool.job(
+                {**request, "sid": self.pid, "views": self.views}, self.limits.query_timeout, trusted
+            )
         except JobFailed as exc:
             raise QueryError(str(exc), exc.sqlstate) from exc
         job.key = key
@@ -744,6 +750,8 @@ class Session:
         if k in ("savepoint", "release", "rollback_to"):
             return None, [], self._savepoint(k, st.args[0])
         if k == "discard":
+            if st.args[0] in ("all", "temp", "temporary"):
+                self.views.clear()
             if st.args[0] == "all":
                 self.statements.clear()
                 self.cursors.clear()
@@ -755,6 +763,10 @@ class Session:
             elif self.statements.pop(st.args[0], None) is None:
                 raise QueryError(f'prepared statement "{st.args[0]}" does not exist', "26000")
             return None, [], "DEALLOCATE ALL" if st.args[0].upper() == "ALL" else "DEALLOCATE"
+        if k == "create_view":
+            return None, [], self._create_view(*st.args)
+        if k == "drop_view":
+            return None, [], self._drop_views(st.args[0] == "1", st.args[1:])
         if k == "close":
             if st.args[0] == "ALL":
                 self.cursors.clear()
@@ -762,6 +774,35 @@ class Session:
                 raise QueryError(f'cursor "{st.args[0]}" does not exist', "34000")
             return None, [], "CLOSE CURSOR ALL" if st.args[0] == "ALL" else "CLOSE CURSOR"
         raise QueryError(f"{k} is not supported here", "0A000")
+
+    def _create_view(self, name: str, query: str, replace: str, _columns: str) -> str:
+        """A temporary view of this session (ibis learns a query's columns through one)."""
+        if name in USER_VIEWS or name.startswith("raw_"):
+            raise QueryError(
+                f'"{name}" is a view of the catalog: give the temporary view another name', "42P07"
+            )
+        if name in self.views and replace != "1":
+            raise QueryError(f'relation "{name}" already exists', "42P07")
+        if name not in self.views and len(self.views) >= MAX_VIEWS:
+            raise QueryError(f"too many temporary views in this session (at most {MAX_VIEWS})", "54000")
+        if sum(map(len, self.views.values())) + len(query) > MAX_VIEW_CHARS:
+            raise QueryError(
+                f"the session's temporary views hold more than {MAX_VIEW_CHARS:,} characters", "54000"
+            )
+        self.views[name] = query
+        return "CREATE VIEW"
+
+    def _drop_views(self, if_exists: bool, names: tuple[str, ...]) -> str:
+        for name in names:
+            if name not in self.views and not if_exists:
+                raise QueryError(
+                    "DROP statements are not allowed: the catalog is read-only (only this session's "
+                    "temporary views can be dropped)",
+                    "42501",
+                )
+        for name in names:
+            self.views.pop(name, None)
+        return "DROP VIEW"
 
     def _set(self, name: str, value: str) -> None:
         name = name.lower()

@@ -136,6 +136,7 @@ class Worker:
         self.job = 0
         self.cursor = None
         self.timed_out = False
+        self._applied = {}
         self._lock = threading.Lock()
         # both threads start here, before limit_memory: a thread started under the cap may not get a stack
         self.deadline = Deadline(lambda job: self.interrupt(job, True))
@@ -222,6 +223,8 @@ class Worker:
                 return
             for sid in request.get("forget", ()):
                 self.engine.forget(sid)
+                self._applied.pop(sid, None)
+            self._views = request.get("views")
             with self._lock:
                 self.job = request["job"]
                 self.timed_out = False
@@ -353,6 +356,12 @@ class Worker:
         elif cmd.kind == "copy":
             args[0] = self.query_text(args[0])
             info = self.parameters(args[0])
+        elif cmd.kind == "create_view":
+            query = self.query_text(args[1])
+            if args[3]:
+                names = ", ".join(_quoted(c) for c in args[3].split(","))
+                query = f"SELECT * FROM ({query}) AS _view({names})"
+            args[1] = query
         return {"kind": cmd.kind, "text": text, "args": args, **info}
 
     def parameters(self, query: str) -> dict:
@@ -383,6 +392,8 @@ class Worker:
         return self._column_oids
 
     _column_oids: dict[str, int] | None = None
+    _views: dict[str, str] | None = None
+    _applied: dict[int, tuple[Any, dict[str, str]]]
 
     def parse(self, text: str) -> dict:
         from catalog import pg_session
@@ -411,9 +422,28 @@ class Worker:
 
     def _cursor(self, sid: int):
         cur = self.engine.cursor(sid)
+        self._session_views(sid, cur)
         with self._lock:
             self.cursor = cur
         return cur
+
+    def _session_views(self, sid: int, cur) -> None:
+        """Give the session's cursor exactly the session's temporary views (the server keeps them:
+        a session's statements may run in any worker). Their queries were classified by the guard
+        when they were created; they live in DuckDB's temp catalog of this cursor only."""
+        wanted = self._views or {}
+        applied_to, applied = self._applied.get(sid, (None, {}))
+        if applied_to is not cur:
+            applied = {}
+        if applied == wanted:
+            return
+        for name in set(applied) - set(wanted):
+            cur.execute(f"DROP VIEW IF EXISTS temp.main.{_quoted(name)}")
+        for name, query in wanted.items():
+            if applied.get(name) != query:
+                cur.execute(f"CREATE OR REPLACE TEMP VIEW {_quoted(name)} AS {query}")
+        cur.execute("SET VARIABLE dumpcat_session_views = ?", [sorted(wanted)])
+        self._applied[sid] = (cur, dict(wanted))
 
     def _start(self, sid: int, text: str, *, checked: bool = False):
         """(text, cursor) for a query; `checked` texts come from prepare() of this server."""
@@ -540,6 +570,10 @@ class Worker:
         return rows
 
     _timeout = 30.0
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 def result_formats(codes: list[int], ncols: int) -> list[int]:

@@ -11,6 +11,8 @@ import polars as pl
 import psycopg
 import pytest
 import sqlalchemy as sa
+import sqlglot as sg
+import sqlglot.expressions as sge
 
 from catalog.api import Catalog
 from tests.conftest import nan_log_catalog
@@ -95,13 +97,32 @@ def test_ibis_table_filter_aggregate(ibis_con, catalog):
 # ibis 12 finds the columns of `con.sql(query)` through a temporary view it then drops with
 # `sge.Drop(this=...)`, an argument sqlglot 30 (the Spark extra's pin) no longer has: the DROP it
 # sends is "DROP VIEW IF EXISTS" without a name, which PostgreSQL itself refuses as a syntax error.
-def test_ibis_sql_query_without_schema_is_refused_clearly(ibis_con):
-    """ibis's con.sql() without a schema learns the columns through a temporary view; the server
-    keeps no per-session objects (a session's statements may run in any worker), so it refuses
-    CREATE with a clear message and the session goes on. con.sql(query, schema=...) works (below)."""
-    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="read-only"):
-        ibis_con.sql(NAN_ROWS).execute()
-    assert ibis_con.list_tables()
+# ibis 12 with sqlglot 30 sends `DROP VIEW IF EXISTS` without the view's name after reading a
+# query's columns through a temporary view; PostgreSQL refuses that with 42601, and so does dumpcat.
+IBIS_DROPS_NO_NAME = (
+    sge.Drop(kind="VIEW", this=sg.table("v"), exists=True).sql("postgres") == "DROP VIEW IF EXISTS"
+)
+
+
+@pytest.mark.xfail(
+    IBIS_DROPS_NO_NAME, raises=psycopg.errors.SyntaxError, strict=True, reason="ibis 12 with sqlglot 30"
+)
+def test_ibis_sql_query(ibis_con, catalog):
+    df = ibis_con.sql(NAN_ROWS).execute()  # ibis wraps the query: its ORDER BY may not hold
+    assert_same(*pandas_answer(df), pandas_answer(catalog.sql(NAN_ROWS).to_pandas()), ordered=False)
+
+
+def test_ibis_reads_a_query_schema_through_a_temporary_view(ibis_con, catalog):
+    """What con.sql() does before its broken DROP: a temporary view, its columns from pg_attribute."""
+    name = "ibis_probe_view"
+    with ibis_con.con.cursor() as cur:
+        cur.execute(f"CREATE TEMPORARY VIEW {name} AS {NAN_ROWS}")
+    try:
+        schema = ibis_con.get_schema(name)
+    finally:
+        with ibis_con.con.cursor() as cur:
+            cur.execute(f"DROP VIEW IF EXISTS {name}")
+    assert list(schema.names) == catalog.sql(NAN_ROWS).schema.names
 
 
 def test_ibis_sql_query_with_schema(ibis_con, catalog):

@@ -407,3 +407,38 @@ def test_emulated_functions_answer_with_or_without_pg_catalog(trust_server):
             assert c.execute(f"SELECT pg_catalog.{call}").fetchall() == [(expected,)], call
         with pytest.raises(psycopg.Error, match='unrecognized configuration parameter "nope"'):
             c.execute("SELECT current_setting('nope')")
+
+
+def test_temporary_views_belong_to_their_session(trust_server):
+    """CREATE TEMP VIEW is a view of this session only (the server keeps it and gives it to the
+    worker that runs each of its statements): listed in pg_temp_1, gone with DROP VIEW or the
+    session; every other CREATE or DROP is still refused."""
+    dsn = dict(host="127.0.0.1", port=trust_server.port, dbname="dumpcat", user="u", autocommit=True)
+    with psycopg.connect(**dsn) as c, psycopg.connect(**dsn) as other:
+        c.execute("CREATE TEMPORARY VIEW nans AS SELECT op_name, nan_count FROM stats WHERE nan_count > 0")
+        expected = c.execute("SELECT count(*) FROM stats WHERE nan_count > 0").fetchall()
+        for _ in range(6):  # whichever worker runs it
+            assert c.execute("SELECT count(*) FROM nans").fetchall() == expected
+        columns = c.execute(
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+            "JOIN pg_class r ON a.attrelid = r.oid JOIN pg_namespace n ON r.relnamespace = n.oid "
+            "WHERE n.oid = pg_my_temp_schema() AND r.relname = 'nans' ORDER BY a.attnum"
+        ).fetchall()
+        assert columns == [("op_name", "text"), ("nan_count", "bigint")]
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            other.execute("SELECT count(*) FROM nans")
+        with pytest.raises(psycopg.errors.DuplicateTable):
+            c.execute("CREATE TEMP VIEW nans AS SELECT 1")
+        c.execute("CREATE OR REPLACE TEMP VIEW nans (n) AS SELECT 1")
+        assert c.execute("SELECT n FROM nans").fetchall() == [(1,)]
+        with pytest.raises(psycopg.errors.DuplicateTable, match="a view of the catalog"):
+            c.execute("CREATE TEMP VIEW stats AS SELECT 1 AS row_id")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="DROP"):
+            c.execute("DROP VIEW stats")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="CREATE"):
+            c.execute("CREATE VIEW kept AS SELECT 1")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            c.execute("CREATE TEMP VIEW files AS SELECT * FROM read_text('/etc/hostname')")
+        c.execute("DROP VIEW nans")
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            c.execute("SELECT count(*) FROM nans")

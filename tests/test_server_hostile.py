@@ -21,7 +21,16 @@ from tests.hostile import ServeProcess, fingerprint, prepared, statements
 # What a refused or failed statement may answer: refusals (42501, 0A000), syntax (42601), too
 # complex (54001), the PostgreSQL emulation's "unrecognized configuration parameter" (22023), no
 # such table (42P01: the zero-width-space trick).
-SQLSTATES = {"42501", "0A000", "42601", "54001", "22023", "42P01", "42704"}
+SQLSTATES = {
+    "42501",
+    "0A000",
+    "42601",
+    "54001",
+    "22023",
+    "42P01",
+    "42704",
+    "42P07",
+}  # 42P07: a temporary view named like a catalog view
 BYSTANDER_QUERIES = [
     "SELECT count(*) FROM stats",
     "SELECT row_id, op_name, nan_count, max FROM stats ORDER BY row_id",
