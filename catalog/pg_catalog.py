@@ -478,6 +478,46 @@ def _comment_sql() -> list[str]:
     ]
 
 
+def _cols_sql(rels: str, databases: str) -> str:
+    """The columns of `rels` (a relation with oid, relname, nsp, duck_schema) as DuckDB knows them."""
+    return f"""SELECT r.oid AS attrelid, c.column_name AS attname, c.column_index AS attnum,
+            coalesce(m.oid, 25)::UINTEGER AS atttypid, c.data_type AS duck_type, c.comment AS comment, r.nsp AS nsp
+        FROM duckdb_columns() c JOIN {rels} r ON c.table_name = r.relname AND c.schema_name = r.duck_schema
+        LEFT JOIN {PG}.duck_type_oids m ON m.duck_type = c.data_type
+        WHERE {databases}"""
+
+
+def _pg_class_sql(rels: str, cols: str) -> str:
+    """pg_class rows of the relations in `rels`, whose columns are `cols`."""
+    return f"""SELECT r.oid, r.relname, r.nsp AS relnamespace, 0::UINTEGER AS reltype,
+              0::UINTEGER AS reloftype, {OWNER_OID}::UINTEGER AS relowner,
+              (CASE WHEN r.relkind = 'r' THEN 2 ELSE 0 END)::UINTEGER AS relam,
+              0::UINTEGER AS relfilenode, 0::UINTEGER AS reltablespace, 0 AS relpages, -1.0::FLOAT AS reltuples,
+              0 AS relallvisible, 0::UINTEGER AS reltoastrelid, false AS relhasindex, false AS relisshared,
+              'p' AS relpersistence, r.relkind,
+              (SELECT count(*) FROM {cols} c WHERE c.attrelid = r.oid)::SMALLINT AS relnatts,
+              0::SMALLINT AS relchecks, r.relkind = 'v' AS relhasrules, false AS relhastriggers,
+              false AS relhassubclass, false AS relrowsecurity, false AS relforcerowsecurity,
+              true AS relispopulated, 'n' AS relreplident, false AS relispartition,
+              0::UINTEGER AS relrewrite, 0::BIGINT AS relfrozenxid, 0::BIGINT AS relminmxid,
+              NULL::VARCHAR[] AS relacl, NULL::VARCHAR[] AS reloptions, NULL::VARCHAR AS relpartbound
+        FROM {rels} r"""
+
+
+def _pg_attribute_sql(cols: str) -> str:
+    """pg_attribute rows of the columns in `cols`."""
+    return f"""SELECT c.attrelid, c.attname, c.atttypid, -1 AS attstattarget,
+              coalesce(t.typlen, -1)::SMALLINT AS attlen, c.attnum::SMALLINT AS attnum,
+              (CASE WHEN t.typcategory = 'A' THEN 1 ELSE 0 END)::INTEGER AS attndims, -1 AS attcacheoff,
+              -1 AS atttypmod, coalesce(t.typbyval, false) AS attbyval, coalesce(t.typalign, 'i') AS attalign,
+              coalesce(t.typstorage, 'p') AS attstorage, '' AS attcompression, false AS attnotnull,
+              false AS atthasdef, false AS atthasmissing, '' AS attidentity, '' AS attgenerated,
+              false AS attisdropped, true AS attislocal, 0 AS attinhcount,
+              coalesce(t.typcollation, 0)::UINTEGER AS attcollation, NULL::VARCHAR[] AS attacl,
+              NULL::VARCHAR[] AS attoptions, NULL::VARCHAR[] AS attfdwoptions, NULL::VARCHAR AS attmissingval
+        FROM {cols} c LEFT JOIN {PG}.pg_type t ON t.oid = c.atttypid"""
+
+
 def setup_sql(con: duckdb.DuckDBPyConnection | None = None) -> list[str]:
     """Statements creating schemas public, dumpcat_pg and dumpcat_is on the views database."""
     pg, info = PG, IS
@@ -503,24 +543,22 @@ def setup_sql(con: duckdb.DuckDBPyConnection | None = None) -> list[str]:
     stmts += [
         f"CREATE OR REPLACE VIEW {pg}.duck_type_oids AS SELECT * FROM {type_map}",
         f"CREATE OR REPLACE VIEW {pg}.format_types AS SELECT * FROM {_values(format_type_rows(), 'oid, name')}",
-        # Every relation a client can see: the user views, then the emulated catalogs.
-        # Every relation a client can see: the user views, the emulated catalogs, and this session's
-        # temporary views (in DuckDB's temp catalog; the worker names them in a variable).
-        f"""CREATE OR REPLACE VIEW {pg}.rels AS SELECT oid::UINTEGER AS oid, relname, nsp::UINTEGER AS nsp, relkind,
-            CASE nsp WHEN {PUBLIC_NS} THEN 'main' WHEN {PG_NS} THEN '{pg}' ELSE '{info}' END AS duck_schema
-            FROM {_values(user_rels + system_rels, "oid, relname, nsp, relkind")}
-            UNION ALL
-            SELECT (3000000000 + hash(view_name) % 1000000000)::UINTEGER, view_name, {TEMP_NS}::UINTEGER, 'v', 'main'
+        # Every relation a client can see: the user views and the emulated catalogs (fixed once the
+        # views exist, so stored as tables: a client's catalog query plans against a table, not against
+        # VALUES lists and a duckdb_columns() scan), then this session's temporary views (in DuckDB's
+        # temp catalog; the worker names them in a variable).
+        f"""CREATE OR REPLACE VIEW {pg}.rels_fixed AS SELECT oid::UINTEGER AS oid, relname, nsp::UINTEGER AS nsp,
+            relkind, CASE nsp WHEN {PUBLIC_NS} THEN 'main' WHEN {PG_NS} THEN '{pg}' ELSE '{info}' END AS duck_schema
+            FROM {_values(user_rels + system_rels, "oid, relname, nsp, relkind")}""",
+        f"""CREATE OR REPLACE VIEW {pg}.temp_rels AS
+            SELECT (3000000000 + hash(view_name) % 1000000000)::UINTEGER AS oid, view_name AS relname,
+              {TEMP_NS}::UINTEGER AS nsp, 'v' AS relkind, 'main' AS duck_schema
             FROM duckdb_views() WHERE temporary
               AND list_contains(coalesce(getvariable('dumpcat_session_views'), []::VARCHAR[]), view_name)""",
-        f"""CREATE OR REPLACE VIEW {pg}.cols AS
-            SELECT r.oid AS attrelid, c.column_name AS attname, c.column_index AS attnum,
-                   coalesce(m.oid, 25)::UINTEGER AS atttypid, c.data_type AS duck_type, c.comment AS comment,
-                   r.nsp AS nsp
-            FROM duckdb_columns() c JOIN {pg}.rels r ON c.table_name = r.relname AND c.schema_name = r.duck_schema
-              AND (c.database_name = 'temp') = (r.nsp = {TEMP_NS})
-            LEFT JOIN {pg}.duck_type_oids m ON m.duck_type = c.data_type
-            WHERE c.database_name <> 'system'""",
+        f"CREATE OR REPLACE VIEW {pg}.rels AS SELECT * FROM {pg}.rels_fixed UNION ALL SELECT * FROM {pg}.temp_rels",
+        f"""CREATE OR REPLACE VIEW {pg}.cols_fixed AS {_cols_sql(f"{pg}.rels_fixed", "c.database_name NOT IN ('system', 'temp')")}""",
+        f"""CREATE OR REPLACE VIEW {pg}.temp_cols AS {_cols_sql(f"{pg}.temp_rels", "c.database_name = 'temp'")}""",
+        f"CREATE OR REPLACE VIEW {pg}.cols AS SELECT * FROM {pg}.cols_fixed UNION ALL SELECT * FROM {pg}.temp_cols",
         f"""CREATE OR REPLACE VIEW {pg}.pg_namespace AS SELECT oid::UINTEGER AS oid, nspname, {
             OWNER_OID
         }::BIGINT
@@ -536,20 +574,9 @@ def setup_sql(con: duckdb.DuckDBPyConnection | None = None) -> list[str]:
         }
         UNION ALL SELECT {TEMP_NS}::UINTEGER, 'pg_temp_1', {OWNER_OID}::BIGINT, NULL::VARCHAR[]
         WHERE len(coalesce(getvariable('dumpcat_session_views'), [])) > 0""",
-        f"""CREATE OR REPLACE VIEW {pg}.pg_class AS
-            SELECT r.oid, r.relname, r.nsp AS relnamespace, 0::UINTEGER AS reltype,
-              0::UINTEGER AS reloftype, {OWNER_OID}::UINTEGER AS relowner,
-              (CASE WHEN r.relkind = 'r' THEN 2 ELSE 0 END)::UINTEGER AS relam,
-              0::UINTEGER AS relfilenode, 0::UINTEGER AS reltablespace, 0 AS relpages, -1.0::FLOAT AS reltuples,
-              0 AS relallvisible, 0::UINTEGER AS reltoastrelid, false AS relhasindex, false AS relisshared,
-              'p' AS relpersistence, r.relkind,
-              (SELECT count(*) FROM {pg}.cols c WHERE c.attrelid = r.oid)::SMALLINT AS relnatts,
-              0::SMALLINT AS relchecks, r.relkind = 'v' AS relhasrules, false AS relhastriggers,
-              false AS relhassubclass, false AS relrowsecurity, false AS relforcerowsecurity,
-              true AS relispopulated, 'n' AS relreplident, false AS relispartition,
-              0::UINTEGER AS relrewrite, 0::BIGINT AS relfrozenxid, 0::BIGINT AS relminmxid,
-              NULL::VARCHAR[] AS relacl, NULL::VARCHAR[] AS reloptions, NULL::VARCHAR AS relpartbound
-            FROM {pg}.rels r""",
+        f"CREATE OR REPLACE VIEW {pg}.pg_class_fixed AS {_pg_class_sql(f'{pg}.rels_fixed', f'{pg}.cols_fixed')}",
+        f"""CREATE OR REPLACE VIEW {pg}.pg_class AS SELECT * FROM {pg}.pg_class_fixed
+            UNION ALL {_pg_class_sql(f"{pg}.temp_rels", f"{pg}.temp_cols")}""",
         f"""CREATE OR REPLACE VIEW {pg}.pg_type AS
             SELECT oid::UINTEGER AS oid, typname, {PG_NS}::UINTEGER AS typnamespace, {
             OWNER_OID
@@ -584,23 +611,15 @@ def setup_sql(con: duckdb.DuckDBPyConnection | None = None) -> list[str]:
               NULL::BIGINT[] AS protrftypes, proname AS prosrc, NULL::VARCHAR AS probin,
               NULL::VARCHAR AS prosqlbody, NULL::VARCHAR[] AS proconfig, NULL::VARCHAR[] AS proacl
             FROM {_values(procs, "oid, proname, rettype, nargs")}""",
-        f"""CREATE OR REPLACE VIEW {pg}.pg_attribute AS
-            SELECT c.attrelid, c.attname, c.atttypid, -1 AS attstattarget,
-              coalesce(t.typlen, -1)::SMALLINT AS attlen, c.attnum::SMALLINT AS attnum,
-              (CASE WHEN t.typcategory = 'A' THEN 1 ELSE 0 END)::INTEGER AS attndims, -1 AS attcacheoff,
-              -1 AS atttypmod, coalesce(t.typbyval, false) AS attbyval, coalesce(t.typalign, 'i') AS attalign,
-              coalesce(t.typstorage, 'p') AS attstorage, '' AS attcompression, false AS attnotnull,
-              false AS atthasdef, false AS atthasmissing, '' AS attidentity, '' AS attgenerated,
-              false AS attisdropped, true AS attislocal, 0 AS attinhcount,
-              coalesce(t.typcollation, 0)::UINTEGER AS attcollation, NULL::VARCHAR[] AS attacl,
-              NULL::VARCHAR[] AS attoptions, NULL::VARCHAR[] AS attfdwoptions, NULL::VARCHAR AS attmissingval
-            FROM {pg}.cols c LEFT JOIN {pg}.pg_type t ON t.oid = c.atttypid""",
+        f"CREATE OR REPLACE VIEW {pg}.pg_attribute_fixed AS {_pg_attribute_sql(f'{pg}.cols_fixed')}",
+        f"""CREATE OR REPLACE VIEW {pg}.pg_attribute AS SELECT * FROM {pg}.pg_attribute_fixed
+            UNION ALL {_pg_attribute_sql(f"{pg}.temp_cols")}""",
         f"""CREATE OR REPLACE VIEW {pg}.pg_description AS
             SELECT r.oid AS objoid, 1259::UINTEGER AS classoid, 0 AS objsubid, v.comment AS description
-            FROM duckdb_views() v JOIN {pg}.rels r ON r.relname = v.view_name AND r.duck_schema = v.schema_name
+            FROM duckdb_views() v JOIN {pg}.rels_fixed r ON r.relname = v.view_name AND r.duck_schema = v.schema_name
             WHERE v.comment IS NOT NULL AND v.database_name NOT IN ('system', 'temp')
             UNION ALL
-            SELECT c.attrelid, 1259::BIGINT, c.attnum::INTEGER, c.comment FROM {pg}.cols c
+            SELECT c.attrelid, 1259::BIGINT, c.attnum::INTEGER, c.comment FROM {pg}.cols_fixed c
             WHERE c.comment IS NOT NULL""",
         f"""CREATE OR REPLACE VIEW {
             pg
@@ -619,7 +638,9 @@ def setup_sql(con: duckdb.DuckDBPyConnection | None = None) -> list[str]:
                 "oid, amname, amtype",
             )
         }""",
-        f"""CREATE OR REPLACE VIEW {pg}.pg_opclass AS SELECT oid::UINTEGER AS oid, 403::UINTEGER AS opcmethod,
+        f"""CREATE OR REPLACE VIEW {
+            pg
+        }.pg_opclass AS SELECT oid::UINTEGER AS oid, 403::UINTEGER AS opcmethod,
             opcname, {PG_NS}::UINTEGER AS opcnamespace, {
             OWNER_OID
         }::UINTEGER AS opcowner, oid::UINTEGER AS opcfamily,
@@ -1010,10 +1031,26 @@ def _information_schema_sql() -> list[str]:
     return stmts
 
 
+# Relations whose rows are fixed once every view exists, in an order where each one's sources are
+# already stored: install() stores them as tables, so that a client's catalog query (asyncpg's type
+# lookup joins pg_type five times) plans against tables, not against VALUES lists and scans of
+# duckdb_columns(); planning those took seconds. What a session adds (its temporary views) is
+# unioned in by the views rels, cols, pg_class and pg_attribute.
+FIXED_RELATIONS = (
+    "duck_type_oids", "format_types", "pg_type", "pg_proc", "pg_am", "pg_opclass", "pg_collation",
+    "pg_database", "pg_settings", "pg_roles", "pg_tablespace", "pg_language",
+    "rels_fixed", "cols_fixed", "pg_class_fixed", "pg_attribute_fixed", "pg_description",
+)  # fmt: skip
+
+
 def install(con: duckdb.DuckDBPyConnection) -> None:
     """Define the emulation on the views database (comments on the user views first: the
-    catalog reads them from DuckDB's own metadata)."""
+    catalog reads them from DuckDB's own metadata), then store its fixed relations as tables."""
     for stmt in _comment_sql():
         con.execute(stmt)
     for stmt in setup_sql(con):
         con.execute(stmt)
+    for name in FIXED_RELATIONS:
+        con.execute(f"CREATE TABLE {PG}.{name}__stored AS SELECT * FROM {PG}.{name}")
+        con.execute(f"DROP VIEW {PG}.{name}")
+        con.execute(f"ALTER TABLE {PG}.{name}__stored RENAME TO {name}")
