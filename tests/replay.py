@@ -360,6 +360,14 @@ def _header_end(data: bytes) -> int:
     return 0
 
 
+def files_written(
+    src: Path | str, *, seed: int = 0, stat_rows: str = "before", partial_lines: float = 0.25
+) -> int:
+    """How many files `replay` of `src` writes whole, i.e. its "done" events (csv appends aside)."""
+    ops = plan(Path(src), seed=seed, stat_rows=stat_rows, partial_lines=partial_lines)
+    return sum(not isinstance(op, _Append) for op in ops)
+
+
 def replay(
     src: str | os.PathLike,
     dst: str | os.PathLike,

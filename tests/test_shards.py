@@ -30,7 +30,7 @@ from ingest import flat
 from ingest.store import CatalogError, CatalogStore, CatalogWarning, shard_path
 from ingest.watch import read_status, status_path
 from tests.conftest import dump_of
-from tests.replay import make_stat_csv_tree, replay
+from tests.replay import files_written, make_stat_csv_tree, replay
 from tests.test_replay import COMPARE, DUPLICATES, _norm
 
 REPO = Path(__file__).resolve().parents[1]
@@ -789,6 +789,45 @@ def test_three_ingest_writers_killed_at_random_then_finished(tree, expected, tmp
     assert "writing" in {kill[4] for kill in kills}, f"no kill landed while a batch was written: {kills}"
 
 
+class WriteBudget:
+    """How far each host's training may write: nothing while its watcher is down, and at most
+    `parts` shares of its files, one share at the start and one more per `release`."""
+
+    def __init__(self, totals: list[int], parts: int) -> None:
+        self._share = [max(1, -(-total // parts)) for total in totals]
+        self._budget = list(self._share)
+        self._done = [0] * len(totals)
+        self._up = [False] * len(totals)
+        self._cond = threading.Condition()
+
+    def wait(self, k: int, event: str) -> None:
+        """Called by host k's writer after each write; blocks until the test lets it go on."""
+        with self._cond:
+            self._done[k] += event == "done"
+            self._cond.wait_for(lambda: self._up[k] and self._done[k] < self._budget[k], timeout=180)
+
+    def release(self, k: int) -> None:
+        with self._cond:
+            self._budget[k] += self._share[k]
+            self._cond.notify_all()
+
+    def up(self, k: int) -> None:
+        with self._cond:
+            self._up[k] = True
+            self._cond.notify_all()
+
+    def down(self, k: int) -> None:
+        with self._cond:
+            self._up[k] = False
+
+    def open_all(self) -> None:
+        """Let every host write the rest of its files."""
+        with self._cond:
+            self._up = [True] * len(self._up)
+            self._budget = [1 << 62] * len(self._budget)
+            self._cond.notify_all()
+
+
 @pytest.fixture(scope="module")
 def live_tree(tmp_path_factory) -> tuple[Path, list[Path]]:
     """Three ranks with a statistic.csv per iteration directory (appended row by row in a
@@ -812,14 +851,15 @@ def test_three_watchers_killed_at_random_while_training_writes(live_tree, tmp_pa
         (dst / f"rank_{k}").mkdir(parents=True)
     Catalog.open(cat_dir, create=True).close()
     failure: list[BaseException] = []
-    # A host's training goes on only while its watcher is up, so kills land mid-run on a slow
-    # machine too.
-    up = [threading.Event() for _ in range(HOSTS)]
+    # A host's training goes on only while its watcher is up, and only as far as the test lets it:
+    # a host writes an eighth of its files, then one eighth more each time its watcher is picked
+    # to be killed, so every kill lands mid-run however fast or slow the machine is.
+    gate = WriteBudget([files_written(src, seed=seed + k) for k, src in enumerate(sources)], parts=8)
 
     def write(k: int) -> None:
         try:
             replay(sources[k], dsts[k], seed=seed + k, rate=30, pause=(0.005, 0.2),
-                   on_file=lambda rel, event: up[k].wait(120))  # fmt: skip
+                   on_file=lambda rel, event: gate.wait(k, event))  # fmt: skip
         except BaseException as exc:
             failure.append(exc)
 
@@ -835,7 +875,7 @@ def test_three_watchers_killed_at_random_while_training_writes(live_tree, tmp_pa
         while proc.poll() is None and not status.exists() and time.monotonic() < deadline:
             time.sleep(0.05)  # its first pass is done once it writes its status
         assert proc.poll() is None, f"host{k}'s watcher exited: {proc.stderr.read()[-2000:]}"
-        up[k].set()
+        gate.up(k)
         return proc
 
     writers = [threading.Thread(target=write, args=(k,)) for k in range(HOSTS)]
@@ -852,6 +892,7 @@ def test_three_watchers_killed_at_random_while_training_writes(live_tree, tmp_pa
         for _ in range(6):
             k = rng.randrange(HOSTS)
             before = committed_tensors(cat_dir, f"host{k}")
+            gate.release(k)
             started = time.monotonic()
             # kill once this watcher committed something new (or its host is done), plus a random moment
             while time.monotonic() < started + 60:
@@ -862,7 +903,7 @@ def test_three_watchers_killed_at_random_while_training_writes(live_tree, tmp_pa
             alive = procs[k].poll() is None
             procs[k].send_signal(signal.SIGKILL)
             procs[k].wait(10)
-            up[k].clear()
+            gate.down(k)
             assert alive, f"host{k}'s watcher exited by itself: {procs[k].stderr.read()[-2000:]}"
             procs[k].stderr.close()
             kills.append((k, round(time.monotonic() - started, 2), committed_tensors(cat_dir, f"host{k}")))
@@ -870,8 +911,7 @@ def test_three_watchers_killed_at_random_while_training_writes(live_tree, tmp_pa
                 assert_readable_without_duplicates(cat_dir, f"after kill {len(kills)} (seed {seed})")
             )
             procs[k] = start(k)
-        for e in up:
-            e.set()
+        gate.open_all()
         for w in writers:
             w.join(180)
         assert not failure, failure
@@ -892,8 +932,7 @@ def test_three_watchers_killed_at_random_while_training_writes(live_tree, tmp_pa
         assert all(f"host{k}: " in table and str(procs[k].pid) in table for k in range(HOSTS)), table
     finally:
         reader.stop()
-        for e in up:
-            e.set()
+        gate.open_all()
         for w in writers:
             w.join(60)
         for p in procs:
