@@ -302,6 +302,9 @@ def classify_query(text: str) -> str:
     if not text.strip().strip(";").strip():
         raise Refused("empty statement: give one SQL query", SQLSTATE_SYNTAX)
     st = classify(text)
+    if st.kind in ("create_view", "drop_view"):  # the server keeps temporary views per session
+        word = st.text.split()[0].upper()
+        raise Refused(f"{word} statements are not allowed: the catalog is read-only", SQLSTATE_PRIVILEGE)
     if st.kind != "query":
         word = st.text.split()[0].upper() if st.text.split() else st.kind
         raise Refused(
