@@ -146,3 +146,20 @@ def test_anomalies_says_when_its_answer_is_such_a_file(tmp_path):
     out = subprocess.run([*run, "anomalies", str(cat_dir)], capture_output=True, text=True, check=True)
     assert GRAD in out.stdout
     assert f"(iteration 2, {GRAD}: the file is named float16 but holds float32 data" in out.stderr
+
+
+def test_the_run_folder_above_the_dump_is_ingested_as_its_dump(tmp_path):
+    """`dumpcat ingest FOLDER` where FOLDER is the run folder holding dump.json and dump/."""
+    out = subprocess.run(
+        [sys.executable, "-m", "catalog.cli", "ingest", str(DUMP.parent), "--catalog", str(tmp_path / "cat")],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert all(part in out.stdout for part in ("run 'lowp'", "603 new tensors", " 0 errors")), out.stdout
+    several = subprocess.run(
+        [sys.executable, "-m", "catalog.cli", "ingest", str(MS210.parent / "msprobe" / "cnn"), "--catalog",
+         str(tmp_path / "cat2")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert several.returncode != 0 and "Traceback" not in several.stderr
+    assert "holds 6 dumps (cnn_bf16_statistics, cnn_bf16_tensor," in several.stderr, several.stderr
+    assert not (tmp_path / "cat2").exists()
