@@ -454,6 +454,8 @@ def anomalies(catalog_path: str, run: str | None, by_graph: bool, fmt: str) -> N
     cat = _open(catalog_path)
     result = cat.anomalies(run, by_graph=by_graph)
     _print_table(result, fmt)
+    if fmt == "table" and result.num_rows:
+        _note_dtype_mismatches(cat, run, by_graph)
     if not by_graph and fmt == "table" and result.num_rows:
         spread = (
             cat.sql(
@@ -469,6 +471,23 @@ def anomalies(catalog_path: str, run: str | None, by_graph: bool, fmt: str) -> N
                 "`dumpcat anomalies --by-graph` lists the first anomaly of each graph)",
                 err=True,
             )
+
+
+def _note_dtype_mismatches(cat: Catalog, run: str | None, by_graph: bool) -> None:
+    """Say when an answer's tensor file holds data of another dtype than its name says."""
+    view = "first_anomaly_by_graph" if by_graph else "first_anomaly"
+    rows = cat.sql(
+        f"SELECT a.op_name, a.iteration FROM {view} a JOIN stats s ON s.row_id = a.row_id "
+        "WHERE s.mismatch = 'dtype' AND ($run IS NULL OR a.run = $run) ORDER BY a.iteration",
+        {"run": run},
+    ).to_pylist()
+    for row in rows:
+        click.echo(
+            f"(iteration {row['iteration']}, {row['op_name']}: the file is named float16 but holds float32 "
+            "data, a float32 kernel's buffer MindSpore dumped as float16; its statistics are of the float32 "
+            "data, stats.mismatch = 'dtype')",
+            err=True,
+        )
 
 
 def _int_list(text: str | None) -> list[int] | None:

@@ -638,9 +638,7 @@ def setup_sql(con: duckdb.DuckDBPyConnection | None = None) -> list[str]:
                 "oid, amname, amtype",
             )
         }""",
-        f"""CREATE OR REPLACE VIEW {
-            pg
-        }.pg_opclass AS SELECT oid::UINTEGER AS oid, 403::UINTEGER AS opcmethod,
+        f"""CREATE OR REPLACE VIEW {pg}.pg_opclass AS SELECT oid::UINTEGER AS oid, 403::UINTEGER AS opcmethod,
             opcname, {PG_NS}::UINTEGER AS opcnamespace, {
             OWNER_OID
         }::UINTEGER AS opcowner, oid::UINTEGER AS opcfamily,

@@ -18,7 +18,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ingest.ids import TensorIdHasher
-from ingest.npy_header import NpyHeaderError, read_npy_header
+from ingest.npy_header import NpyHeaderError, read_npy_header, stored_as
 from ingest.npy_name import TensorNameError, parse_tensor_name, without_op_index
 
 if TYPE_CHECKING:
@@ -85,12 +85,12 @@ def scan_tensor_columns(batch: list[LeafChunk]) -> list[ScannedColumns]:
                     _op_base.clear()
                 base = _op_base[op_name] = without_op_index(op_name)
             rel = rel_prefix + name
-            stored = header.dtype_name
+            stored, nbytes = stored_as(header, size)
             rows.append(
                 (
                     hasher(rel), rel, name, original, tn.op_type, op_name, base, tn.task_id,
                     tn.stream_id, tn.timestamp_us, tn.io, tn.slot, tn.format, tn.dtype or stored,
-                    stored, header.shape, header.data_offset, header.nbytes, size, tn.era,
+                    stored, header.shape, header.data_offset, nbytes, size, tn.era,
                 )
             )  # fmt: skip
         out.append((ctx, list(zip(*rows, strict=True)), irregular))

@@ -81,9 +81,15 @@ def _plain_dtypes() -> dict[str, tuple[int, str]]:
 _PLAIN_DTYPES = _plain_dtypes()
 
 
+# MindSpore (2.x, `mindspore/ccsrc/.../npy_header.cc`) writes bfloat16 tensors with descr '<E2': two
+# bytes an element, the upper half of the float32 bit pattern (ml_dtypes' bfloat16). numpy has no
+# such descr; the stored dtype is named as ingest/formats/dtypes.py names it.
+_MINDSPORE_DESCRS = {"<E2": (2, "bfloat16")}
+
+
 def _plain_dtype(descr: str) -> tuple[int, str]:
     """(itemsize, dtype name) of a descr string: from the table, or from numpy for the rest."""
-    found = _PLAIN_DTYPES.get(descr)
+    found = _PLAIN_DTYPES.get(descr) or _MINDSPORE_DESCRS.get(descr)
     return found if found is not None else _numpy_dtype_info(descr)
 
 
@@ -106,9 +112,12 @@ def _dtype_of_descr(descr: str) -> np.dtype:
 
 
 def _descr_to_dtype(descr: object) -> np.dtype:
-    if descr == "<E2":  # MindSpore's bfloat16 descr; numpy cannot read it
-        raise NpyHeaderError("bfloat16 data ('<E2'), which numpy cannot read")
     import numpy as np
+
+    if isinstance(descr, str) and descr in _MINDSPORE_DESCRS:
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
 
     try:
         return np.lib.format.descr_to_dtype(descr)
@@ -212,3 +221,14 @@ def read_npy_header(path: str | os.PathLike) -> tuple[NpyHeader, int]:
     if size < expected:
         raise NpyHeaderError(f"truncated: header promises {expected} bytes, file has {size}")
     return header, size
+
+
+def stored_as(header: NpyHeader, size: int) -> tuple[str, int]:
+    """(stored dtype, data bytes) of a MindSpore npy file: what its header says, except for a
+    float16 header over exactly twice the bytes it promises. MindSpore (2.x, CPU) runs a float32
+    kernel where it has no float16 one (MatMul), leaves the node's type float16 and dumps the
+    float32 device buffer under a float16 header (tests/data/ms210/lowp/README.md); numpy would read
+    the first half of those bytes as float16 garbage (false NaN). Such a file is float32 data."""
+    if header.dtype_name == "float16" and size - header.data_offset == 2 * header.nbytes > 0:
+        return "float32", 2 * header.nbytes
+    return header.dtype_name, header.nbytes

@@ -48,7 +48,10 @@ WITH unioned AS (
            timestamp_us, io, slot, dtype, shape, nbytes,
            max, min, avg, count, neg_count, pos_count, nan_count, neg_inf_count, pos_inf_count,
            zero_count, l2norm, md5, 'computed' AS stat_source, 'dumpcat' AS stat_semantics,
-           CAST(NULL AS VARCHAR) AS mismatch, op_full_name, CAST(NULL AS BIGINT) AS exec_index,
+           -- a float16 tensor whose file holds 4 bytes an element: MindSpore dumped a float32
+           -- kernel's buffer under a float16 header (ingest/npy_header.py `stored_as`)
+           CASE WHEN dtype = 'float16' AND count > 0 AND nbytes = 4 * count THEN 'dtype' END AS mismatch,
+           op_full_name, CAST(NULL AS BIGINT) AS exec_index,
            CAST(NULL AS VARCHAR) AS arg_path, CAST(NULL AS BOOLEAN) AS requires_grad
     FROM src_tensor_stats c
     WHERE NOT EXISTS (SELECT 1 FROM raw_stat_rows s WHERE s.row_id = c.row_id)

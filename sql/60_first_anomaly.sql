@@ -48,7 +48,10 @@ spread AS (
 SELECT f.run, f.rank, f.iteration, f.graph_id, f.exec_index, f.timestamp_us, f.op_type, f.op_name,
        f.io, f.slot, f.nan_count, f.neg_inf_count, f.pos_inf_count, f.max, f.min, f.count,
        f.source_file, f.source_line, f.source_code,
-       fd.input_ops, s.anomalous_outputs, s.anomalous_graphs, f.name_match, f.row_id
+       fd.input_ops, s.anomalous_outputs, s.anomalous_graphs, f.name_match, f.row_id,
+       -- what the tensor's file contradicts (stats.mismatch): 'dtype' when its bytes are not of the
+       -- dtype its name says, e.g. a float32 kernel's buffer dumped as float16 (read as float32)
+       f.mismatch
 FROM firsts f
 JOIN spread s
   ON s.run = f.run AND s.rank = f.rank AND s.iteration IS NOT DISTINCT FROM f.iteration

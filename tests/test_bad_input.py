@@ -179,19 +179,6 @@ def test_unusable_catalog(tmp_path, copy_dump):
         Catalog.open(tmp_path / "missing")
 
 
-def test_bfloat16_header_is_an_error_row(tmp_path, copy_dump):
-    dump = copy_dump("simple")
-    header = "{'descr': '<E2', 'fortran_order': False, 'shape': (2,), }"
-    header = header + " " * (64 - 10 - len(header) - 1) + "\n"
-    name = "Cast.Default_Cast-op0.0.0.7.output.0.DefaultFormat.bfloat16.npy"
-    (dump / ITER0 / name).write_bytes(
-        b"\x93NUMPY\x01\x00" + bytes([len(header), 0]) + header.encode() + b"\0" * 4
-    )
-    cat = Catalog.open(tmp_path / "cat", create=True)
-    cat.ingest(dump)
-    assert "bfloat16" in _errors(cat)[f"{ITER0}/{name}"][1]
-
-
 def test_same_run_name_for_another_dump_is_refused(tmp_path, copy_dump):
     a = copy_dump("simple", "a")
     b = copy_dump("simple", "b")

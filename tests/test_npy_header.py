@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -90,13 +91,19 @@ def test_corrupt_headers(tmp_path, content, reason):
         read_npy_header(path)
 
 
-def test_bfloat16_descr_is_a_clear_error(tmp_path):
-    header = "{'descr': '<E2', 'fortran_order': False, 'shape': (2,), }"
+def test_mindspore_bfloat16_descr_is_read_as_bfloat16(tmp_path):
+    """MindSpore 2.x writes bfloat16 with descr '<E2' (numpy has no such descr): two bytes an
+    element, the upper half of float32 (tests/data/ms210/lowp holds real ones)."""
+    values = np.array([1.5, -np.inf, np.nan, 3.0e38], dtype=np.float32)
+    raw = (values.view(np.uint32) >> 16).astype("<u2")
+    header = "{'descr': '<E2', 'fortran_order': False, 'shape': (4,), }"
     header = header + " " * (64 - 10 - len(header) - 1) + "\n"
     path = tmp_path / "bf16.npy"
-    path.write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + b"\0" * 4)
-    with pytest.raises(NpyHeaderError, match="bfloat16"):
-        read_npy_header(path)
+    prefix = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little")
+    path.write_bytes(prefix + header.encode() + raw.tobytes())
+    header, size = read_npy_header(path)
+    assert (header.dtype_name, header.shape, header.nbytes) == ("bfloat16", (4,), 8)
+    assert header.dtype == np.dtype(ml_dtypes.bfloat16) and size == header.data_offset + 8
 
 
 def test_big_endian_keeps_its_byte_order(tmp_path):

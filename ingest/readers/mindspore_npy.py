@@ -29,7 +29,7 @@ from ingest import kernel_args, mapping_csv
 from ingest.helper_pool import resolve_task, resolve_workers, run_ordered
 from ingest.ids import stat_row_ids
 from ingest.leaf_scan import LeafChunk, ScannedColumns, columns_table
-from ingest.npy_header import NpyHeaderError, read_npy_header
+from ingest.npy_header import NpyHeaderError, read_npy_header, stored_as
 from ingest.npy_name import (
     OP_INDEX_PATTERN,
     TensorName,
@@ -533,7 +533,7 @@ class MindSporeNpyReader(RankLayoutReader):
             return  # its statistic.csv row is probably about to be appended
         self.ing.pending_files.pop(rel, None)
         self.ing.summary.files_new += 1
-        stored = header.dtype_name
+        stored, nbytes = stored_as(header, size)
         shape = list(header.shape)
         self.ing.known_tensors.add(row_id)
         self.ing.summary.tensors += 1
@@ -543,7 +543,7 @@ class MindSporeNpyReader(RankLayoutReader):
                 row_id, self.ing.run, rank, net, graph_id, iteration, dir_kind, rel, entry.name, original,
                 name.op_type, name.op_name, without_op_index(name.op_name), name.task_id, name.stream_id,
                 name.timestamp_us, name.io, name.slot, name.format, name.dtype or stored, stored, shape,
-                header.data_offset, header.nbytes, size, name.era, PRODUCER, None, None, None,
+                header.data_offset, nbytes, size, name.era, PRODUCER, None, None, None,
             ),
         )  # fmt: skip
         if prev is not None:  # an earlier error for this file is now resolved
