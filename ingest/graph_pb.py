@@ -63,6 +63,8 @@ DTYPE_NAMES: dict[int, str] = {
     pb.DT_FLOAT16: "Float16",
     pb.DT_FLOAT32: "Float32",
     pb.DT_FLOAT64: "Float64",
+    pb.DT_BFLOAT16: "BFloat16",
+    pb.DT_INT4: "Int4",
     pb.DT_STRING: "String",
     pb.DT_TENSOR: "Tensor",
     pb.DT_GRAPH: "Func",

@@ -134,7 +134,9 @@ HAND_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("fmt", "shape", "c0", "ref"), HAND_CASES, ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    ("fmt", "shape", "c0", "ref"), HAND_CASES, ids=lambda v: v.__name__ if callable(v) else str(v)
+)  # stable ids: pytest-xdist's workers must collect the same names
 def test_hand_computed(fmt, shape, c0, ref):
     host = numbered(shape)
     want = ref(host)

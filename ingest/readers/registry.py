@@ -59,7 +59,7 @@ def detect(root: Path, producer: str | None = None) -> Detection:
         )
     looked = "; ".join(f"{r.name}: {r.looked_for}" for r in readers)
     what = f"a {readers[0].name} dump" if producer else "a dump dumpcat can read"
-    raise DumpRootError(f"{root} is not {what}, nor holds one. Looked for {looked}")
+    raise DumpRootError(f"{root} is not {what}. Looked for {looked}")
 
 
 def _claim(root: Path, readers: tuple[type[Reader], ...]) -> Detection | None:
