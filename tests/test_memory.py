@@ -61,9 +61,10 @@ _THRESHOLD_PROBE = (
     "libc.malloc.restype = ctypes.c_void_p\n"
     "libc.free.argtypes = [ctypes.c_void_p]\n"
     "libc.free(libc.malloc(4 << 20))\n"
-    "before = libc.mallinfo2().hblkhd\n"
     "block = libc.malloc(1 << 20)\n"
-    "print(libc.mallinfo2().hblkhd - before >= 1 << 20)\n"
+    # glibc marks a chunk it mapped on its own with IS_MMAPPED (bit 1 of the size word before it):
+    # read from the block itself, not from process-wide counters other threads move meanwhile
+    "print(bool(ctypes.c_size_t.from_address(block - ctypes.sizeof(ctypes.c_size_t)).value & 2))\n"
     "libc.free(block)\n"
 )
 
