@@ -547,6 +547,31 @@ def compare(
         {"run": run, "baseline": baseline},
     )
     _print_table(result, fmt)
+    if result.num_rows == 0 and fmt == "table":
+        _say_first_difference(cat, run, baseline)
+
+
+def _say_first_difference(cat: Catalog, run: str, baseline: str) -> None:
+    """An empty first_divergence is the usual fp16/bf16 drift below the tolerances: say so, and
+    where the runs first differ at all, rather than leave the user with `(0 rows)`."""
+    from catalog.views import query_text
+
+    rows = cat.sql(query_text("first_difference"), {"run": run, "baseline": baseline}).to_pylist()
+    if not rows:
+        return
+    r = rows[0]
+    head = "(no output breaks the tolerances (cosine < 0.99, max_abs_err > 0.001)"
+    if r["op_name"] is None:
+        click.echo(f"{head}: the {r['compared']:,} compared outputs are identical)", err=True)
+        return
+    cosine = "NULL" if r["cosine"] is None else f"{r['cosine']:.6g}"
+    click.echo(
+        f"{head}; {r['differing']:,} of {r['compared']:,} compared outputs differ, the first in execution "
+        f"order: {r['op_name']} output {r['slot']} (rank {r['rank']}, iteration {r['iteration']}), "
+        f"max_abs_err {r['max_abs_err']:.6g}, cosine {cosine}. "
+        "`SELECT * FROM first_divergence(max_abs := 0)` gives each step's first difference)",
+        err=True,
+    )
 
 
 @main.command()

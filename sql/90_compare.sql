@@ -65,13 +65,17 @@ CREATE OR REPLACE MACRO dumpcat_rel_diff(x, y) AS
 
 -- compare_stats(run_name, baseline_name): the two runs' statistics side by side, for dumps without
 -- tensor data (msprobe task 'statistics', statistic.csv, CANN stats CSV). Rows match on rank,
--- iteration, operator, io, slot, argument path and occurrence. `*_diff` is run minus baseline;
+-- iteration, operator, io, argument (its name where the producer names it, else its slot) and
+-- occurrence. `*_diff` is run minus baseline;
 -- `*_rel_diff` is |diff / baseline| as msprobe computes it (+Inf when the baseline is 0 and the diff
 -- is not, NaN when either side is NaN).
 CREATE OR REPLACE MACRO compare_stats(run_name, baseline_name) AS TABLE
 WITH s AS (
     SELECT st.*,
-           row_number() OVER (PARTITION BY run, rank, iteration, op_name, io, slot, coalesce(arg_path, '')
+           -- the argument: its name where the producer names it (msprobe: the order of a module's
+           -- parameters_grad entries differs between runs), else its slot
+           coalesce(st.arg_path, 'slot ' || st.slot) AS arg_key,
+           row_number() OVER (PARTITION BY run, rank, iteration, op_name, io, coalesce(st.arg_path, 'slot ' || st.slot)
                               ORDER BY timestamp_us NULLS LAST, graph_id, exec_index NULLS LAST, stat_id)
                AS occurrence
     FROM stats st
@@ -98,8 +102,7 @@ joined AS (
                 ELSE 'ok' END AS status
     FROM a FULL OUTER JOIN b
       ON a.rank = b.rank AND a.iteration IS NOT DISTINCT FROM b.iteration AND a.op_name = b.op_name
-     AND a.io = b.io AND a.slot = b.slot AND coalesce(a.arg_path, '') = coalesce(b.arg_path, '')
-     AND a.occurrence = b.occurrence
+     AND a.io = b.io AND a.arg_key = b.arg_key AND a.occurrence = b.occurrence
 )
 SELECT *,
        max - baseline_max AS max_diff, min - baseline_min AS min_diff, avg - baseline_avg AS avg_diff,

@@ -254,3 +254,37 @@ def test_runs_that_agree_do_not_diverge_even_where_both_hold_nan(tmp_path):
     cat2.compare("b", "a", workers=1)
     first = _rows(cat2, "SELECT iteration, reason FROM first_divergence() ORDER BY iteration")
     assert first and first[0]["reason"] == "nan_in_baseline"
+
+
+def test_cli_compare_says_where_runs_differ_below_the_tolerances(tmp_path):
+    """Drift below msprobe's tolerances (the usual fp16/bf16 case) leaves first_divergence empty:
+    the command says so and names the first output that differs at all, in execution order."""
+    base = MS / "base" / "dump"
+    copy = tmp_path / "drift"
+    shutil.copytree(base, copy)
+    cat = Catalog.open(tmp_path / "cat", create=True)
+    cat.ingest(base, run="a")
+    last = (
+        "SELECT t.rel_path, t.op_name, t.iteration FROM tensors t JOIN stats s USING (row_id) "
+        "WHERE t.run = 'a' AND t.io = 'output' AND t.exec_index IS NOT NULL AND t.stored_dtype = 'float32' "
+        "AND s.nan_count = 0 AND s.count > 1 ORDER BY t.iteration DESC, t.exec_index DESC LIMIT 1"
+    )
+    first = _rows(cat, last)[0]
+    arr = np.load(copy / first["rel_path"])
+    np.save(copy / first["rel_path"], (arr + np.float32(1.8e-4)).astype(arr.dtype))
+    cat.ingest(copy, run="b")
+    shutil.copytree(base, tmp_path / "same")
+    cat.ingest(tmp_path / "same", run="c")
+    cat.close()
+    run = [sys.executable, "-m", "catalog.cli", "compare", str(tmp_path / "cat")]
+    out = subprocess.run([*run, "b", "a"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "(0 rows)" in out.stdout
+    said = out.stderr.replace("\n", " ")
+    assert "no output breaks the tolerances (cosine < 0.99, max_abs_err > 0.001); 1 of " in said, said
+    where = (
+        f"the first in execution order: {first['op_name']} output 0 (rank 0, iteration {first['iteration']})"
+    )
+    assert f"{where}, max_abs_err 0.00018" in said, said
+    same = subprocess.run([*run, "c", "a"], capture_output=True, text=True, timeout=120)
+    assert "compared outputs are identical)" in same.stderr, same.stderr
