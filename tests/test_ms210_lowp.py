@@ -163,3 +163,17 @@ def test_the_run_folder_above_the_dump_is_ingested_as_its_dump(tmp_path):
     assert several.returncode != 0 and "Traceback" not in several.stderr
     assert "holds 6 dumps (cnn_bf16_statistics, cnn_bf16_tensor," in several.stderr, several.stderr
     assert not (tmp_path / "cat2").exists()
+
+
+def test_a_truncated_bfloat16_file_is_an_error_row_and_the_rest_is_cataloged(tmp_path):
+    dump = tmp_path / "dump"
+    shutil.copytree(DUMP, dump)
+    victim = sorted((dump / "rank_0" / "Net" / "0" / "2").glob("*.BFloat16.npy"))[0]
+    victim.write_bytes(victim.read_bytes()[:-3])
+    with Catalog.open(tmp_path / "cat", create=True) as c:
+        c.ingest(dump)
+        errors = c.sql("SELECT path, reason FROM ingest_errors").to_pylist()
+        tensors = c.sql("SELECT count(*) AS n FROM tensors").to_pylist()
+    assert len(errors) == 1 and errors[0]["path"].endswith(victim.name)
+    assert "truncated" in errors[0]["reason"]
+    assert tensors == [{"n": 602}]
