@@ -51,6 +51,7 @@ import re
 import shutil
 import struct
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -358,6 +359,45 @@ def _header_end(data: bytes) -> int:
         if data[6] in (2, 3) and len(data) >= 12:
             return min(len(data), 12 + struct.unpack_from("<I", data, 8)[0])
     return 0
+
+
+class WriteBudget:
+    """How far each host's training may write: nothing while its watcher is down, and at most
+    `parts` shares of its files, one share at the start and one more per `release`."""
+
+    def __init__(self, totals: list[int], parts: int) -> None:
+        self._share = [max(1, -(-total // parts)) for total in totals]
+        self._budget = list(self._share)
+        self._done = [0] * len(totals)
+        self._up = [False] * len(totals)
+        self._cond = threading.Condition()
+
+    def wait(self, k: int, event: str) -> None:
+        """Called by host k's writer after each write; blocks until the test lets it go on."""
+        with self._cond:
+            self._done[k] += event == "done"
+            self._cond.wait_for(lambda: self._up[k] and self._done[k] < self._budget[k], timeout=180)
+
+    def release(self, k: int) -> None:
+        with self._cond:
+            self._budget[k] += self._share[k]
+            self._cond.notify_all()
+
+    def up(self, k: int) -> None:
+        with self._cond:
+            self._up[k] = True
+            self._cond.notify_all()
+
+    def down(self, k: int) -> None:
+        with self._cond:
+            self._up[k] = False
+
+    def open_all(self) -> None:
+        """Let every host write the rest of its files."""
+        with self._cond:
+            self._up = [True] * len(self._up)
+            self._budget = [1 << 62] * len(self._budget)
+            self._cond.notify_all()
 
 
 def files_written(

@@ -30,7 +30,7 @@ from ingest import flat
 from ingest.store import CatalogError, CatalogStore, CatalogWarning, shard_path
 from ingest.watch import read_status, status_path
 from tests.conftest import dump_of
-from tests.replay import files_written, make_stat_csv_tree, replay
+from tests.replay import WriteBudget, files_written, make_stat_csv_tree, replay
 from tests.test_replay import COMPARE, DUPLICATES, _norm
 
 REPO = Path(__file__).resolve().parents[1]
@@ -787,45 +787,6 @@ def test_three_ingest_writers_killed_at_random_then_finished(tree, expected, tmp
             break
     assert len(kills) >= 4, f"only {len(kills)} kills landed before a writer finished: {kills}"
     assert "writing" in {kill[4] for kill in kills}, f"no kill landed while a batch was written: {kills}"
-
-
-class WriteBudget:
-    """How far each host's training may write: nothing while its watcher is down, and at most
-    `parts` shares of its files, one share at the start and one more per `release`."""
-
-    def __init__(self, totals: list[int], parts: int) -> None:
-        self._share = [max(1, -(-total // parts)) for total in totals]
-        self._budget = list(self._share)
-        self._done = [0] * len(totals)
-        self._up = [False] * len(totals)
-        self._cond = threading.Condition()
-
-    def wait(self, k: int, event: str) -> None:
-        """Called by host k's writer after each write; blocks until the test lets it go on."""
-        with self._cond:
-            self._done[k] += event == "done"
-            self._cond.wait_for(lambda: self._up[k] and self._done[k] < self._budget[k], timeout=180)
-
-    def release(self, k: int) -> None:
-        with self._cond:
-            self._budget[k] += self._share[k]
-            self._cond.notify_all()
-
-    def up(self, k: int) -> None:
-        with self._cond:
-            self._up[k] = True
-            self._cond.notify_all()
-
-    def down(self, k: int) -> None:
-        with self._cond:
-            self._up[k] = False
-
-    def open_all(self) -> None:
-        """Let every host write the rest of its files."""
-        with self._cond:
-            self._up = [True] * len(self._up)
-            self._budget = [1 << 62] * len(self._budget)
-            self._cond.notify_all()
 
 
 @pytest.fixture(scope="module")
