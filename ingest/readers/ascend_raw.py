@@ -11,7 +11,9 @@ Layouts read (reference: mindspore-dump-formats.md §3.8 and §5, msprobe-cann-f
 - MindSpore v1.3+ async/O2 `bin`: the rank layout `rank_N/{net}/{graph}/{iteration}/`
   (`AscendRawReader`: the rank-level execution order and graphs are read as for npy dumps);
 - MindSpore v1.2 async: `device_N/{net}_graph_{g}/{g}/{iteration}/`, four-field names without a
-  stream id, and `.metadata/data_dump.json` at the top (`AscendRawV12Reader`).
+  stream id, and `.metadata/data_dump.json` at the top (`AscendRawV12Reader`). MindSpore's own
+  `execution_order/` and `graphs/` folders are read in `device_N/` and in `{net}/device_N/` (the
+  reference gives the latter, §2.1; trees seen in the field hold the former).
 
 Beside raw files may sit files `msaccucmp convert` made from them (`{raw}.{io}.{i}.{shape}.npy`,
 `{raw}.{io}.{i}.{shape}.{dtype}.{format}.bin`): each is cataloged with `source_row_id`, the row of
@@ -51,7 +53,7 @@ from ingest.pipeline import Ingester, now, size_or_none
 from ingest.raw_scan import PRODUCER, raw_slot_rows, slot_key
 from ingest.readers.base import Detection, Place, Reader, first_file, list_dir
 from ingest.readers.mindspore_npy import MindSporeNpyReader
-from ingest.readers.rank_layout import rank_root
+from ingest.readers.rank_layout import rank_root, read_execution_order_dir, read_graphs_dir
 from ingest.schema import TENSORS
 
 CONVERTED = "msaccucmp"
@@ -378,7 +380,8 @@ class AscendRawV12Reader(Reader):
     layout = "device_N/{net}_graph_{g}/{g}/{iteration}/"
     looked_for = "device_N/{net}_graph_{g}/{g}/{iteration}/ folders of raw files (MindSpore 1.2 async)"
     cataloged = (
-        "one tensors row per input/output slot, as for Ascend raw; .metadata/data_dump.json as rank metadata"
+        "one tensors row per input/output slot, as for Ascend raw; execution order and graph IR "
+        "(device_N/ or {net}/device_N/); .metadata/data_dump.json as rank metadata"
     )
 
     def __init__(self, ingester, detection: Detection) -> None:
@@ -405,13 +408,40 @@ class AscendRawV12Reader(Reader):
         for entry in ing.scandir(str(self.root)) or []:
             if entry.name == ".metadata" and entry.is_dir():
                 config = self._metadata(entry.path)
-        for entry in ing.scandir(str(self.root)) or []:
+        entries = ing.scandir(str(self.root)) or []
+        # MindSpore's own folders first (see _device): tensors commit with their operators.
+        for entry in sorted(entries, key=lambda e: bool(_DEVICE_DIR.match(e.name))):
             m = _DEVICE_DIR.match(entry.name)
             if m and entry.is_dir():
                 self._device(int(m.group(1)), entry.path, config)
+            elif entry.is_dir() and entry.name != ".metadata" and self._net_operators(entry.path):
+                continue
             elif entry.name != ".metadata":
                 ing.summary.files_seen += 1
-                ing.file_error(ing.rel(entry.path), "unknown", "walk", "expected device_N/ or .metadata/")
+                reason = "expected device_N/, {net}/device_N/ or .metadata/"
+                ing.file_error(ing.rel(entry.path), "unknown", "walk", reason)
+
+    def _net_operators(self, path: str) -> bool:
+        """`{net}/device_N/execution_order/` and `{net}/device_N/graphs/`: where v1.2's session
+        writes them beside the runtime's `device_N/` tensor folders (reference §2.1). False when
+        `path` holds nothing of the kind (it is then reported as not belonging to the dump)."""
+        devices = [e for e in self.ing.scandir(path) or [] if _DEVICE_DIR.match(e.name) and e.is_dir()]
+        found = False
+        for device in devices:
+            rank = int(_DEVICE_DIR.match(device.name).group(1))
+            for entry in self.ing.scandir(device.path) or []:
+                found |= self._operator_folder(rank, entry)
+        return found
+
+    def _operator_folder(self, rank: int, entry: os.DirEntry) -> bool:
+        """Read `entry` when it is an execution_order/ or graphs/ folder of device `rank`."""
+        if entry.name == "execution_order" and entry.is_dir():
+            read_execution_order_dir(self.ing, rank, entry.path)
+        elif entry.name == "graphs" and entry.is_dir():
+            read_graphs_dir(self.ing, rank, entry.path)
+        else:
+            return False
+        return True
 
     def _metadata(self, path: str) -> str | None:
         ing = self.ing
@@ -432,11 +462,17 @@ class AscendRawV12Reader(Reader):
         if config is not None and not ing.is_unchanged(rel, len(config)):
             ing.add("rank_meta", (ing.run, rank, str(self.root), "Ascend", None, config, None, now()))
             ing.record(rel, "metadata", len(config), len(config), 0, "ok")
-        for model in ing.scandir(path) or []:
+        models = ing.scandir(path) or []
+        for model in sorted(models, key=lambda e: e.name not in ("execution_order", "graphs")):
+            if self._operator_folder(rank, model):
+                continue
             m = _V12_MODEL_DIR.match(model.name)
             if not (m and model.is_dir()):
                 ing.summary.files_seen += 1
-                ing.file_error(ing.rel(model.path), "unknown", "walk", "expected a {net}_graph_{g}/ folder")
+                ing.file_error(
+                    ing.rel(model.path), "unknown", "walk",
+                    "expected a {net}_graph_{g}/, execution_order/ or graphs/ folder",
+                )  # fmt: skip
                 continue
             net = m.group("net")
             for graph in ing.scandir(model.path) or []:

@@ -6,7 +6,9 @@ or `{path}/{net}/iteration_{n}/` when no device id is given (CPU). Each file is
 bytes of the tensor from offset 0, so the name is the only metadata there is: it gives the full
 scope name, the slot, the shape, the dtype (`kNumberTypeFloat32` with trans_flag, `Float32`
 without) and the format (`ingest.formats.legacy_names`). Beside the iterations sit
-`{net}/device_{d}/execution_order/` (§2.1; `{net}/execution_order/` is read too on CPU) and
+`{net}/device_{d}/execution_order/` (§2.1) and `{net}/device_{d}/graphs/` (§2.4, the graph IR
+with each operator's source lines, in the v1.x .ir grammar of §4), both read as the rank layout
+reads them (`{net}/execution_order/` and `{net}/graphs/` too in the CPU form), and
 `{path}/.metadata/data_dump.json` (§2.3), which becomes a `rank_meta` row per device.
 
 What the layout does not say, and what the rows hold instead:
@@ -38,7 +40,7 @@ from ingest.npy_name import op_type_of, sanitize_v23, short_name, without_op_ind
 from ingest.numbers import INT32_MAX, INT64_MAX, parse_uint
 from ingest.pipeline import now, size_or_none
 from ingest.readers.base import Detection, Place, Reader, first_file, list_dir
-from ingest.readers.rank_layout import read_execution_order_dir
+from ingest.readers.rank_layout import read_execution_order_dir, read_graphs_dir
 from ingest.tensor_data import stored_nbytes
 
 if TYPE_CHECKING:
@@ -51,6 +53,7 @@ _DEVICE_DIR = re.compile(r"^device_([0-9]+)$")
 _ITERATION_DIR = re.compile(r"^iteration_([0-9]+)$")
 _KERNEL = re.compile(r"-op[0-9]+$")
 _EXEC_DIR = "execution_order"
+_GRAPHS_DIR = "graphs"
 _META_DIR = ".metadata"
 _PEEK = 4  # detection looks at this many candidate folders per level
 
@@ -82,6 +85,12 @@ def _net_evidence(net: Path | str) -> str | None:
         if first_file(it.path, 0, _is_legacy_bin, 16) is not None:
             return os.path.relpath(it.path, net) + "/"
     return None
+
+
+def _operators_first(entries: list[os.DirEntry]) -> list[os.DirEntry]:
+    """execution_order/ and graphs/ before the iteration folders: tensors then commit with the
+    operators they resolve against, not before them (see `RankLayoutReader._ingest_rank`)."""
+    return sorted(entries, key=lambda e: e.name not in (_EXEC_DIR, _GRAPHS_DIR))
 
 
 def op_type_of_kernel(kernel_name: str) -> str:
@@ -166,6 +175,8 @@ class MindSporeBinReader(Reader):
                 self._leaf(Place(0, net, GRAPH_ID, iteration, "iteration"), os.path.join(net_path, parts[1]))
             elif parts[1] == _EXEC_DIR:
                 read_execution_order_dir(self.ing, 0, os.path.join(net_path, parts[1]))
+            elif parts[1] == _GRAPHS_DIR:
+                read_graphs_dir(self.ing, 0, os.path.join(net_path, parts[1]))
             else:
                 self._net(net, net_path)  # reports what does not belong there
             return
@@ -176,13 +187,15 @@ class MindSporeBinReader(Reader):
             self._leaf(place, os.path.join(device_path, parts[2]))
         elif len(parts) > 2 and parts[2] == _EXEC_DIR:
             read_execution_order_dir(self.ing, device, os.path.join(device_path, parts[2]))
+        elif len(parts) > 2 and parts[2] == _GRAPHS_DIR:
+            read_graphs_dir(self.ing, device, os.path.join(device_path, parts[2]))
         else:
             self._device(net, device, device_path)
 
     def _net(self, net: str, path: str) -> None:
         ing = self.ing
         cpu_meta = False
-        for entry in ing.scandir(path) or []:
+        for entry in _operators_first(ing.scandir(path) or []):
             is_dir = _is_dir(entry)
             device = _number(_DEVICE_DIR.match(entry.name), INT32_MAX) if is_dir else None
             iteration = _number(_ITERATION_DIR.match(entry.name), INT64_MAX) if is_dir else None
@@ -195,26 +208,32 @@ class MindSporeBinReader(Reader):
                 self._leaf(Place(0, net, GRAPH_ID, iteration, "iteration"), entry.path, entry)
             elif is_dir and entry.name == _EXEC_DIR:
                 read_execution_order_dir(self.ing, 0, entry.path)
+            elif is_dir and entry.name == _GRAPHS_DIR:
+                read_graphs_dir(self.ing, 0, entry.path)
             else:
                 if not is_dir:
                     ing.summary.files_seen += 1
-                reason = "expected device_N/ or iteration_N/ folders (or execution_order/) in a net folder"
+                reason = (
+                    "expected device_N/, iteration_N/, execution_order/ or graphs/ folders in a net folder"
+                )
                 ing.file_error(ing.rel(entry.path), "unknown", "walk", reason)
 
     def _device(self, net: str, rank: int, path: str) -> None:
         ing = self.ing
         self._rank_meta(rank, path, None)
-        for entry in ing.scandir(path) or []:
+        for entry in _operators_first(ing.scandir(path) or []):
             is_dir = _is_dir(entry)
             iteration = _number(_ITERATION_DIR.match(entry.name), INT64_MAX) if is_dir else None
             if iteration is not None:
                 self._leaf(Place(rank, net, GRAPH_ID, iteration, "iteration"), entry.path, entry)
             elif is_dir and entry.name == _EXEC_DIR:
                 read_execution_order_dir(self.ing, rank, entry.path)
+            elif is_dir and entry.name == _GRAPHS_DIR:
+                read_graphs_dir(self.ing, rank, entry.path)
             else:
                 if not is_dir:
                     ing.summary.files_seen += 1
-                reason = "expected iteration_N/ or execution_order/ folders in a device folder"
+                reason = "expected iteration_N/, execution_order/ or graphs/ folders in a device folder"
                 ing.file_error(ing.rel(entry.path), "unknown", "walk", reason)
 
     # -- iteration folders ----------------------------------------------------------------------

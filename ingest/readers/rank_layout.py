@@ -82,6 +82,43 @@ def read_execution_order_dir(ing: Ingester, rank: int, path: str) -> None:
         ing.record(rel, kind, size, result.end_offset, result.end_line, "ok")
 
 
+def read_graphs_dir(ing: Ingester, rank: int, path: str) -> None:
+    """graphs/ms_output_trace_code_graph_{g}.pb|.ir: nodes, edges and source frames. Shared by
+    every layout that has a `graphs/` folder (the rank layout, the 1.0-1.2 layouts).
+
+    A graph is (re)read when any of its files is new or changed size; its rows are written
+    once, from the .pb when it parses, else from the .ir.
+    """
+    entries = ing.scandir(path) or []
+    ing.summary.files_seen += len(entries)
+    sizes = {e.name: _size_or_none(e) or 0 for e in entries}
+    per_graph = graph_rows_mod.graph_files(list(sizes))
+    for entry in entries:
+        if entry.name not in {n for files in per_graph.values() for n in files.values()}:
+            ing.file_error(ing.rel(entry.path), "unknown", "graph", "unrecognised file in graphs/")
+    for graph_id, files in sorted(per_graph.items()):
+        rels = {name: ing.rel(os.path.join(path, name)) for name in files.values()}
+        if all(ing.is_unchanged(rel, sizes[name]) for name, rel in rels.items()):
+            continue
+        by_name = {e.name: e for e in entries}
+        if any(ing.still_written(by_name[name], rel, ing.settle) for name, rel in rels.items()):
+            continue  # parse the graph once its files have stopped changing
+        for rel in rels.values():
+            ing.pending_files.pop(rel, None)
+        parsed, problems = graph_rows_mod.parse_graph(files, Path(path))
+        for where, reason in problems:
+            ing.error(ing.rel(os.path.join(path, where)), "graph", reason)
+        if parsed is not None:
+            nodes, edges, frames = graph_rows_mod.graph_rows(ing.run, rank, graph_id, parsed)
+            ing.pending.rows["ir_nodes"].extend(nodes)
+            ing.pending.rows["edges"].extend(edges)
+            ing.pending.rows["source_lines"].extend(frames)
+            ing.summary.ir_nodes += len(nodes)
+        for name, rel in rels.items():
+            status = "ok" if parsed is not None else "error"
+            ing.record(rel, "graph_" + name.rsplit(".", 1)[1], sizes[name], sizes[name], 0, status)
+
+
 class RankLayoutReader(Reader):
     """Walks `rank_N/{net}/{graph_id}/{iteration}/` and the rank-level folders."""
 
@@ -233,38 +270,4 @@ class RankLayoutReader(Reader):
         read_execution_order_dir(self.ing, rank, path)
 
     def _ingest_graphs(self, rank: int, path: str) -> None:
-        """graphs/ms_output_trace_code_graph_{g}.pb|.ir: nodes, edges and source frames.
-
-        A graph is (re)read when any of its files is new or changed size; its rows are written
-        once, from the .pb when it parses, else from the .ir.
-        """
-        entries = self.ing.scandir(path) or []
-        self.ing.summary.files_seen += len(entries)
-        sizes = {e.name: _size_or_none(e) or 0 for e in entries}
-        per_graph = graph_rows_mod.graph_files(list(sizes))
-        for entry in entries:
-            if entry.name not in {n for files in per_graph.values() for n in files.values()}:
-                self.ing.file_error(
-                    self.ing.rel(entry.path), "unknown", "graph", "unrecognised file in graphs/"
-                )
-        for graph_id, files in sorted(per_graph.items()):
-            rels = {name: self.ing.rel(os.path.join(path, name)) for name in files.values()}
-            if all(self.ing.is_unchanged(rel, sizes[name]) for name, rel in rels.items()):
-                continue
-            by_name = {e.name: e for e in entries}
-            if any(self.ing.still_written(by_name[name], rel, self.ing.settle) for name, rel in rels.items()):
-                continue  # parse the graph once its files have stopped changing
-            for rel in rels.values():
-                self.ing.pending_files.pop(rel, None)
-            parsed, problems = graph_rows_mod.parse_graph(files, Path(path))
-            for where, reason in problems:
-                self.ing.error(self.ing.rel(os.path.join(path, where)), "graph", reason)
-            if parsed is not None:
-                nodes, edges, frames = graph_rows_mod.graph_rows(self.ing.run, rank, graph_id, parsed)
-                self.ing.pending.rows["ir_nodes"].extend(nodes)
-                self.ing.pending.rows["edges"].extend(edges)
-                self.ing.pending.rows["source_lines"].extend(frames)
-                self.ing.summary.ir_nodes += len(nodes)
-            for name, rel in rels.items():
-                status = "ok" if parsed is not None else "error"
-                self.ing.record(rel, "graph_" + name.rsplit(".", 1)[1], sizes[name], sizes[name], 0, status)
+        read_graphs_dir(self.ing, rank, path)

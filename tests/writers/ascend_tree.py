@@ -13,7 +13,9 @@ the reference (mindspore-dump-formats.md §3.8 and §5, msprobe-cann-formats.md 
 - `layout='rank'` is MindSpore v1.3+ async (`rank_N/{net}/{graph}/{iteration}/`, with the rank's
   execution_order/, graphs/ and .dump_metadata/ copied); `layout='v1.2'` is MindSpore v1.2 async
   (`device_N/{net}_graph_{g}/{g}/{iteration}/`, four-field names without a stream id, the old
-  whole-file protobuf layout, `.metadata/data_dump.json` at the top).
+  whole-file protobuf layout, `.metadata/data_dump.json` at the top, and MindSpore's
+  `execution_order/` and `graphs/` in the 1.x forms in `device_N/`, as trees seen in the field
+  hold them: `tests.writers.mindspore_v1_graphs`).
 
 Run it as a script to regenerate the committed trees under tests/data/ascend_raw/.
 """
@@ -31,6 +33,7 @@ import numpy as np
 from ingest.formats.device_format import host_to_device
 from ingest.npy_name import parse_tensor_name, sanitize_v23
 from tests.writers.ascend_raw import SlotSpec, build_raw_dump
+from tests.writers.mindspore_v1_graphs import write_v1_graphs
 
 DATA_TYPES = {
     "float32": "DT_FLOAT", "float16": "DT_FLOAT16", "float64": "DT_DOUBLE", "int8": "DT_INT8",
@@ -83,9 +86,12 @@ def write_tree(src: Path, dst: Path, *, layout: str = "rank", bin_every: int = 3
             for static in ("execution_order", "graphs", ".dump_metadata"):
                 if (rank_dir / static).is_dir():
                     shutil.copytree(rank_dir / static, out_rank / static, dirs_exist_ok=True)
-        elif (rank_dir / ".dump_metadata" / "data_dump.json").is_file():
-            (dst / ".metadata").mkdir(parents=True, exist_ok=True)
-            shutil.copy(rank_dir / ".dump_metadata" / "data_dump.json", dst / ".metadata" / "data_dump.json")
+        else:
+            write_v1_graphs(rank_dir, dst / f"device_{rank}")
+            config = rank_dir / ".dump_metadata" / "data_dump.json"
+            if config.is_file():
+                (dst / ".metadata").mkdir(parents=True, exist_ok=True)
+                shutil.copy(config, dst / ".metadata" / "data_dump.json")
         for leaf in sorted(p for p in rank_dir.glob("*/*/*") if p.is_dir() and p.name.isdigit()):
             net, graph, iteration = leaf.parts[-3], int(leaf.parts[-2]), leaf.name
             # MindSpore's CPU writer stamps each file of a launch with its own time: a launch is

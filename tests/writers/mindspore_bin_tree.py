@@ -14,8 +14,9 @@ No MindSpore 1.x run is available here, so the trees are made strictly from the 
   (`Float32`) without; format `DefaultFormat`, or with `device_formats` (device form, no
   trans_flag) the Ascend device format `ascend_tree.device_format_for` picks, with the bytes and
   the shape in the name in that layout;
-- the device form gets the rank's `execution_order/ms_execution_order_graph_{g}.csv` copied to
-  `{net}/device_{d}/execution_order/` (the CPU form has none: §2.1 names the device path only);
+- the device form gets the rank's `execution_order/ms_execution_order_graph_{g}.csv` and its
+  `graphs/` in the 1.x forms (`tests.writers.mindspore_v1_graphs`) in `{net}/device_{d}/` (the
+  CPU form has neither: §2.1 names the device path only);
 - `{path}/.metadata/data_dump.json`: the source run's config, with `trans_flag` set to what the
   names say.
 
@@ -35,6 +36,7 @@ import numpy as np
 from ingest.formats.device_format import host_to_device
 from ingest.npy_name import parse_tensor_name, sanitize_v23
 from tests.writers.ascend_tree import device_format_for
+from tests.writers.mindspore_v1_graphs import write_v1_graphs
 
 # numpy dtype -> the TypeId's name without `kNumberType` (`Float32`), as §3.7 spells both forms.
 TYPE_NAMES = {
@@ -84,9 +86,7 @@ def write_tree(
             net, graph, iteration = leaf.parts[-3], int(leaf.parts[-2]), int(leaf.name)
             net_dir = dst / net if form == "cpu" else dst / net / f"device_{rank}"
             if form == "device":
-                for f in sorted((rank_dir / "execution_order").glob("ms_execution_order_graph_*.csv")):
-                    (net_dir / "execution_order").mkdir(parents=True, exist_ok=True)
-                    shutil.copy(f, net_dir / "execution_order" / f.name)
+                write_v1_graphs(rank_dir, net_dir)
             out_dir = net_dir / f"iteration_{iteration}"
             out_dir.mkdir(parents=True, exist_ok=True)
             for f in sorted(leaf.glob("*.npy")):
