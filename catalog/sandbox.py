@@ -78,7 +78,9 @@ def build_views_database(folder: str | os.PathLike, *, flat: bool = True) -> Pat
             for view in FLAT_VIEWS:
                 stored = f"SELECT {FLAT_STORED_COLUMNS[view]} FROM {view}_resolved"  # as flat files hold them
                 con.register(f"flat_{view}", con.sql(stored).to_arrow_table())
-                columns = flat_select_list(view, con.table(f"flat_{view}").columns)
+                # as if some files were older (no producer_dtype, producer-spelled dtype): the
+                # server may serve a catalog that has such files (see refresh)
+                columns = flat_select_list(view, con.table(f"flat_{view}").columns, before_dtype_names=True)
                 con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT {columns} FROM flat_{view}")
         pg_catalog.install(con)
         con.execute("CHECKPOINT")
@@ -134,10 +136,10 @@ class ContainedEngine:
                 # The schema of the files' own (all written by DuckDB from the same view), with the
                 # columns the view reads that files written before them lack (read as NULL).
                 schema = pa.unify_schemas([pq.read_schema(f) for f in live]) if live else None
-                if schema is not None and view == "tensors":
-                    for name in FLAT_ONLY_COLUMNS:
-                        if name not in schema.names:
-                            schema = schema.append(pa.field(name, pa.string()))
+                extra = ("producer_dtype", *FLAT_ONLY_COLUMNS) if view == "tensors" else ("producer_dtype",)
+                for name in extra if schema is not None else ():
+                    if name not in schema.names:
+                        schema = schema.append(pa.field(name, pa.string()))
                 datasets[f"flat_{view}"] = (
                     ds.dataset(live, schema=schema, format="parquet", filesystem=self._fs) if live else None
                 )

@@ -150,15 +150,27 @@ SPARK_FLAT_READ_PATH = "coalesce(path, concat(dump_root, '/', rel_path))"
 FLAT_ONLY_COLUMNS = ("dump_root",)
 
 
-def flat_select_list(view: str, columns: list[str]) -> str:
+def flat_select_list(view: str, columns: list[str], *, before_dtype_names: bool = False) -> str:
     """The select list of `view` over flat files with these columns: each named (`* REPLACE`
     cost `count(*)` ~10% at 10^5 rows, binding the star first), `file_name` and `path` put
-    back, `dump_root` left out."""
-    if view != "tensors" or "file_name" not in columns:
+    back, `dump_root` left out.
+
+    `before_dtype_names`: some files were written before `dtype` held one vocabulary for every
+    producer (sql/01_dtypes.sql) and have no `producer_dtype`: their `dtype` is the producer's
+    spelling, named here (the name of a name is itself)."""
+    read: dict[str, str] = {}
+    if view == "tensors" and "file_name" in columns:
+        read["file_name"] = FLAT_READ_FILE_NAME
+        if "dump_root" in columns:
+            read["path"] = FLAT_READ_PATH
+    if before_dtype_names and "dtype" in columns:
+        read["dtype"] = "dtype_name(dtype)"
+        read["producer_dtype"] = "coalesce(producer_dtype, dtype)" if "producer_dtype" in columns else "dtype"
+        if "producer_dtype" not in columns:
+            columns = list(columns)
+            columns.insert(columns.index("dtype") + 1, "producer_dtype")
+    if not read:
         return "*"
-    read = {"file_name": FLAT_READ_FILE_NAME}
-    if "dump_root" in columns:
-        read["path"] = FLAT_READ_PATH
     return ", ".join(
         f"{read[name]} AS {name}" if name in read else _quote_identifier(name)
         for name in columns
@@ -180,8 +192,10 @@ def flat_view_sql(view: str, files: list[str]) -> str:
     schemas = [pq.read_schema(f).names for f in files]
     by_name = "true" if len({tuple(names) for names in schemas}) > 1 else "false"
     columns = list(dict.fromkeys(name for names in schemas for name in names))  # DuckDB's union order
+    before = any("producer_dtype" not in names for names in schemas)
     return (
-        f"CREATE OR REPLACE VIEW {view} AS SELECT {flat_select_list(view, columns)} FROM "
+        f"CREATE OR REPLACE VIEW {view} AS SELECT "
+        f"{flat_select_list(view, columns, before_dtype_names=before)} FROM "
         f"read_parquet([{listing}], union_by_name = {by_name}, hive_partitioning = false)"
     )
 

@@ -69,7 +69,7 @@ FLAT_SOURCES: dict[str, tuple[str, ...]] = {"tensors": ("tensors",), "stats": ("
 # how earlier rows of the same (run, rank) resolve. tests/test_flat.py checks this against sql/.
 RESOLUTION_INPUTS = ("ops", "ir_nodes", "source_lines", "runs")
 # sql/ files that define the query-time views (the writer needs nothing else), and what they read.
-RESOLUTION_SQL = ("00_op_keys.sql", "05_graph.sql", "30_tensors.sql", "40_stats.sql")
+RESOLUTION_SQL = ("00_op_keys.sql", "01_dtypes.sql", "05_graph.sql", "30_tensors.sql", "40_stats.sql")
 _RAW_READ = (*{t for ts in FLAT_SOURCES.values() for t in ts}, *RESOLUTION_INPUTS, "edges")
 # Sort order of each flat table (row id first: point lookups prune by row-group statistics).
 ORDER = {"tensors": "row_id", "stats": "row_id, stat_id, stat_source"}

@@ -20,7 +20,7 @@ SELECT t.row_id, t.run, t.rank, t.net, t.graph_id, t.iteration, t.dir_kind,
        t.op_type,
        coalesce(k.full_name, kb.full_name, kr.full_name, t.op_full_name, t.file_op_name) AS op_name,
        t.file_op_name, t.io, t.slot,
-       t.dtype, t.stored_dtype, t.shape, t.format,
+       dtype_name(t.dtype) AS dtype, t.dtype AS producer_dtype, t.stored_dtype, t.shape, t.format,
        coalesce(k.exec_index, kb.exec_index, kr.exec_index) AS exec_index,
        os.source_file, os.source_line, os.source_code,
        CASE WHEN k.key IS NOT NULL THEN 'exact' WHEN kb.key IS NOT NULL THEN 'op_index'

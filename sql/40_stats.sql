@@ -50,7 +50,7 @@ WITH unioned AS (
            zero_count, l2norm, md5, 'computed' AS stat_source, 'dumpcat' AS stat_semantics,
            -- a float16 tensor whose file holds 4 bytes an element: MindSpore dumped a float32
            -- kernel's buffer under a float16 header (ingest/npy_header.py `stored_as`)
-           CASE WHEN dtype = 'float16' AND count > 0 AND nbytes = 4 * count THEN 'dtype' END AS mismatch,
+           CASE WHEN dtype_name(dtype) = 'float16' AND count > 0 AND nbytes = 4 * count THEN 'dtype' END AS mismatch,
            op_full_name, CAST(NULL AS BIGINT) AS exec_index,
            CAST(NULL AS VARCHAR) AS arg_path, CAST(NULL AS BOOLEAN) AS requires_grad
     FROM src_tensor_stats c
@@ -59,7 +59,7 @@ WITH unioned AS (
 SELECT u.row_id, u.stat_id, u.run, u.rank, u.net, u.graph_id, u.iteration,
        u.op_type,
        coalesce(k.full_name, kb.full_name, kr.full_name, u.op_full_name, u.file_op_name) AS op_name,
-       u.file_op_name, u.io, u.slot, u.dtype, u.shape, u.nbytes,
+       u.file_op_name, u.io, u.slot, dtype_name(u.dtype) AS dtype, u.dtype AS producer_dtype, u.shape, u.nbytes,
        u.max, u.min, u.avg, u.count, u.neg_count, u.pos_count, u.nan_count,
        u.neg_inf_count, u.pos_inf_count, u.zero_count, u.l2norm, u.md5,
        u.stat_source,
