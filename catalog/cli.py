@@ -475,6 +475,8 @@ def anomalies(catalog_path: str, run: str | None, by_graph: bool, fmt: str) -> N
 
 def _note_dtype_mismatches(cat: Catalog, run: str | None, by_graph: bool) -> None:
     """Say when an answer's tensor file holds data of another dtype than its name says."""
+    from catalog.output import printable
+
     view = "first_anomaly_by_graph" if by_graph else "first_anomaly"
     rows = cat.sql(
         f"SELECT a.op_name, a.iteration FROM {view} a JOIN stats s ON s.row_id = a.row_id "
@@ -483,9 +485,9 @@ def _note_dtype_mismatches(cat: Catalog, run: str | None, by_graph: bool) -> Non
     ).to_pylist()
     for row in rows:
         click.echo(
-            f"(iteration {row['iteration']}, {row['op_name']}: the file is named float16 but holds float32 "
-            "data, a float32 kernel's buffer MindSpore dumped as float16; its statistics are of the float32 "
-            "data, stats.mismatch = 'dtype')",
+            f"(iteration {row['iteration']}, {printable(row['op_name'])}: the file is named float16 but "
+            "holds float32 data, a float32 kernel's buffer MindSpore dumped as float16; its statistics "
+            "are of the float32 data, stats.mismatch = 'dtype')",
             err=True,
         )
 
@@ -554,6 +556,7 @@ def compare(
 def _say_first_difference(cat: Catalog, run: str, baseline: str) -> None:
     """An empty first_divergence is the usual fp16/bf16 drift below the tolerances: say so, and
     where the runs first differ at all, rather than leave the user with `(0 rows)`."""
+    from catalog.output import printable
     from catalog.views import query_text
 
     rows = cat.sql(query_text("first_difference"), {"run": run, "baseline": baseline}).to_pylist()
@@ -566,8 +569,9 @@ def _say_first_difference(cat: Catalog, run: str, baseline: str) -> None:
         return
     cosine = "NULL" if r["cosine"] is None else f"{r['cosine']:.6g}"
     click.echo(
-        f"{head}; {r['differing']:,} of {r['compared']:,} compared outputs differ, the first in execution "
-        f"order: {r['op_name']} output {r['slot']} (rank {r['rank']}, iteration {r['iteration']}), "
+        f"{head}; {r['differing']:,} of {r['compared']:,} compared outputs differ, the first in "
+        f"execution order: {printable(r['op_name'])} output {r['slot']} (rank {r['rank']}, "
+        f"iteration {r['iteration']}), "
         f"max_abs_err {r['max_abs_err']:.6g}, cosine {cosine}. "
         "`SELECT * FROM first_divergence(max_abs := 0)` gives each step's first difference)",
         err=True,
