@@ -9,7 +9,10 @@ current catalog without ever taking a lock.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -39,6 +42,23 @@ DUCKDB_CONFIG = {
     "autoinstall_known_extensions": "false",
     "autoload_known_extensions": "false",
 }
+
+
+def wall_in(con: duckdb.DuckDBPyConnection, catalog_root: Path, spill: str) -> None:
+    """Let `con` open the catalog's own files and nothing else, for good.
+
+    `Catalog.sql` runs what a user (or a program fed by one) writes. The guard (catalog/guard.py)
+    refuses file access in the text, but SQL nested in strings (`json_serialize_plan`, `query`)
+    is parsed by the engine, not by the guard: the engine itself must not reach other files.
+    DuckDB's external access is turned off with the catalog's folder (and a private spill folder)
+    allowed, and the configuration locked so that no statement can turn it back on.
+    """
+    root = Path(catalog_root)
+    allowed = {str(root) + "/", str(root.resolve()) + "/", spill + "/"}
+    con.execute("SET temp_directory = ?", [spill])
+    con.execute("SET allowed_directories = ?", [sorted(allowed)])
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
 
 
 class TensorNotFoundError(LookupError):
@@ -81,6 +101,9 @@ class Catalog:
                     # Parquet files are never rewritten in place (a change is a new file), so their
                     # footers can be cached: a query over a few files costs what one over one does.
                     con.execute("SET parquet_metadata_cache = true")
+                    spill = tempfile.mkdtemp(prefix="dumpcat-spill-")  # DuckDB's, when memory is short
+                    weakref.finalize(self, shutil.rmtree, spill, ignore_errors=True)
+                    wall_in(con, self.path, spill)
                     self._connection = con
         return self._connection
 

@@ -86,11 +86,14 @@ def dumpcat_table_macros() -> frozenset[str]:
     return frozenset(str(r[0]).lower() for r in rows) - builtin
 
 
-# Scalar functions that touch the outside world or the engine's configuration.
+# Scalar functions that touch the outside world or the engine's configuration, and those that
+# parse, plan or run SQL held in a string (a statement the guard never sees: the engine's own wall,
+# catalog.api.wall_in and the server's sandbox, is what stops it; these are the second wall).
 FORBIDDEN_FUNCTIONS = {
     "getenv", "query", "query_table", "current_setting", "current_setting_all", "load_extension",
     "install_extension", "checkpoint", "force_checkpoint", "write_log", "enable_logging",
     "disable_logging", "truncate_duckdb_logs", "set_variable", "which_secret",
+    "json_serialize_sql", "json_serialize_plan", "json_deserialize_sql", "json_execute_serialized_sql",
 }  # fmt: skip
 # The server's PostgreSQL emulation (catalog.pg_catalog) lives in these schemas: its macros,
 # `current_setting` among them, answer from fixed values and are always allowed.
