@@ -304,13 +304,15 @@ class Catalog:
         workers: int | None = None,
         on_progress: Callable[[int], None] | None = None,
         writer: str | None = None,
+        follow_symlinks: bool = False,
     ) -> IngestSummary:
         """Ingest (or incrementally re-ingest) a dump tree into this catalog. Its producer is
         detected (`summary.detected` says what was found) unless `producer` names a reader.
-        `writer` names the run's shard to write (one per host of a multi-host run)."""
+        `writer` names the run's shard to write (one per host of a multi-host run). Symlinks out
+        of the dump root are error rows unless `follow_symlinks`."""
         summary = ingest_dump(
             self.path, dump_dir, run, producer=producer, compute_stats=compute_stats, md5=md5,
-            workers=workers, on_progress=on_progress, writer=writer,
+            workers=workers, on_progress=on_progress, writer=writer, follow_symlinks=follow_symlinks,
         )  # fmt: skip
         return summary
 

@@ -180,6 +180,11 @@ def main() -> None:
 @click.option(
     "--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal)."
 )
+@click.option(
+    "--follow-symlinks",
+    is_flag=True,
+    help="Follow symlinks that lead out of the dump root (default: an ingest_errors row each).",
+)
 def ingest(
     dump_dirs: tuple[Path, ...],
     catalog_path: Path,
@@ -190,6 +195,7 @@ def ingest(
     md5: bool,
     workers: int | None,
     progress: bool | None,
+    follow_symlinks: bool,
 ) -> None:
     """Catalog one or more dump trees (DUMP_DIR: the dump `path`; its producer is detected)."""
     from ingest.writer_warm_up import warm_up_writer
@@ -219,7 +225,7 @@ def ingest(
                 on_progress = bar.update
             s = cat.ingest(
                 dump_dir, run, producer=detection.reader.name, compute_stats=compute_stats, md5=md5,
-                workers=workers, on_progress=on_progress, writer=writer,
+                workers=workers, on_progress=on_progress, writer=writer, follow_symlinks=follow_symlinks,
             )  # fmt: skip
         rate = s.files_seen / s.seconds if s.seconds > 0 else 0.0
         click.echo(

@@ -16,6 +16,7 @@ import ast
 import functools
 import os
 import re
+import stat
 import struct
 import sys
 from dataclasses import dataclass
@@ -206,8 +207,12 @@ def _read_rest(fd: int, n: int) -> bytes:
 
 def read_npy_header(path: str | os.PathLike) -> tuple[NpyHeader, int]:
     """Return (header, file size). Raise NpyHeaderError when the file is corrupt or truncated."""
-    fd = os.open(path, os.O_RDONLY)
+    # Non-blocking, and only a regular file is read: a FIFO put in the listing's place would
+    # otherwise wait for a writer forever, /dev/zero never end (the walk leaves both out).
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NpyHeaderError("not a regular file")
         block = os.read(fd, _READ_SIZE)
         if len(block) >= 12 and block.startswith(MAGIC):
             end = _header_span(block)[2]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import operator
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -199,12 +200,17 @@ class Ingester:
         workers: int | None = None,
         batch_rows: int = 50_000,
         on_progress: Callable[[int], None] | None = None,
+        follow_symlinks: bool = False,
     ) -> None:
         tune_for_ingest()  # glibc gives freed buffers back as the walk goes (ingest/memory.py)
         self.store = store
         self.run = run
         self.root = dump_root
         self._root_len = len(str(dump_root)) + 1
+        self._root_real = os.path.realpath(dump_root)
+        # Symlinks whose target is outside the dump root are not followed unless asked for
+        # (`--follow-symlinks`): a dump is input from anyone, and must not catalog other files.
+        self.follow_symlinks = follow_symlinks
         self.row_id_of = TensorIdHasher(run)
         self.producer = producer
         self.compute_stats = compute_stats
@@ -334,6 +340,9 @@ class Ingester:
     def scandir(self, path: str, *, sort: bool = True) -> list[os.DirEntry] | None:
         """A directory's entries (None, and an error row, when it cannot be read); names that
         are not UTF-8 become error rows and are left out."""
+        if not self.follow_symlinks and not self._inside_root(os.path.realpath(path)):
+            self.file_error(self.rel(path), "directory", "walk", _OUTSIDE_ROOT)
+            return None
         try:
             with os.scandir(path) as it:
                 entries = sorted(it, key=_entry_name) if sort else list(it)
@@ -344,7 +353,35 @@ class Ingester:
             "/".join([e.name for e in entries]).encode("utf-8")
         except UnicodeEncodeError:
             entries = [e for e in entries if self.utf8_name(e)]
+        if any(e.is_symlink() or not (e.is_file() or e.is_dir()) for e in entries):
+            entries = [e for e in entries if self._plain(e)]
         return entries
+
+    def _inside_root(self, real: str) -> bool:
+        return real == self._root_real or real.startswith(self._root_real + os.sep)
+
+    def _plain(self, entry: os.DirEntry) -> bool:
+        """Whether the walk may open `entry`: a file or a folder inside the dump root. A symlink
+        out of the root (unless `follow_symlinks`), a FIFO (opening it would wait for a writer
+        forever), a device (/dev/zero never ends) or a socket becomes an error row instead, and
+        is never opened."""
+        reason = None
+        try:
+            if entry.is_symlink():
+                real = os.path.realpath(entry.path)
+                if not self.follow_symlinks and not self._inside_root(real):
+                    reason = _OUTSIDE_ROOT
+                elif os.path.exists(real):
+                    reason = _special_kind(os.stat(real).st_mode)
+            else:
+                reason = _special_kind(entry.stat(follow_symlinks=False).st_mode)
+        except OSError as exc:
+            reason = f"cannot stat: {exc.strerror}"
+        if reason is None:
+            return True
+        self.summary.files_seen += 1
+        self.file_error(self.rel(entry.path), "unknown", "walk", reason)
+        return False
 
     def utf8_name(self, entry: os.DirEntry) -> bool:
         """A name that is not UTF-8 (Linux allows any bytes) cannot be a catalog string: it becomes
@@ -564,6 +601,20 @@ def detect_dump(dump_dir: str | os.PathLike, producer: str | None = None) -> Det
     return detect(resolve_dump_dir(dump_dir), producer)
 
 
+_OUTSIDE_ROOT = "a symlink out of the dump root: not followed (--follow-symlinks to allow it)"
+
+
+def _special_kind(mode: int) -> str | None:
+    """Why a file of this mode is not read (None for a regular file or a folder)."""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    kind = (
+        "a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+        else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file"
+    )  # fmt: skip
+    return f"{kind}, not a regular file: not read"
+
+
 def ingest_dump(
     catalog: str | os.PathLike,
     dump_dir: str | os.PathLike,
@@ -576,6 +627,7 @@ def ingest_dump(
     batch_rows: int = 50_000,
     on_progress: Callable[[int], None] | None = None,
     writer: str | None = None,
+    follow_symlinks: bool = False,
 ) -> IngestSummary:
     """Ingest one dump tree into a catalog (created if missing) under a run name.
 
@@ -592,7 +644,7 @@ def ingest_dump(
     store = CatalogStore(catalog, create=True).shard(run_name, writer)
     ingester = Ingester(
         store, run_name, detection.root, detection, producer=producer, compute_stats=compute_stats, md5=md5,
-        workers=workers, batch_rows=batch_rows, on_progress=on_progress,
+        workers=workers, batch_rows=batch_rows, on_progress=on_progress, follow_symlinks=follow_symlinks,
     )  # fmt: skip
     summary = ingester.run_ingest()
     summary.producer = detection.reader.name

@@ -293,11 +293,7 @@ class MindSporeNpyReader(RankLayoutReader):
         wanted = set(leaf.irregular)
         entries = leaf.entries
         if not entries:
-            try:
-                with os.scandir(leaf.path) as it:
-                    entries = [e for e in it if e.name in wanted]
-            except OSError:
-                entries = []
+            entries = [e for e in self.ing.scandir(leaf.path) or [] if e.name in wanted]
         return {e.name: e for e in entries if e.name in wanted}
 
     def _process_leaf(self, leaf: _Leaf, *, scanned: bool) -> None:
@@ -370,10 +366,7 @@ class MindSporeNpyReader(RankLayoutReader):
                 unscanned = [e.name for e in entries if self.is_tensor_npy(e.name)]
             if late:
                 listed = {e.name for e in entries}
-                try:
-                    now = os.listdir(leaf.path)
-                except OSError:
-                    now = []
+                now = [e.name for e in self.ing.scandir(leaf.path) or []]  # checked as the listing was
                 unscanned = unscanned + sorted(n for n in now if n not in listed and self.is_tensor_npy(n))
             for name in unscanned:
                 tn = parse(name)
