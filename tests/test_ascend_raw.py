@@ -478,7 +478,8 @@ def test_packed_and_ml_dtypes_slots_through_the_pipeline(tmp_path):
     cat = Catalog.open(tmp_path / "cat", create=True)
     assert cat.ingest(dump).errors == 0
     rows = cat.sql(
-        "SELECT t.row_id, t.slot, t.dtype, t.stored_dtype, s.count, s.max, s.min, s.zero_count "
+        "SELECT t.row_id, t.slot, t.producer_dtype AS dtype, t.stored_dtype, s.count, s.max, s.min, "
+        "s.zero_count "
         "FROM tensors t JOIN stats s USING (row_id) WHERE t.file_op_name = 'Default_Cast-op5' ORDER BY t.slot"
     ).to_pylist()
     assert [r["dtype"] for r in rows] == list(cases)
