@@ -57,8 +57,9 @@ def test_every_dump_json_tensor_is_one_stat_row_with_its_values(cat):
             expected = [(e.key, leaf) for e, leaves in dump.entries for leaf in leaves]
             got = _rows(
                 cat,
-                "SELECT op_name, arg_path, io, max, min, avg, l2norm, md5, producer_dtype, shape, stat_semantics, "
-                "stat_source, exec_index FROM stats WHERE run = $run AND rank = $rank AND iteration = $step "
+                "SELECT op_name, arg_path, io, max, min, avg, l2norm, md5, producer_dtype, shape, "
+                "stat_semantics, stat_source, exec_index FROM stats "
+                "WHERE run = $run AND rank = $rank AND iteration = $step "
                 "ORDER BY stat_id IS NULL, exec_index, io, arg_path",
                 run=tree, rank=rank, step=step,
             )  # fmt: skip
