@@ -617,6 +617,7 @@ def flat_batch(
         "io": tpl.t_io.take(take),
         "slot": pa.array(tpl.t_slot[v["t"]], i32),
         "dtype": _const("float16", n, string),
+        "producer_dtype": _const("float16", n, string),
         "shape": tpl.t_shape.take(take),
         "nbytes": pa.array(v["nbytes"]),
         "exec_index": pa.array(v["exec_index"]),

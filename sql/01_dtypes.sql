@@ -34,6 +34,6 @@ CREATE OR REPLACE MACRO dtype_name(spelling) AS
         WHEN 'float6_e2m3' THEN 'float6_e2m3fn'
         WHEN 'float4_e2m1' THEN 'float4_e2m1fn'
         -- a type number no table names (`DT_99`) keeps its spelling
-        ELSE CASE WHEN regexp_full_match(dtype_key(spelling), '[0-9]+') THEN spelling
+        ELSE CASE WHEN regexp_matches(dtype_key(spelling), '^[0-9]+$') THEN spelling
                   ELSE dtype_key(spelling) END
     END;

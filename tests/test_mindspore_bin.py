@@ -55,7 +55,8 @@ def cat(tmp_path_factory):
 @pytest.mark.parametrize("tree", list(SOURCES))
 def test_every_tensor_is_the_npy_bit_for_bit(cat, tree):
     rows = cat.sql(
-        "SELECT row_id, rank, graph_id, iteration, op_type, file_op_name, io, slot, dtype, stored_dtype, "
+        "SELECT row_id, rank, graph_id, iteration, op_type, file_op_name, io, slot, dtype, producer_dtype, "
+        "stored_dtype, "
         "shape, format, host_shape, producer, name_era, task_id, timestamp_us FROM tensors WHERE run = $run",
         {"run": tree},
     ).to_pylist()
@@ -66,7 +67,8 @@ def test_every_tensor_is_the_npy_bit_for_bit(cat, tree):
         got = cat.tensor(r["row_id"])
         assert got.dtype == expected.dtype and got.shape == expected.shape
         assert got.tobytes() == expected.tobytes()
-        assert r["dtype"] == token + {"float32": "Float32", "int64": "Int64"}[expected.dtype.name]
+        assert r["producer_dtype"] == token + {"float32": "Float32", "int64": "Int64"}[expected.dtype.name]
+        assert r["dtype"] == expected.dtype.name
         assert r["stored_dtype"] == expected.dtype.name and r["shape"] == list(expected.shape)
         assert r["format"] == "DefaultFormat" and r["host_shape"] is None
         assert (r["rank"], r["graph_id"], r["producer"], r["name_era"]) == (0, 0, "mindspore-bin", "v1.0-1.2")
@@ -192,14 +194,15 @@ def test_device_format_is_served_in_the_device_layout(tmp_path):
     c = Catalog.open(tmp_path / "cat", create=True)
     assert c.ingest(tmp_path / "dump").errors == 0
     rows = c.sql(
-        "SELECT row_id, iteration, file_op_name, io, slot, format, shape, host_shape, dtype FROM tensors "
+        "SELECT row_id, iteration, file_op_name, io, slot, format, shape, host_shape, producer_dtype "
+        "FROM tensors "
         "WHERE format <> 'DefaultFormat'"
     ).to_pylist()
     assert {r["format"] for r in rows} == {"NC1HWC0", "FRACTAL_Z"}
     for r in rows:
         expected = np.load(_npy_of(r["iteration"], r["file_op_name"], r["io"], r["slot"]))
         got = c.tensor(r["row_id"])
-        assert r["host_shape"] is None and r["dtype"] == "Float32" and list(got.shape) == r["shape"]
+        assert r["host_shape"] is None and r["producer_dtype"] == "Float32" and list(got.shape) == r["shape"]
         np.testing.assert_array_equal(got, host_to_device(expected, r["format"]))
 
 
