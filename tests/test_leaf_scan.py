@@ -103,10 +103,10 @@ def _bad_tree(root: Path) -> Path:
     return dump
 
 
-@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("workers", [1, 3])  # one process; the ingesting one and two helpers
 def test_batching_and_helpers_do_not_change_the_catalog(tmp_path, monkeypatch, workers):
     """Small batches and groups (so that leaves are split across batches and a batch spans
-    leaves) on 1-3 processes give exactly the catalog of the file-by-file path."""
+    leaves) on 1 and 3 processes give exactly the catalog of the file-by-file path."""
     dump = _bad_tree(tmp_path)
     reference = Catalog.open(tmp_path / "ref", create=True)
     readers = registry.READERS

@@ -1,6 +1,7 @@
 """Spark SQL over the catalog (catalog/spark.py): every view DuckDB defines gives the same rows in
-Spark, in local mode and on a standalone master + worker started here on 127.0.0.1 from the pyspark
-package's own scripts, over one catalog holding every committed sample dump of every producer.
+Spark local mode, over one catalog holding a committed dump of every producer and layout
+(tests/test_flat.py SPARK_ROOTS). tests/test_spark_jobs.py runs Spark work on a standalone master +
+worker started on 127.0.0.1 from the pyspark package's own scripts.
 
 Rows are compared as multisets (order-insensitive), column names in order, values exactly after
 this normalisation: NaN equals NaN (Python's NaN does not), timestamps are compared as UTC instants
@@ -36,7 +37,7 @@ from catalog.api import Catalog  # noqa: E402
 from ingest.pipeline import ingest_dump  # noqa: E402
 from ingest.store import CatalogStore, CatalogWarning, shard_path  # noqa: E402
 from tests.conftest import DATA, as_written_before_flat_files, dump_of  # noqa: E402
-from tests.test_flat import ROOTS, _run_name  # noqa: E402
+from tests.test_flat import SPARK_ROOTS, _run_name  # noqa: E402
 from tests.writers.ascend_tree import write_tree  # noqa: E402
 
 # DuckDB views Spark does not get, and why.
@@ -133,7 +134,7 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("spark_catalog")
     path = tmp / "cat"
     CatalogStore(path, create=True)
-    roots = [(root, _run_name(root)) for root in ROOTS]
+    roots = [(root, _run_name(root)) for root in SPARK_ROOTS]
     roots.append((_with_kernel_args(tmp / "kernel_args"), "kernel_args"))
     roots.append((_with_overflow(tmp / "overflow"), "overflow"))
     for root, run in roots:
@@ -222,28 +223,18 @@ def _duckdb_call(name: str, args: tuple, kwargs: dict) -> str:
 # -- tests -------------------------------------------------------------------------------------------
 
 
-# On the standalone cluster (executors without dumpcat, reading the files themselves), the views
-# that exercise what differs from local mode: flat files, the raw tables behind the resolution
-# joins, a window and a full outer join. Every view is checked in local mode; checking each again
-# on the cluster cost 2 minutes of CI for no other code path.
-STANDALONE_VIEWS = (
-    "tensors", "stats", "raw_tensors", "raw_stat_rows", "raw_ops", "ops", "first_anomaly",
-    "comparisons", "op_source", "ingest_errors",
-)  # fmt: skip
-
-
-def test_every_view_gives_the_rows_duckdb_gives(request, spark, registered, catalog):
+# Local mode only: the standalone cluster (executors without dumpcat, reading the catalog's files
+# themselves) is exercised by tests/test_spark_jobs.py, whose statistics and comparisons run there;
+# every view again on the cluster cost two minutes of CI and no other code path.
+@pytest.mark.parametrize("spark", ["local"], indirect=True)
+def test_every_view_gives_the_rows_duckdb_gives(spark, registered, catalog):
     """Every view of the DuckDB catalog (enumerated from DuckDB, so a new view cannot be missed),
     and the raw tables, hold the same rows in Spark; most hold rows."""
-    standalone = request.node.callspec.params.get("spark") == "standalone"
     with Catalog.open(catalog) as cat:
         views = _duckdb_views(cat)
         assert set(EXCLUDED) <= set(views), "an excluded view no longer exists: drop it from EXCLUDED"
         wanted = [v for v in views if v not in EXCLUDED]
         assert set(wanted) <= set(registered), f"not registered in Spark: {set(wanted) - set(registered)}"
-        if standalone:
-            assert set(STANDALONE_VIEWS) <= set(wanted)
-            wanted = list(STANDALONE_VIEWS)
         empty = []
         for view in wanted:
             duck = _duckdb_rows(cat, f"SELECT * FROM {view}")
@@ -274,7 +265,8 @@ def test_macros_with_defaults_are_views_with_the_macros_rows(spark, registered, 
             _assert_same(f"{name}()", duck, _spark_rows(spark.table(name)))
 
 
-def test_every_table_macro_is_checked(registered, catalog):
+@pytest.mark.parametrize("spark", ["local"], indirect=True)
+def test_every_table_macro_is_checked(spark, registered, catalog):
     """Each table macro runs in Spark as a view (its defaults) or in CALLS (a new macro that needs
     parameters fails here until it is listed)."""
     with Catalog.open(catalog) as cat:
@@ -368,7 +360,8 @@ def test_catalog_written_before_flat_files_reads_at_query_time(spark, registered
     assert "flat" not in json.loads((path / "snapshot.json").read_text())
 
 
-def test_spark_sql_of_a_view_is_spark_sql(registered):
+@pytest.mark.parametrize("spark", ["local"], indirect=True)
+def test_spark_sql_of_a_view_is_spark_sql(spark, registered):
     """The translation is inspectable (and what the README describes): DuckDB-only syntax is gone."""
     text = dspark.spark_sql("first_anomaly")
     assert "DISTINCT ON" not in text and "ROW_NUMBER()" in text

@@ -32,7 +32,7 @@ from ingest.store import CatalogStore
 from tests.compare import catalog_content
 from tests.conftest import DATA, _free_port, dump_of
 from tests.replay import make_stat_csv_tree
-from tests.test_flat import ROOTS, _run_name
+from tests.test_flat import SPARK_ROOTS, _run_name
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPARE = DATA / "ms210" / "compare"
@@ -81,7 +81,7 @@ def trees(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Path, str]]:
     csv = sorted(tree.rglob("statistic.csv"))[0]
     lines = csv.read_text().splitlines(keepends=True)
     csv.write_text("".join(lines[: len(lines) // 2]))
-    return [(root, _run_name(root)) for root in ROOTS] + [(tree, "statcsv")]
+    return [(root, _run_name(root)) for root in SPARK_ROOTS] + [(tree, "statcsv")]
 
 
 @pytest.fixture(scope="module")
