@@ -42,6 +42,7 @@ DATA = b"D"  # DataRow messages
 DONE = b"C"  # {"tag": ...}: a statement finished
 ERROR = b"E"  # {"sqlstate", "message"}: a request failed
 PARSED = b"P"  # {"kind", "text", "args", "nparams"}
+MAX_PARAMETERS = 32767  # PostgreSQL's protocol counts parameters in an Int16
 LIST = b"L"  # [{"session": {...}} | {"query": text}]: a simple query of several parts
 NODATA = b"N"  # Describe: the statement returns no rows
 COPYOUT = b"H"  # a CopyOutResponse message (COPY ... TO STDOUT starts)
@@ -370,6 +371,10 @@ class Worker:
         from catalog import pg_translate
 
         n = param_count(query)
+        if n > MAX_PARAMETERS:  # ParameterDescription and Bind count them in 16 bits
+            raise self.guard.Refused(
+                f"too many parameters: ${n}; a statement takes at most {MAX_PARAMETERS}", "54023"
+            )
         return {
             "nparams": n,
             "param_types": pg_translate.param_types(query, n, self.column_oids()) if n else [],

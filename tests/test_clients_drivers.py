@@ -233,6 +233,18 @@ def test_asyncpg_fetch_with_parameters(pg, catalog, kind):
     assert_same(*_record_answer(records), expected(catalog, query, params))
 
 
+def test_asyncpg_statement_with_too_many_parameters_is_an_error_not_a_dropped_connection(pg):
+    """`SELECT $32768` cannot be described in the protocol's 16-bit count (it used to drop the
+    connection): an ErrorResponse, and the same connection goes on."""
+
+    async def work(conn):
+        with pytest.raises(asyncpg.PostgresError, match="too many parameters") as caught:
+            await conn.prepare("SELECT $32768::INTEGER AS x")
+        return caught.value.sqlstate, await conn.fetchval("SELECT 41 + 1")
+
+    assert _asyncpg(pg, work) == ("54023", 42)
+
+
 def test_asyncpg_fetch_timestamptz_and_text_array(pg, catalog):
     records = _asyncpg(pg, lambda conn: conn.fetch(RUN_ROWS))
     assert_same(*_record_answer(records), expected(catalog, RUN_ROWS))
