@@ -95,6 +95,15 @@ FORBIDDEN_FUNCTIONS = {
     "disable_logging", "truncate_duckdb_logs", "set_variable", "which_secret",
     "json_serialize_sql", "json_serialize_plan", "json_deserialize_sql", "json_execute_serialized_sql",
 }  # fmt: skip
+# DuckDB's own views (and table functions named without parentheses) that show its settings, its
+# databases' paths, extensions or secrets: refused by any spelling (the parse tree has the name
+# unquoted). PostgreSQL's pg_settings is answered by the emulation (dumpcat_pg.pg_settings, a fixed
+# list); a reference the translation left alone would reach DuckDB's own pg_catalog.pg_settings.
+SYSTEM_RELATIONS = {
+    "pg_settings", "duckdb_settings", "duckdb_databases", "duckdb_extensions", "duckdb_secrets",
+    "duckdb_temporary_files", "duckdb_memory", "duckdb_logs", "duckdb_log_contexts",
+    "duckdb_external_file_cache", "duckdb_variables",
+}  # fmt: skip
 # The server's PostgreSQL emulation (catalog.pg_catalog) lives in these schemas: its macros,
 # `current_setting` among them, answer from fixed values and are always allowed.
 EMULATION_SCHEMAS = {"dumpcat_pg", "dumpcat_is"}
@@ -213,6 +222,12 @@ def _walk(tree: object) -> None:
             name = str(node.get("table_name", ""))
             if _FILE_LIKE.search(name):
                 raise Refused(f"reading files is not allowed: {name!r}; query the catalog's views")
+            low, schema = name.lower(), str(node.get("schema_name", "")).lower()
+            system = low in SYSTEM_RELATIONS or (
+                low.startswith("pragma_") and low not in ALLOWED_TABLE_FUNCTIONS
+            )
+            if system and schema not in EMULATION_SCHEMAS:
+                raise Refused(f"{name} is not available: it shows the engine's settings or paths")
         if node.get("class") == "FUNCTION":
             name = str(node.get("function_name", "")).lower()
             schema = str(node.get("schema", "")).lower()
