@@ -56,6 +56,11 @@ WRITER_OPTION = click.option(
     help="Write this run's shard NAME (e.g. the host name), so that writers on several hosts ingest "
     "different ranks of one run into one catalog at the same time (default: the catalog's one shard).",
 )
+FOLLOW_SYMLINKS_OPTION = click.option(
+    "--follow-symlinks",
+    is_flag=True,
+    help="Follow symlinks that lead out of the dump root (default: an ingest_errors row each).",
+)
 STATS_OPTION = click.option(
     "--stats/--no-stats",
     "compute_stats",
@@ -180,11 +185,7 @@ def main() -> None:
 @click.option(
     "--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal)."
 )
-@click.option(
-    "--follow-symlinks",
-    is_flag=True,
-    help="Follow symlinks that lead out of the dump root (default: an ingest_errors row each).",
-)
+@FOLLOW_SYMLINKS_OPTION
 def ingest(
     dump_dirs: tuple[Path, ...],
     catalog_path: Path,
@@ -312,6 +313,7 @@ def tensor(catalog_path: str, row_id: int, out: Path | None, device_layout: bool
     help="Seconds a file may stay incomplete before it is judged (and, if bad, reported).",
 )
 @STATS_OPTION
+@FOLLOW_SYMLINKS_OPTION
 def watch(
     dump_dir: Path,
     catalog_path: Path,
@@ -323,6 +325,7 @@ def watch(
     reconcile: float,
     grace: float,
     compute_stats: bool,
+    follow_symlinks: bool,
 ) -> None:
     """Keep the catalog current while training writes DUMP_DIR (until Ctrl-C or SIGTERM)."""
     import signal
@@ -340,6 +343,7 @@ def watch(
         compute_stats=compute_stats,
         producer=producer,
         writer=writer,
+        follow_symlinks=follow_symlinks,
     )
 
     def _stop(signum, frame):

@@ -96,6 +96,7 @@ class Watcher:
         compact_min_batches: int = 16,
         producer: str | None = None,
         writer: str | None = None,
+        follow_symlinks: bool = False,
     ) -> None:
         if writer is not None:
             check_writer_name(writer)
@@ -118,7 +119,7 @@ class Watcher:
         self.compact_min_batches = compact_min_batches
         self.ingester = Ingester(
             self.store, self.run, self.root, detection, producer=producer, compute_stats=compute_stats,
-            md5=md5, workers=workers,
+            md5=md5, workers=workers, follow_symlinks=follow_symlinks,
         )  # fmt: skip
         self.ingester.live = True
         self.ingester.grace = grace

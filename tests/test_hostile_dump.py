@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -122,3 +124,34 @@ def test_msprobe_tensor_folder_linked_out_of_the_root(tmp_path):
         assert _errors(cat).get("step0/rank0/dump_tensor_data") == OUTSIDE
         outside = cat.sql("SELECT count(*) FROM tensors WHERE rel_path LIKE 'step0/rank0/dump_tensor_data/%'")
         assert outside.column(0)[0].as_py() == 0
+
+
+def test_a_watcher_does_not_leave_the_root_either(hostile, tmp_path):
+    """A real `dumpcat watch` on the hostile tree: the same error rows, the same tensors, and it
+    keeps running (a FIFO would have blocked its walk); SIGTERM ends it cleanly."""
+    tree, planted, plain = hostile
+    (tree / "rank_0/Net/0/8").unlink()
+    cat_dir = tmp_path / "watched"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "catalog.cli", "watch", str(tree), "-c", str(cat_dir), "--run", "r",
+         "--interval", "0.2"],
+        cwd=REPO, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        errors: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read()
+            if (cat_dir / "snapshot.json").exists():
+                with Catalog.open(cat_dir) as cat:
+                    errors = _errors(cat)
+                    tensors = cat.sql("SELECT count(*) FROM tensors").column(0)[0].as_py()
+                if tensors == plain + 1 and len(errors) >= 3:
+                    break
+            time.sleep(0.3)
+        fifo = next(rel for rel, what in planted.items() if what == "fifo")
+        assert errors.get(fifo) == "a FIFO, not a regular file: not read", errors
+        assert errors.get("rank_0/Net/0/7") == OUTSIDE and tensors == plain + 1, (errors, tensors)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, proc.stderr.read()
