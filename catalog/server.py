@@ -22,9 +22,7 @@ An optional in-process watcher keeps the catalog current while it serves (`--wat
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import hashlib
 import ipaddress
 import json
 import logging
@@ -43,7 +41,7 @@ from catalog import pg_catalog, pgcodec, pgwire
 from catalog.sandbox import build_views_database, private_folder
 from catalog.statement_worker import COPYOUT, DATA, DONE, ERROR, LIST, NODATA, PARSED, ROWDESC, parse_size
 from catalog.views import USER_VIEWS
-from catalog.worker_pool import FAST_SECONDS, Job, JobFailed, WorkerPool, error_of
+from catalog.worker_pool import Job, JobFailed, WorkerPool, error_of
 from ingest.store import CatalogStore
 
 log = logging.getLogger("dumpcat.server")
@@ -202,7 +200,6 @@ class Server:
         }
         self.pool: WorkerPool | None = None
         self.sessions: dict[int, Session] = {}
-        self.fast_texts: collections.OrderedDict[bytes, None] = collections.OrderedDict()
         self._pending = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.AbstractServer | None = None
@@ -413,7 +410,6 @@ class Session:
         self.portals: dict[str, Portal] = {}
         self.job: Job | None = None  # the job running for this session, if any
         self.idle_since: float | None = None  # waiting for the client since (monotonic)
-        self.trusted = False  # its last request finished fast: it may use the reserved worker
         self._closed = False
 
     def close(self) -> None:
@@ -565,37 +561,12 @@ class Session:
     async def start_job(self, request: dict) -> Job:
         pool = self.server.pool
         assert pool is not None
-        text = request.get("text", "")
-        if request["op"] == "parse":  # classifying is cheap; it says nothing about running
-            key, trusted = None, len(text) < 65536
-        else:
-            key = hashlib.blake2b(f"{request['op']}\0{text}".encode(), digest_size=16).digest()
-            trusted = self.trusted or key in self.server.fast_texts
         try:
-            job = await pool.job(
-                {**request, "sid": self.pid, "views": self.views}, self.limits.query_timeout, trusted
-            )
+            job = await pool.job({**request, "sid": self.pid, "views": self.views}, self.limits.query_timeout)
         except JobFailed as exc:
             raise QueryError(str(exc), exc.sqlstate) from exc
-        job.key = key
         self.job = job
         return job
-
-    def _learn(self, job: Job) -> None:
-        """Remember whether a finished request was fast: for its session and for its text."""
-        key = job.key
-        if key is None:
-            return
-        fast = job.finished is not None and job.finished - job.started <= FAST_SECONDS
-        self.trusted = fast
-        texts = self.server.fast_texts
-        if fast:
-            texts[key] = None
-            texts.move_to_end(key)
-            while len(texts) > 4096:
-                texts.popitem(last=False)
-        else:
-            texts.pop(key, None)
 
     async def frame(self, job: Job) -> tuple[bytes, bytes]:
         """The job's next frame; an ERROR frame or a lost worker becomes a QueryError."""
@@ -604,10 +575,8 @@ class Session:
         except JobFailed as exc:
             raise QueryError(str(exc), exc.sqlstate) from exc
         finally:
-            if job.done:
-                self._learn(job)
-                if self.job is job:
-                    self.job = None
+            if job.done and self.job is job:
+                self.job = None
         if kind == ERROR:
             raise QueryError(*reversed(error_of(payload)))
         return kind, payload

@@ -6,11 +6,14 @@ it reads reply frames under a hard deadline (the statement timeout plus a grace 
 that does not answer by then, or that died (out of its address space, a crash in the engine), is
 killed and replaced; the job ends with an error for its client, and no other session notices.
 
-One worker is held in reserve for *trusted* requests: from a session whose last statement finished
-within `FAST_SECONDS`, or whose text finished that fast before on this server. Untrusted requests
-(heavy statements, new sessions that have not shown anything yet) may hold every worker but that
-one at once, so however many of them run heavy statements, everyone else is still answered; under
-load they still get their turn in arrival order.
+Requests take the unreserved workers in arrival order, without a time slice. One worker is held
+in reserve, and nothing can earn it: while every other worker is busy, it runs *probes*, the waiting
+request of the cheapest session first (the one whose dearest recent request cost least, then the
+one connected longest). A probe runs for
+`PROBE_SECONDS` with its reply held back; if it has not finished by then and another request wants
+the reserve, it is interrupted and waits for an unreserved worker to run again from the start (every
+request is a read). So a quick statement is answered within a few slices whatever the other
+sessions run, and an expensive one costs its session priority, not everyone else their turn.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import struct
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from catalog.statement_worker import ERROR, HEADER, READY, TERMINAL
@@ -35,7 +39,13 @@ from catalog.statement_worker import ERROR, HEADER, READY, TERMINAL
 log = logging.getLogger("dumpcat.server")
 
 GRACE_SECONDS = 3.0  # after the statement timeout, how long a worker has to stop by itself
-FAST_SECONDS = 1.0  # a request that finished within this builds trust for its session and its text
+PROBE_SECONDS = 0.1  # how long a request runs on the reserved worker before it may have to yield it
+PROBE_BYTES = 4 << 20  # reply bytes a probe may hold back; a bigger reply runs unreserved
+STOP_SECONDS = 0.3  # how long an interrupted probe has to stop before its worker is replaced
+BOUNDED_PARSE_CHARS = 65536  # a Parse of a text this short translates in well under a slice
+KILL_SECONDS = 2.0  # what a killed worker costs the session it ran for (its replacement's start)
+COST_HALF_LIFE = 30.0  # seconds: how fast a heavy request stops counting against its session
+COST_QUANTUM = 0.25  # sessions whose dearest recent requests cost less than this are equally cheap
 START_SECONDS = 120.0
 MAX_FRAME = 64 << 20
 
@@ -96,25 +106,40 @@ class WorkerProcess:
         return f"exited with status {code}"
 
 
+@dataclass(eq=False)
+class _Waiter:
+    """A request waiting for a worker: its turn, its place in line and whose it is."""
+
+    turn: asyncio.Future
+    seq: int
+    sid: int | None
+    may_probe: bool
+    bounded: bool  # its work is known to be short (the Parse of a short text)
+
+
 class WorkerPool:
     def __init__(self, config: dict, size: int) -> None:
         self.config = config
         self.size = size
         self._idle: collections.deque[WorkerProcess] = collections.deque()
-        self._waiters: collections.deque[tuple[asyncio.Future, bool]] = (
-            collections.deque()
-        )  # (future, trusted)
+        self._waiters: list[_Waiter] = []
         self.reserve = 1 if size > 1 else 0
-        self.untrusted_busy = 0  # workers running untrusted requests now
+        self.full_busy = 0  # workers running a request without a time slice
+        self.probe_busy = 0  # workers running a probe (at most `reserve`)
+        self._probes: set[Job] = set()  # the jobs running as probes now
+        self._cost: dict[int, tuple[float, float]] = {}  # session -> (seconds, when): see `cost`
         self._respawning = asyncio.Semaphore(1)
         self._all: set[WorkerProcess] = set()
+        self.spare: WorkerProcess | None = None  # started, idle, out of service
         self._jobs = itertools.count(1)
+        self._seq = itertools.count()
         self._tasks: set[asyncio.Task] = set()
         self.closed = False
 
     async def start(self) -> None:
         """Start every worker; if one cannot start, stop the others and say why."""
-        started = await asyncio.gather(*(self._spawn() for _ in range(self.size)), return_exceptions=True)
+        count = self.size + (1 if self.reserve else 0)  # a spare beside the pool: see `discard`
+        started = await asyncio.gather(*(self._spawn() for _ in range(count)), return_exceptions=True)
         failures = [w for w in started if isinstance(w, BaseException)]
         if failures:
             for w in started:
@@ -122,7 +147,17 @@ class WorkerPool:
                     w.kill()
             raise WorkerStartError(str(failures[0]))
         for w in started:
-            self._put(w)
+            self._enlist(w)
+
+    def _enlist(self, worker: WorkerProcess) -> None:
+        """A started worker goes into service, or waits as the spare when the pool is full."""
+        if len(self._all) < self.size:
+            self._all.add(worker)
+            self._put(worker)
+        elif self.spare is None and self.reserve:
+            self.spare = worker
+        else:
+            worker.kill()
 
     async def _spawn(self) -> WorkerProcess:
         data, data_child = socket.socketpair()
@@ -149,48 +184,107 @@ class WorkerPool:
         if kind != READY:
             proc.kill()
             raise WorkerStartError(info.get("message", "a statement worker did not start"))
-        worker = WorkerProcess(proc, reader, writer, control, info)
-        self._all.add(worker)
-        return worker
+        return WorkerProcess(proc, reader, writer, control, info)
 
-    async def acquire(self, trusted: bool = True) -> WorkerProcess:
-        """The next free worker, strictly in arrival order among those that may take one: an
-        untrusted request passes its turn while only the reserved worker is free. A worker found
-        dead is replaced."""
+    # -- who runs next ---------------------------------------------------------------------------
+
+    def cost(self, sid: int | None) -> float:
+        """The worker time of the session's dearest recent request, in seconds, halved every
+        `COST_HALF_LIFE`: what the reserve is ordered by (a session of many quick statements stays
+        cheap; one heavy statement makes its session dear for a while)."""
+        if sid is None or sid not in self._cost:
+            return 0.0
+        seconds, at = self._cost[sid]
+        return seconds * 0.5 ** ((time.monotonic() - at) / COST_HALF_LIFE)
+
+    def charge(self, sid: int | None, seconds: float, *, shows_cheap: bool = True) -> None:
+        """Count a request's worker time against its session. Parsing is cheap for everyone, so a
+        quick Parse does not make a session known as cheap (see `_may_probe`); a slow one counts."""
+        if sid is None or (not shows_cheap and sid not in self._cost and seconds < COST_QUANTUM):
+            return
+        self._cost[sid] = (max(self.cost(sid), seconds), time.monotonic())
+
+    def probe_order(self, sid: int | None, seq: int, running: float = 0.0) -> tuple:
+        """Cheapest sessions first; among equally cheap ones the longest connected (session ids
+        grow), so new sessions, however many, queue behind the sessions already known as cheap. A
+        running probe counts what it has run so far."""
+        return int(max(self.cost(sid), running) / COST_QUANTUM), sid or 0, seq
+
+    def _full_slots(self) -> int:
+        # Alive workers: while a killed one restarts, the reserve still stands.
+        return len(self._all) - self.reserve
+
+    async def acquire(
+        self, sid: int | None, seq: int, may_probe: bool, bounded: bool = False
+    ) -> tuple[WorkerProcess, bool]:
+        """(worker, probe): the next free worker for this request. Unreserved workers go to waiting
+        requests in arrival order; the reserved one runs probes, for the least-used session first.
+        A worker found dead is replaced."""
         while True:
-            turn = asyncio.get_running_loop().create_future()
-            self._waiters.append((turn, trusted))
+            waiter = _Waiter(asyncio.get_running_loop().create_future(), seq, sid, may_probe, bounded)
+            self._waiters.append(waiter)
             self._dispatch()
             try:
-                worker = await turn
+                worker, probe = await waiter.turn
             except asyncio.CancelledError:  # e.g. the wait timed out
-                if turn.done() and not turn.cancelled():
-                    self.untrusted_busy -= not trusted
-                    self._put(turn.result())  # handed over just as the wait ended: pass it on
+                if waiter.turn.done() and not waiter.turn.cancelled():
+                    worker, probe = waiter.turn.result()
+                    self.unclaim(probe)
+                    self._put(worker)  # handed over just as the wait ended: pass it on
                 else:
-                    self._waiters = collections.deque(w for w in self._waiters if w[0] is not turn)
+                    with contextlib.suppress(ValueError):
+                        self._waiters.remove(waiter)
                 raise
             if worker.alive and worker.proc.poll() is None:
-                return worker
-            self.untrusted_busy -= not trusted
+                return worker, probe
+            self.unclaim(probe)
             self.discard(worker)
 
-    def _may_take(self, trusted: bool) -> bool:
-        # Alive workers: while a killed one restarts, the reserve still stands.
-        return bool(self._idle) and (trusted or self.untrusted_busy < len(self._all) - self.reserve)
+    def unclaim(self, probe: bool) -> None:
+        if probe:
+            self.probe_busy -= 1
+        else:
+            self.full_busy -= 1
 
     def _dispatch(self) -> None:
-        """Hand free workers to waiting requests in the order they came."""
-        for waiter in list(self._waiters):
-            if not self._idle:
-                return
-            turn, trusted = waiter
-            if turn.done():  # cancelled meanwhile
-                self._waiters.remove(waiter)
-            elif self._may_take(trusted):
-                self._waiters.remove(waiter)
-                self.untrusted_busy += not trusted
-                turn.set_result(self._idle.popleft())
+        """Hand free workers to waiting requests, and tell probes whether to yield or go on."""
+        self._waiters = [w for w in self._waiters if not w.turn.done()]
+        while self._idle and self._waiters:
+            if self.full_busy < self._full_slots():
+                waiter, probe = min(self._waiters, key=lambda w: w.seq), False
+            else:
+                eligible = [w for w in self._waiters if self._may_probe(w)]
+                if not eligible or self.probe_busy >= self.reserve:
+                    break
+                waiter, probe = min(eligible, key=lambda w: self.probe_order(w.sid, w.seq)), True
+            self._waiters.remove(waiter)
+            if probe:
+                self.probe_busy += 1
+            else:
+                self.full_busy += 1
+            waiter.turn.set_result((self._idle.popleft(), probe))
+        if not self._waiters:
+            # Room without a taker: a probe runs on without its slice.
+            for job in list(self._probes):
+                if self.full_busy < self._full_slots():
+                    job.promote()
+        else:
+            for job in list(self._probes):
+                job.wake()
+
+    def _may_probe(self, waiter: _Waiter) -> bool:
+        """Whether a waiting request may run on the reserve now. Only while the spare is ready may a
+        session not yet known as cheap: a probe that does not stop is killed, and its worker's
+        replacement is the spare; without one the reserve would be down until a worker starts."""
+        if not waiter.may_probe or waiter.turn.done():
+            return False
+        if self.spare is not None or waiter.bounded:
+            return True
+        return waiter.sid in self._cost and self.cost(waiter.sid) < COST_QUANTUM  # ran a quick statement
+
+    def comes_before(self, order: tuple) -> bool:
+        """Whether a waiting request comes before a probe of this order (`probe_order`)."""
+        return any(self._may_probe(w) and self.probe_order(w.sid, w.seq) < order for w in self._waiters)
 
     def _put(self, worker: WorkerProcess) -> None:
         self._idle.append(worker)
@@ -201,18 +295,30 @@ class WorkerPool:
             self._put(worker)
 
     def discard(self, worker: WorkerProcess) -> None:
-        """Kill a worker and start its replacement."""
+        """Kill a worker; the spare takes its place at once, and a new process starts.
+
+        The spare is what keeps the reserve a guarantee: a probe that does not stop when
+        interrupted (DuckDB folds constants while planning, and planning cannot be interrupted) is
+        killed, and a worker takes a second or more to start."""
         worker.kill()
         self._all.discard(worker)
         if self.closed:
             return
+        spare, self.spare = self.spare, None
+        if spare is not None and spare.alive and spare.proc.poll() is None:
+            self._enlist(spare)
+        elif spare is not None:
+            spare.kill()
 
         async def replace() -> None:
             while not self.closed:
                 try:
                     async with self._respawning:  # one at a time: a burst of starts would starve the rest
                         worker = await self._spawn()
-                    self._put(worker)
+                    if self.closed:
+                        worker.kill()
+                    else:
+                        self._enlist(worker)
                     return
                 except Exception:
                     log.exception("could not start a statement worker; retrying")
@@ -224,6 +330,7 @@ class WorkerPool:
 
     def forget(self, session: int) -> None:
         """A session ended: each worker that holds its cursor closes it with its next request."""
+        self._cost.pop(session, None)
         for w in self._all:
             if session in w.sessions:
                 w.sessions.discard(session)
@@ -232,36 +339,19 @@ class WorkerPool:
     def pids(self) -> list[int]:
         return [w.proc.pid for w in self._all if w.alive]
 
-    async def job(self, request: dict, timeout: float, trusted: bool = True) -> Job:
-        """Send a request to the next free worker; the returned job yields its reply frames."""
-        try:  # waiting for a worker counts against the statement's time too
-            worker = await asyncio.wait_for(self.acquire(trusted), timeout + GRACE_SECONDS)
-        except TimeoutError as exc:
-            raise JobFailed(
-                f"canceling statement due to statement timeout: no statement worker became free within "
-                f"{timeout + GRACE_SECONDS:g} s (all {self.size} are busy or restarting)",
-                "57014",
-            ) from exc
-        job_id = next(self._jobs)
-        sid = request.get("sid")
-        if sid is not None:
-            worker.sessions.add(sid)
-        body = {**request, "job": job_id, "timeout": timeout, "forget": worker.forget}
-        worker.forget = []
-        job = Job(self, worker, job_id, timeout, trusted)
-        try:
-            payload = json.dumps(body).encode()
-            worker.writer.write(HEADER.pack(b"J", len(payload)) + payload)
-            await worker.writer.drain()
-        except (ConnectionError, OSError) as exc:
-            job.fail()
-            raise JobFailed(f"statement worker {worker.ended()}", "58030") from exc
+    async def job(self, request: dict, timeout: float) -> Job:
+        """Start a request on the next free worker; the returned job yields its reply frames."""
+        job = Job(self, request, timeout)
+        await job.start()
         return job
 
     async def close(self) -> None:
         self.closed = True
         for task in list(self._tasks):
             task.cancel()
+        if self.spare is not None:
+            self._all.add(self.spare)
+            self.spare = None
         for w in list(self._all):
             w.kill()
         for w in list(self._all):
@@ -271,32 +361,232 @@ class WorkerPool:
 
 
 class Job:
-    """One request on one worker: its reply frames, read under a hard deadline."""
+    """One request: its reply frames, read under a hard deadline.
 
-    def __init__(
-        self, pool: WorkerPool, worker: WorkerProcess, job_id: int, timeout: float, trusted: bool = True
-    ) -> None:
-        self.trusted = trusted
-        self.pool, self.worker, self.id = pool, worker, job_id
-        self.timeout = timeout
+    On an unreserved worker the frames go to the session as they come. On the reserved worker the
+    request is a *probe*: its frames are held back while it runs its slice; a probe that finishes
+    is answered from them, one still running when its slice is over and another request wants the
+    reserve is interrupted and started again on an unreserved worker (every request is a read, so
+    running it again changes nothing), and one that finds an unreserved slot free runs on as if it
+    had started there."""
+
+    def __init__(self, pool: WorkerPool, request: dict, timeout: float) -> None:
+        self.pool, self.request, self.timeout = pool, request, timeout
+        self.sid: int | None = request.get("sid")
+        self._shows_cheap = request.get("op") != "parse"
+        self._bounded = request.get("op") == "parse" and len(request.get("text", "")) <= BOUNDED_PARSE_CHARS
+        self.seq = next(pool._seq)  # its place in line, kept when it runs again
         self.started = time.monotonic()
         self.deadline = self.started + timeout + GRACE_SECONDS
         self.finished: float | None = None
-        self.key: bytes | None = None  # what the session learns from (set by the server)
+        self.worker: WorkerProcess | None = None
+        self.id = 0
+        self.probe = False
+        self.yielded = 0  # how often it gave the reserve back
         self.done = False
         self.cancelled = False
+        self._failure: JobFailed | None = None
+        self._on_worker_since = 0.0
         self._read: asyncio.Future | None = None  # a frame being read; it survives a wake-up
         self._wake = asyncio.Event()
+        self._held: collections.deque[tuple[bytes, bytes]] = collections.deque()
+        self._held_bytes = 0
+        self._probe_task: asyncio.Task | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
+
+    # -- getting a worker ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Wait for a worker (the wait counts against the statement's time) and send the request."""
+        wait_until = self.started + self.timeout + GRACE_SECONDS  # the wait has its own limit
+        try:
+            worker, probe = await asyncio.wait_for(
+                self.pool.acquire(self.sid, self.seq, not self.yielded, self._bounded),
+                max(0.0, wait_until - time.monotonic()) if not self.cancelled else self.remaining(),
+            )
+        except TimeoutError as exc:
+            self.done = True
+            raise JobFailed(
+                f"canceling statement due to statement timeout: no statement worker became free within "
+                f"{self.timeout + GRACE_SECONDS:g} s (all {self.pool.size} are busy or restarting)",
+                "57014",
+            ) from exc
+        self.worker, self.probe, self._on_worker_since = worker, probe, time.monotonic()
+        if not self.cancelled:  # on a worker, the statement has its whole timeout
+            self.deadline = self._on_worker_since + self.timeout + GRACE_SECONDS
+        if self.cancelled:
+            self._free_worker()
+            self.done = True
+            raise JobFailed("canceling statement due to user request", "57014")
+        self.id = next(self.pool._jobs)
+        if self.sid is not None:
+            worker.sessions.add(self.sid)
+        body = {**self.request, "job": self.id, "timeout": self.timeout, "forget": worker.forget}
+        worker.forget = []
+        try:
+            payload = json.dumps(body).encode()
+            worker.writer.write(HEADER.pack(b"J", len(payload)) + payload)
+            await worker.writer.drain()
+        except (ConnectionError, OSError) as exc:
+            how = worker.ended()
+            self.fail()
+            raise JobFailed(f"statement worker {how}", "58030") from exc
+        self._arm_timer()
+        if probe:
+            self.pool._probes.add(self)
+            self._probe_task = asyncio.get_running_loop().create_task(self._run_probe())
+
+    def _arm_timer(self) -> None:
+        """Nobody may hold a worker past the deadline, read or not (a client that described a
+        portal and went silent): the timer replaces the worker."""
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_at(loop.time() + self.remaining() + 0.5, self._expire)
+
+    def _expire(self) -> None:
+        if self.worker is not None and not self.done:
+            with contextlib.suppress(JobFailed):
+                self._timeout_failure()
+
+    def _free_worker(self) -> None:
+        """The worker finished its request: account for it and hand it on."""
+        worker, self.worker = self.worker, None
+        if worker is None:
+            return
+        self.pool.charge(self.sid, time.monotonic() - self._on_worker_since, shows_cheap=self._shows_cheap)
+        self.pool._probes.discard(self)
+        self.pool.unclaim(self.probe)
+        self.probe = False
+        if self._timer is not None:
+            self._timer.cancel()
+        self.pool.release(worker)
+
+    def _lose_worker(self) -> None:
+        """The worker is killed (it did not stop, or died) and replaced."""
+        worker, self.worker = self.worker, None
+        if worker is None:
+            return
+        if self._read is not None:
+            self._read.cancel()
+            self._read = None
+        self.pool.charge(self.sid, time.monotonic() - self._on_worker_since + KILL_SECONDS)
+        self.pool._probes.discard(self)
+        self.pool.unclaim(self.probe)
+        self.probe = False
+        if self._timer is not None:
+            self._timer.cancel()
+        self.pool.discard(worker)
+
+    # -- on the reserve --------------------------------------------------------------------------
+
+    def promote(self) -> None:
+        """An unreserved slot is free and nobody waits: the probe runs on without its slice."""
+        if self.probe and self.worker is not None:
+            self.pool._probes.discard(self)
+            self.pool.probe_busy -= 1
+            self.pool.full_busy += 1
+            self.probe = False
+            self._wake.set()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def _run_probe(self) -> str:
+        """Hold back the reply while on the reserve: 'finished', 'yielded', 'promoted', 'lost' or
+        'expired'."""
+        slice_end = time.monotonic() + PROBE_SECONDS
+        while True:
+            if not self.probe:
+                return "promoted"
+            now = time.monotonic()
+            order = self.pool.probe_order(self.sid, self.seq, now - self._on_worker_since)
+            over = self._held_bytes > PROBE_BYTES or (now >= slice_end and self.pool.comes_before(order))
+            if over and not self.cancelled:
+                await self._give_back()
+                return "yielded"
+            if self._read is None:
+                self._read = asyncio.ensure_future(read_frame(self.worker.reader))
+            self._wake.clear()
+            waker = asyncio.ensure_future(self._wake.wait())
+            # Wake at the slice's end, and at each quantum after it: the probe's own order grows.
+            step = slice_end - now if now < slice_end else COST_QUANTUM - (now - slice_end) % COST_QUANTUM
+            wait = min(self.remaining(), step)
+            try:
+                await asyncio.wait({self._read, waker}, timeout=wait, return_when="FIRST_COMPLETED")
+            finally:
+                waker.cancel()
+            if self._read.done():
+                read, self._read = self._read, None
+                try:
+                    kind, payload = read.result()
+                except (asyncio.IncompleteReadError, ConnectionError, OSError):
+                    return "lost"
+                self._held.append((kind, payload))
+                self._held_bytes += len(payload)
+                if kind in TERMINAL:
+                    self._free_worker()
+                    return "finished"
+            elif self.remaining() <= 0:
+                return "expired"
+
+    async def _give_back(self) -> None:
+        """Interrupt the probe and free the reserve; what it held back is dropped."""
+        self.pool._probes.discard(self)
+        self.worker.interrupt(self.id)
+        self._held.clear()
+        self._held_bytes = 0
+        stop_by = time.monotonic() + STOP_SECONDS
+        while True:
+            if self._read is None:
+                self._read = asyncio.ensure_future(read_frame(self.worker.reader))
+            done, _ = await asyncio.wait({self._read}, timeout=max(0.0, stop_by - time.monotonic()))
+            if not done:
+                self._lose_worker()
+                break
+            read, self._read = self._read, None
+            try:
+                kind, _payload = read.result()
+            except (asyncio.IncompleteReadError, ConnectionError, OSError):
+                self._lose_worker()
+                break
+            if kind in TERMINAL:
+                self._free_worker()
+                break
+        self.yielded += 1
+
+    # -- reading ---------------------------------------------------------------------------------
 
     async def frame(self) -> tuple[bytes, bytes]:
         """The next reply frame; the job is over after a terminal one (the worker is free again).
 
         The read waits until the deadline, which a cancel request moves closer while it waits."""
+        if self._failure is not None:
+            raise self._failure
         if self.done:
             raise RuntimeError("job already finished")
+        while self._probe_task is not None:
+            task = self._probe_task
+            await asyncio.wait({task}, timeout=self.remaining())
+            if not task.done():
+                task.cancel()
+                self._timeout_failure()
+            self._probe_task = None
+            outcome = task.result()
+            if outcome == "yielded":
+                await self.start()
+            elif outcome == "lost":
+                await self._lost()
+            elif outcome == "expired":
+                self._timeout_failure()
+        if self._held:
+            kind, payload = self._held.popleft()
+            if kind in TERMINAL:
+                self._end()
+            return kind, payload
         while True:
             if self._read is None:
                 self._read = asyncio.ensure_future(read_frame(self.worker.reader))
@@ -308,54 +598,72 @@ class Job:
                 )
             finally:
                 waker.cancel()
+            if self._failure is not None:
+                raise self._failure
             if self._read.done():
                 read, self._read = self._read, None
                 break
             if self.remaining() <= 0:
-                self._read.cancel()
-                self._read = None
-                self.fail()
-                if self.cancelled:
-                    raise JobFailed("canceling statement due to user request", "57014")
-                raise JobFailed(
-                    f"canceling statement due to statement timeout ({self.timeout:g} s; the statement did "
-                    "not stop, so its worker process was replaced)",
-                    "57014",
-                )
+                self._timeout_failure()
         try:
             kind, payload = read.result()
-        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
-            await asyncio.sleep(0.05)  # let the process be reaped so its exit status is known
-            how = self.worker.ended()
-            self.fail()
-            raise JobFailed(
-                f"the statement's worker process {how}: most likely the statement needed more memory "
-                f"than the server's limit ({self.pool.config['memory_limit']}); the server goes on",
-                "53200",
-            ) from exc
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            await self._lost()
         if kind in TERMINAL:
-            self.done = True
-            self.finished = time.monotonic()
-            self.pool.untrusted_busy -= not self.trusted
-            self.pool.release(self.worker)
+            self._free_worker()
+            self._end()
         return kind, payload
+
+    def _end(self) -> None:
+        self.done = True
+        self.finished = time.monotonic()
+
+    async def _lost(self) -> None:
+        await asyncio.sleep(0.05)  # let the process be reaped so its exit status is known
+        how = self.worker.ended() if self.worker is not None else "ended"
+        self._fail_with(JobFailed(
+            f"the statement's worker process {how}: most likely the statement needed more memory "
+            f"than the server's limit ({self.pool.config['memory_limit']}); the server goes on",
+            "53200",
+        ))  # fmt: skip
+        raise self._failure
+
+    def _timeout_failure(self) -> None:
+        if self.cancelled:
+            self._fail_with(JobFailed("canceling statement due to user request", "57014"))
+        else:
+            self._fail_with(JobFailed(
+                f"canceling statement due to statement timeout ({self.timeout:g} s; the statement did "
+                "not stop, so its worker process was replaced)",
+                "57014",
+            ))  # fmt: skip
+        raise self._failure
+
+    def _fail_with(self, failure: JobFailed) -> None:
+        if self._failure is None:
+            self._failure = failure
+        self.fail()
 
     def fail(self) -> None:
         if not self.done:
             self.done = True
-            if self._read is not None:
-                self._read.cancel()
-                self._read = None
-            self.pool.untrusted_busy -= not self.trusted
-            self.pool.discard(self.worker)
+            task, self._probe_task = self._probe_task, None
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+            self._lose_worker()
+            if self._failure is None:
+                self._failure = JobFailed("the statement was stopped", "57014")
 
     def cancel(self) -> None:
         """Interrupt the statement (a cancel request): it ends with an error soon, or is killed."""
         if self.done:
             return
         self.cancelled = True
-        self.worker.interrupt(self.id)
+        if self.worker is not None:
+            self.worker.interrupt(self.id)
         self.deadline = min(self.deadline, time.monotonic() + GRACE_SECONDS)
+        if self.worker is not None:
+            self._arm_timer()
         self._wake.set()
 
     async def abort(self) -> None:
