@@ -785,11 +785,32 @@ def export_duckdb_cmd(catalog_path: str, out_path: Path, materialize: bool, stor
     help="Seconds a session may stay idle before it is closed.",
 )
 @click.option(
+    "--send-timeout",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a client may take to read what was sent to it; then its session is closed.",
+)
+@click.option(
     "--max-connections",
     default=128,
     show_default=True,
     type=click.IntRange(min=1),
-    help="Sessions at once (logins in progress included); idle ones make room when full.",
+    help="Logged-in sessions at once; idle ones (or ones blocked on a client) make room when full.",
+)
+@click.option(
+    "--max-pending",
+    default=64,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Connections still logging in, apart from --max-connections; the oldest is closed when full.",
+)
+@click.option(
+    "--login-timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds a connection may take to start up and authenticate.",
 )
 def serve(
     catalog_path: str,
@@ -808,7 +829,10 @@ def serve(
     max_concurrent: int,
     memory_limit: str,
     idle_timeout: float,
+    send_timeout: float,
     max_connections: int,
+    max_pending: int,
+    login_timeout: float,
 ) -> None:
     """Serve the catalog, read-only, over the PostgreSQL wire protocol (psql, JDBC, ODBC, BI tools).
 
@@ -827,7 +851,8 @@ def serve(
         limits = Limits(
             query_timeout=query_timeout, max_rows=max_rows, max_result_bytes=parse_size(max_result_bytes),
             max_concurrent=max_concurrent, memory_limit=memory_limit, idle_timeout=idle_timeout,
-            max_connections=max_connections,
+            max_connections=max_connections, send_timeout=send_timeout, max_pending=max_pending,
+            login_timeout=login_timeout,
         )  # fmt: skip
         limits.validate()
         run_server(

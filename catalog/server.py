@@ -26,6 +26,7 @@ import contextlib
 import ipaddress
 import json
 import logging
+import math
 import os
 import secrets
 import shutil
@@ -69,16 +70,19 @@ class Limits:
     max_connections: int = 128  # logged-in sessions
     memory_limit: str = "1GB"  # per statement: DuckDB's limit and each worker's address-space budget
     idle_timeout: float = 600.0  # seconds a session may wait between messages
+    send_timeout: float = 30.0  # seconds a client may take to read what was sent to it
     evict_idle_after: float = 5.0  # when all slots are taken, a session idle this long makes room
-    login_timeout: float = 60.0  # seconds to finish startup and authentication
+    login_timeout: float = 10.0  # seconds to finish startup and authentication
+    max_pending: int = 64  # connections not logged in yet; the oldest is closed to make room
     threads: int | None = None  # DuckDB threads per worker (default: cores / workers, at least 1)
 
     def validate(self) -> None:
         if parse_size(self.memory_limit) < MIN_MEMORY:
             raise ValueError(f"--memory-limit must be at least {MIN_MEMORY >> 20} MiB")
-        if min(self.query_timeout, self.idle_timeout, self.login_timeout) <= 0:
+        if min(self.query_timeout, self.idle_timeout, self.login_timeout, self.send_timeout) <= 0:
             raise ValueError("timeouts must be positive")
-        if min(self.max_rows, self.max_result_bytes, self.max_concurrent, self.max_connections) < 1:
+        if min(self.max_rows, self.max_result_bytes, self.max_concurrent, self.max_connections,
+               self.max_pending) < 1:  # fmt: skip
             raise ValueError("limits must be at least 1")
 
 
@@ -200,7 +204,7 @@ class Server:
         }
         self.pool: WorkerPool | None = None
         self.sessions: dict[int, Session] = {}
-        self._pending = 0
+        self._pending: dict[asyncio.StreamWriter, float] = {}  # connections not logged in yet
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.AbstractServer | None = None
         self._thread: threading.Thread | None = None
@@ -292,45 +296,62 @@ class Server:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         session = None
-        if self._pending >= self.limits.max_connections:  # sockets that never log in cost a slot each
-            writer.close()
-            return
-        self._pending += 1
-        pending = True
+        self._admit_pending(writer)
         try:
             try:
                 params = await asyncio.wait_for(self._startup(reader, writer), self.limits.login_timeout)
                 if params is None:
                     return
-                if not self._make_room():
+                if not self._has_room():  # refused before any work when no slot can be made
                     writer.write(pgwire.error_response("53300", "sorry, too many clients already", "FATAL"))
-                    await writer.drain()
+                    await asyncio.wait_for(writer.drain(), self.limits.login_timeout)
                     return
                 self._pid += 1
                 session = Session(self, self._pid, secrets.randbits(31), reader, writer, params)
-                self.sessions[session.pid] = session  # counted from here: a login holds a slot
                 if not await asyncio.wait_for(session.authenticate(), self.limits.login_timeout):
                     return
+                # Logged in: only now does the connection take a slot.
+                if not self._make_room():
+                    await session.fatal("53300", "sorry, too many clients already")
+                    return
+                self.sessions[session.pid] = session
+                await session.welcome()
             finally:
-                self._pending -= 1
-                pending = False
+                self._pending.pop(writer, None)
             await session.run()
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, TimeoutError):
             pass
         except (ValueError, IndexError, struct.error) as exc:  # a malformed protocol message
             with contextlib.suppress(Exception):
                 writer.write(pgwire.error_response("08P01", f"invalid protocol message: {exc}", "FATAL"))
-                await writer.drain()
+                await asyncio.wait_for(writer.drain(), 1.0)
         except Exception:  # one bad client never takes the server down
             log.exception("connection failed")
         finally:
-            if pending:
-                self._pending -= 1
+            self._pending.pop(writer, None)
             if session is not None:
                 self.sessions.pop(session.pid, None)
                 session.close()
-            with contextlib.suppress(Exception):
-                writer.close()
+            _hang_up(writer)
+
+    def _admit_pending(self, writer: asyncio.StreamWriter) -> None:
+        """Connections that have not logged in yet have their own budget (--max-pending) and never
+        take a session's slot; when it is full, the one waiting longest is closed. A real client
+        logs in within a few round trips, so sockets that stay silent only push each other out."""
+        while len(self._pending) >= self.limits.max_pending:
+            oldest = next(iter(self._pending))
+            del self._pending[oldest]
+            _hang_up(oldest)
+        self._pending[writer] = time.monotonic()
+
+    def _has_room(self) -> bool:
+        if len(self.sessions) < self.limits.max_connections:
+            return True
+        now = time.monotonic()
+        return any(
+            (since := s.waiting_since()) is not None and now - since >= self.limits.evict_idle_after
+            for s in self.sessions.values()
+        )
 
     def _make_room(self) -> bool:
         """True if a new session fits: when every slot is taken, the session idle longest (at least
@@ -338,7 +359,7 @@ class Server:
         if len(self.sessions) < self.limits.max_connections:
             return True
         now = time.monotonic()
-        idle = [(s.idle_since, s) for s in self.sessions.values() if s.idle_since is not None]
+        idle = [(s.waiting_since(), s) for s in self.sessions.values() if s.waiting_since() is not None]
         if not idle:
             return False
         since, victim = min(idle, key=lambda x: x[0])
@@ -410,7 +431,12 @@ class Session:
         self.portals: dict[str, Portal] = {}
         self.job: Job | None = None  # the job running for this session, if any
         self.idle_since: float | None = None  # waiting for the client since (monotonic)
+        self.blocked_since: float | None = None  # waiting for the client to read since
         self._closed = False
+
+    def waiting_since(self) -> float | None:
+        """Since when the session has been waiting on its client (to send or to read), if it is."""
+        return self.idle_since if self.idle_since is not None else self.blocked_since
 
     def close(self) -> None:
         self._closed = True
@@ -427,7 +453,7 @@ class Session:
     def evict(self, message: str) -> None:
         with contextlib.suppress(Exception):
             self.writer.write(pgwire.error_response("57P01", message, "FATAL"))
-            self.writer.close()
+        _hang_up(self.writer)
         self._closed = True
 
     # -- I/O ---------------------------------------------------------------------------------
@@ -442,9 +468,22 @@ class Session:
     def send(self, data: bytes) -> None:
         self.writer.write(data)
 
+    async def flush(self, limit: float | None = None) -> None:
+        """Wait until the client took what was sent: at most --send-timeout, then the session is
+        closed (a client that stopped reading holds nothing for long). While it waits, the session
+        can be evicted like an idle one."""
+        self.blocked_since = time.monotonic()
+        try:
+            await asyncio.wait_for(self.writer.drain(), min(self.limits.send_timeout, limit or math.inf))
+        except TimeoutError:
+            self._closed = True
+            raise ConnectionError("the client stopped reading") from None
+        finally:
+            self.blocked_since = None
+
     async def fatal(self, sqlstate: str, message: str) -> bool:
         self.send(pgwire.error_response(sqlstate, message, "FATAL"))
-        await self.writer.drain()
+        await self.flush()
         return False
 
     async def authenticate(self) -> bool:
@@ -453,19 +492,22 @@ class Session:
             ok = await (self._auth_scram() if srv.auth == "scram-sha-256" else self._auth_password())
             if not ok:
                 return await self.fatal("28P01", f'password authentication failed for user "{self.user}"')
+        return True
+
+    async def welcome(self) -> None:
+        """Logged in and given a slot: AuthenticationOk, the reported settings, ReadyForQuery."""
         self.send(pgwire.auth_ok())
         for k in REPORTED:
             self.send(pgwire.parameter_status(k, self.settings.get(k.lower(), "")))
         self.send(pgwire.backend_key(self.pid, self.secret))
         self.send(pgwire.ready(self.tx))
-        await self.writer.drain()
-        return True
+        await self.flush()
 
     async def _auth_password(self) -> bool:
         salt = secrets.token_bytes(4)
         md5 = self.server.auth == "md5"
         self.send(pgwire.auth_md5(salt) if md5 else pgwire.auth_cleartext())
-        await self.writer.drain()
+        await self.flush()
         tag, body = await self.read_message()
         if tag != b"p":
             return False
@@ -483,14 +525,14 @@ class Session:
         )
         scram = pgwire.ScramServer(verifier)
         self.send(pgwire.auth_sasl([pgwire.ScramServer.MECHANISM]))
-        await self.writer.drain()
+        await self.flush()
         try:
             tag, body = await self.read_message()
             mech, first = pgwire.parse_sasl_initial(body)
             if tag != b"p" or mech != pgwire.ScramServer.MECHANISM:
                 return False
             self.send(pgwire.auth_sasl_continue(scram.first(first).encode()))
-            await self.writer.drain()
+            await self.flush()
             tag, body = await self.read_message()
             if tag != b"p":
                 return False
@@ -532,7 +574,7 @@ class Session:
                 else:
                     await self.simple_query(text)
                 self.send(pgwire.ready(self.tx))
-                await self.writer.drain()
+                await self.flush()
                 continue
             if tag == b"S":
                 skip_to_sync = False
@@ -540,10 +582,10 @@ class Session:
                 if self.tx == "I":
                     self.portals.clear()
                 self.send(pgwire.ready(self.tx))
-                await self.writer.drain()
+                await self.flush()
                 continue
             if tag == b"H":
-                await self.writer.drain()
+                await self.flush()
                 continue
             if skip_to_sync:
                 continue
@@ -554,7 +596,7 @@ class Session:
                 if self.tx == "T":
                     self.tx = "E"
                 skip_to_sync = True
-            await self.writer.drain()
+            await self.flush()
 
     # -- talking to the workers --------------------------------------------------------------
 
@@ -589,10 +631,10 @@ class Session:
     async def drain(self, job: Job) -> None:
         """Wait until the client took what was sent, within the statement's deadline."""
         try:
-            await asyncio.wait_for(self.writer.drain(), job.remaining())
-        except TimeoutError:
+            await self.flush(job.remaining())
+        except ConnectionError:
             job.fail()  # the worker is blocked writing to us; it is replaced
-            raise ConnectionError("client stopped reading a result") from None
+            raise
 
     async def stream(self, job: Job, *, rowdesc: bool, first: tuple[bytes, bytes] | None = None) -> str:
         """Forward a running query's frames to the client until it finishes; returns its tag."""
@@ -638,7 +680,7 @@ class Session:
                 st = _prepared(part)
                 self._check_aborted(st.kind)
                 await self.run_statement(st, [], None, simple=True)
-                await self.writer.drain()
+                await self.flush()
         except QueryError as exc:
             self.send(pgwire.error_response(exc.sqlstate, str(exc)))
             if self.tx == "T":
@@ -1106,6 +1148,16 @@ class Session:
                 job, portal.job = portal.job, None
                 await job.abort()
                 portal.finished, portal.rows = True, []
+
+
+def _hang_up(writer: asyncio.StreamWriter) -> None:
+    """Close a connection. A plain close() waits until the client took what is buffered, which a
+    client that stopped reading never does: then the connection is dropped at once."""
+    with contextlib.suppress(Exception):
+        if writer.transport.get_write_buffer_size() > 0:
+            writer.transport.abort()
+        else:
+            writer.close()
 
 
 def _prepared(info: dict) -> Prepared:
