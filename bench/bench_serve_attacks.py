@@ -1,0 +1,84 @@
+"""A bystander's latency and the server's memory under each availability attack (issue 33).
+
+Starts a real `dumpcat serve` (4 workers, 6 s statement timeout, --send-timeout 3) on the committed
+nan_log dump and runs each attack of tests/test_server_availability.py in turn while a bystander
+logs in and runs `SELECT 1` every 0.2 s. Prints, per attack, the bystander's median and worst
+latency beside its latency on the idle server (the baseline, same run), and the peak resident memory
+of the server's process tree (main process, workers and spare).
+
+    python bench/bench_serve_attacks.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests import test_server_availability as attacks
+from tests.conftest import nan_log_catalog
+from tests.hostile import ServeProcess
+
+A = attacks
+ATTACKS = {
+    "idle server (baseline)": None,
+    "4 sessions: SELECT 1, then a 10^12-row cross join": (
+        A.test_sessions_that_ran_a_quick_statement_cannot_take_the_reserve
+    ),
+    "4 clients: 16 KB pathological Parse": A.test_pathological_parse_messages_leave_others_answered,
+    "silent sockets and SSLRequests, reopened": A.test_sockets_that_never_log_in_take_no_login_slot,
+    "12 sessions stop reading 80 MB": A.test_clients_that_stop_reading_are_closed_and_make_room,
+    "4 heavy portals described and left": A.test_portals_described_and_left_hold_no_worker_past_the_deadline,
+}
+
+
+class Sampler:
+    def __init__(self, srv: ServeProcess) -> None:
+        self.srv, self.peak = srv, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            self.peak = max(self.peak, self.srv.tree_rss())
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def main() -> None:
+    folder = Path(tempfile.mkdtemp(prefix="bench-attacks-"))
+    cat = nan_log_catalog(folder)
+    print("| attack | bystander median | bystander worst | server tree peak RSS |")
+    print("|---|---|---|---|")
+    for name, attack in ATTACKS.items():
+        srv = ServeProcess(
+            cat, folder, "--query-timeout", "6", "--max-concurrent", "4", "--max-connections", "12",
+            "--max-pending", "16", "--login-timeout", "4", "--send-timeout", "3",
+        )  # fmt: skip
+        try:
+            with Sampler(srv) as rss, attacks.Bystander(srv, reconnect=True) as bystander:
+                if attack is None:
+                    time.sleep(5)
+                else:
+                    attack(srv)
+            lat = bystander.latencies
+            errors = f" ({len(bystander.errors)} errors)" if bystander.errors else ""
+            print(f"| {name} | {statistics.median(lat) * 1000:.0f} ms | {max(lat) * 1000:.0f} ms{errors} "
+                  f"| {rss.peak / 2**20:.0f} MiB |", flush=True)  # fmt: skip
+        finally:
+            srv.stop()
+
+
+if __name__ == "__main__":
+    main()
