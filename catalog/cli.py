@@ -806,6 +806,19 @@ def export_duckdb_cmd(catalog_path: str, out_path: Path, materialize: bool, stor
     help="Connections still logging in, apart from --max-connections; the oldest is closed when full.",
 )
 @click.option(
+    "--session-memory",
+    default="16MiB",
+    show_default=True,
+    help="Bytes one session may hold in prepared statements, settings and temporary views.",
+)
+@click.option(
+    "--buffer-memory",
+    default="512MiB",
+    show_default=True,
+    help="Bytes the server's main process may hold for all sessions together: their texts, rows "
+    "buffered for row-limited portals and cursors, large protocol messages (53200 beyond).",
+)
+@click.option(
     "--login-timeout",
     default=10.0,
     show_default=True,
@@ -832,6 +845,8 @@ def serve(
     send_timeout: float,
     max_connections: int,
     max_pending: int,
+    session_memory: str,
+    buffer_memory: str,
     login_timeout: float,
 ) -> None:
     """Serve the catalog, read-only, over the PostgreSQL wire protocol (psql, JDBC, ODBC, BI tools).
@@ -852,7 +867,8 @@ def serve(
             query_timeout=query_timeout, max_rows=max_rows, max_result_bytes=parse_size(max_result_bytes),
             max_concurrent=max_concurrent, memory_limit=memory_limit, idle_timeout=idle_timeout,
             max_connections=max_connections, send_timeout=send_timeout, max_pending=max_pending,
-            login_timeout=login_timeout,
+            login_timeout=login_timeout, session_memory=parse_size(session_memory),
+            buffer_memory=parse_size(buffer_memory),
         )  # fmt: skip
         limits.validate()
         run_server(

@@ -40,6 +40,14 @@ import pyarrow as pa
 
 from catalog import pg_catalog, pgcodec, pgwire
 from catalog.sandbox import build_views_database, private_folder
+from catalog.server_memory import (
+    BIG_MESSAGE,
+    RETURN_AFTER,
+    OverBudget,
+    ServerMemory,
+    return_memory,
+    text_bytes,
+)
 from catalog.statement_worker import COPYOUT, DATA, DONE, ERROR, LIST, NODATA, PARSED, ROWDESC, parse_size
 from catalog.views import USER_VIEWS
 from catalog.worker_pool import Job, JobFailed, WorkerPool, error_of
@@ -50,7 +58,6 @@ log = logging.getLogger("dumpcat.server")
 MAX_MESSAGE = 16 << 20
 MIN_MEMORY = 128 << 20  # below this a worker cannot even open the catalog's views
 MAX_STATEMENTS = 10_000  # prepared statements one session may hold
-MAX_STATEMENT_BYTES = 64 << 20  # and their text in all
 MAX_SETTINGS = 256  # session settings (custom ones included)
 MAX_SETTING_CHARS = 64 << 10  # characters of one setting's value
 MAX_SAVEPOINTS = 1000
@@ -74,6 +81,8 @@ class Limits:
     evict_idle_after: float = 5.0  # when all slots are taken, a session idle this long makes room
     login_timeout: float = 10.0  # seconds to finish startup and authentication
     max_pending: int = 64  # connections not logged in yet; the oldest is closed to make room
+    session_memory: int = 16 << 20  # bytes of one session's prepared statements, settings and views
+    buffer_memory: int = 512 << 20  # bytes the main process holds for all sessions (catalog.server_memory)
     threads: int | None = None  # DuckDB threads per worker (default: cores / workers, at least 1)
 
     def validate(self) -> None:
@@ -82,7 +91,7 @@ class Limits:
         if min(self.query_timeout, self.idle_timeout, self.login_timeout, self.send_timeout) <= 0:
             raise ValueError("timeouts must be positive")
         if min(self.max_rows, self.max_result_bytes, self.max_concurrent, self.max_connections,
-               self.max_pending) < 1:  # fmt: skip
+               self.max_pending, self.session_memory, self.buffer_memory) < 1:  # fmt: skip
             raise ValueError("limits must be at least 1")
 
 
@@ -205,6 +214,7 @@ class Server:
         self.pool: WorkerPool | None = None
         self.sessions: dict[int, Session] = {}
         self._pending: dict[asyncio.StreamWriter, float] = {}  # connections not logged in yet
+        self.memory = ServerMemory(self.limits.buffer_memory)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.AbstractServer | None = None
         self._thread: threading.Thread | None = None
@@ -432,6 +442,7 @@ class Session:
         self.job: Job | None = None  # the job running for this session, if any
         self.idle_since: float | None = None  # waiting for the client since (monotonic)
         self.blocked_since: float | None = None  # waiting for the client to read since
+        self.counted = 0  # bytes this session holds, as last told to the server's budget
         self._closed = False
 
     def waiting_since(self) -> float | None:
@@ -443,6 +454,13 @@ class Session:
         self.cancel()
         for portal in self.portals.values():
             self._drop(portal)
+        held, self.counted = self.counted, 0
+        self.server.memory.settle(held, 0)
+        self.portals.clear()
+        self.cursors.clear()
+        self.statements.clear()
+        if held > RETURN_AFTER:
+            return_memory()
         if self.server.pool is not None:
             self.server.pool.forget(self.pid)
 
@@ -463,6 +481,21 @@ class Session:
         tag, n = head[:1], struct.unpack("!i", head[1:])[0]
         if n < 4 or n > MAX_MESSAGE:
             raise ConnectionError("bad message length")
+        if n <= BIG_MESSAGE:
+            return tag, await self.reader.readexactly(n - 4)
+        try:
+            self.server.memory.check(n, "a protocol message")
+        except OverBudget as exc:
+            exc.tag = tag
+            left = n - 4  # read past it without holding it: the session goes on with an error
+            while left:
+                chunk = await asyncio.wait_for(self.reader.read(min(left, 1 << 16)), self.limits.send_timeout)
+                if not chunk:
+                    raise ConnectionError("the client closed the connection") from None
+                left -= len(chunk)
+            raise
+        self.server.memory.settle(0, n)  # held while it is read and handled: see `_settle`
+        self.counted += n
         return tag, await self.reader.readexactly(n - 4)
 
     def send(self, data: bytes) -> None:
@@ -557,10 +590,53 @@ class Session:
         finally:
             self.idle_since = None
 
+    def holding(self) -> int:
+        """Bytes the session holds between messages: texts and buffered rows."""
+        return self.text_holding() + self._held_bytes()
+
+    def text_holding(self) -> int:
+        texts = [st.text for st in self.statements.values()]
+        return text_bytes([*texts, *self.settings.values(), *self.views.values()])
+
+    def _settle(self) -> None:
+        """Tell the server's budget what the session holds now (after each message)."""
+        now = self.holding()
+        self.server.memory.settle(self.counted, now)
+        self.counted = now
+
+    def _admit_text(self, extra: int, what: str) -> None:
+        """A new text (statement, setting, view) fits this session's and the server's budgets."""
+        if self.text_holding() + extra > self.limits.session_memory:
+            raise QueryError(
+                f"this session holds more than --session-memory ({self.limits.session_memory:,} bytes) "
+                f"of prepared statements, settings and views: close some ({what})",
+                "54000",
+            )
+        try:
+            self.server.memory.check(extra, what)
+        except OverBudget as exc:
+            raise QueryError(str(exc), exc.sqlstate) from None
+
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            self._settle()
+
+    async def _run(self) -> None:
         skip_to_sync = False
         while not self._closed:
-            message = await self.next_message()
+            self._settle()
+            try:
+                message = await self.next_message()
+            except OverBudget as exc:  # a message too big for the server's memory now, skipped
+                self.send(pgwire.error_response(exc.sqlstate, str(exc)))
+                if exc.tag == b"Q":
+                    self.send(pgwire.ready(self.tx))
+                else:
+                    skip_to_sync = True
+                await self.flush()
+                continue
             if message is None or self._closed:
                 return
             tag, body = message
@@ -573,6 +649,9 @@ class Session:
                     self.send(pgwire.error_response("22021", 'invalid byte sequence for encoding "UTF8"'))
                 else:
                     await self.simple_query(text)
+                if self.tx == "I":  # out of a transaction, no portal survives (as at Sync)
+                    await self._drop_started()
+                    self.portals.clear()
                 self.send(pgwire.ready(self.tx))
                 await self.flush()
                 continue
@@ -735,7 +814,8 @@ class Session:
             return None, [], st.args[0] if k == "noop" and st.args else "SET"
         if k == "reset":
             name = st.args[0].lower()
-            if name == "all":
+            if name == "all":  # as PostgreSQL: custom placeholders stay, their values go
+                self.settings.update({key: "" for key in self.settings if "." in key})
                 self.settings.update(DEFAULTS)
             else:
                 self._set(name, DEFAULTS.get(name, ""))
@@ -800,6 +880,7 @@ class Session:
             raise QueryError(
                 f"the session's temporary views hold more than {MAX_VIEW_CHARS:,} characters", "54000"
             )
+        self._admit_text(text_bytes([query]), "a temporary view")
         self.views[name] = query
         return "CREATE VIEW"
 
@@ -822,6 +903,7 @@ class Session:
             raise QueryError(f'value for parameter "{name}" is too long ({limit})', "22023")
         if name not in self.settings and len(self.settings) >= MAX_SETTINGS:
             raise QueryError(f"too many custom settings in this session (at most {MAX_SETTINGS})", "54000")
+        self._admit_text(text_bytes([value]), f'a value for "{name}"')
         if value.upper() == "DEFAULT":
             value = DEFAULTS.get(name, "")
         self.settings[name] = value
@@ -880,6 +962,7 @@ class Session:
                 schema = pa.ipc.open_stream(payload).schema
             elif kind == DATA:
                 size += len(payload)
+                await self._check_rows(job, size)
                 if size > budget:
                     await job.abort()
                     raise QueryError(
@@ -895,6 +978,14 @@ class Session:
         table = pa.Table.from_batches(batches, schema=schema)
         self.cursors[name] = Cursor(name, table, binary == "1", hold == "1", query)
         self.send(pgwire.command_complete("DECLARE CURSOR"))
+
+    async def _check_rows(self, job: Job, size: int) -> None:
+        """Rows being buffered fit the server's budget, or the query stops (53200)."""
+        try:
+            self.server.memory.check(size, "buffering rows for a portal or cursor")
+        except OverBudget as exc:
+            await job.abort()
+            raise QueryError(str(exc), exc.sqlstate) from None
 
     def _held_bytes(self) -> int:
         held = sum(c.table.nbytes for c in self.cursors.values())
@@ -949,14 +1040,13 @@ class Session:
     async def extended(self, tag: bytes, body: bytes) -> None:
         if tag == b"P":
             p = pgwire.parse_parse(body)
-            held = sum(len(st.text.encode()) for name, st in self.statements.items() if name != p.name)
             count = len(self.statements) - (p.name in self.statements)
-            if (count >= MAX_STATEMENTS and p.name) or held + len(p.query.encode()) > MAX_STATEMENT_BYTES:
+            if count >= MAX_STATEMENTS and p.name:
                 raise QueryError(
-                    f"too many prepared statements in this session (at most {MAX_STATEMENTS:,}, "
-                    f"{MAX_STATEMENT_BYTES >> 20} MiB of text): close some",
+                    f"too many prepared statements in this session (at most {MAX_STATEMENTS:,}): close some",
                     "54000",
                 )
+            self._admit_text(2 * text_bytes([p.query]), "a prepared statement")  # its text, translated
             kind, payload = await self.request({"op": "parse", "text": p.query})
             if kind != PARSED:
                 raise QueryError(f"unexpected reply {kind!r} from a statement worker", "XX000")
@@ -1118,6 +1208,7 @@ class Session:
             kind, payload = await self.frame(job)
             if kind == DATA:
                 size += len(payload)
+                await self._check_rows(job, size)
                 if size > budget:
                     await job.abort()
                     raise QueryError(
