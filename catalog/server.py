@@ -213,7 +213,7 @@ class Server:
         }
         self.pool: WorkerPool | None = None
         self.sessions: dict[int, Session] = {}
-        self._pending: dict[asyncio.StreamWriter, float] = {}  # connections not logged in yet
+        self._pending: dict[asyncio.StreamWriter, bool] = {}  # not logged in yet: started up?
         self.memory = ServerMemory(self.limits.buffer_memory)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.AbstractServer | None = None
@@ -342,17 +342,19 @@ class Server:
             if session is not None:
                 self.sessions.pop(session.pid, None)
                 session.close()
-            _hang_up(writer)
+            _hang_up(writer, drop=session is not None and session.stalled)
 
     def _admit_pending(self, writer: asyncio.StreamWriter) -> None:
         """Connections that have not logged in yet have their own budget (--max-pending) and never
-        take a session's slot; when it is full, the one waiting longest is closed. A real client
-        logs in within a few round trips, so sockets that stay silent only push each other out."""
+        take a session's slot; when it is full, the oldest one that has not even sent its startup
+        message is closed (else the oldest). A real client sends it at once and logs in within a
+        few round trips, so sockets that stay silent only push each other out."""
         while len(self._pending) >= self.limits.max_pending:
-            oldest = next(iter(self._pending))
+            silent = [w for w, started_up in self._pending.items() if not started_up]
+            oldest = silent[0] if silent else next(iter(self._pending))
             del self._pending[oldest]
             _hang_up(oldest)
-        self._pending[writer] = time.monotonic()
+        self._pending[writer] = False  # True once its startup message came
 
     def _has_room(self) -> bool:
         if len(self.sessions) < self.limits.max_connections:
@@ -408,6 +410,8 @@ class Server:
                 writer.write(pgwire.error_response("0A000", f"unsupported protocol {code >> 16}", "FATAL"))
                 await writer.drain()
                 return None
+            if writer in self._pending:
+                self._pending[writer] = True
             return params  # type: ignore[return-value]
 
 
@@ -443,6 +447,7 @@ class Session:
         self.idle_since: float | None = None  # waiting for the client since (monotonic)
         self.blocked_since: float | None = None  # waiting for the client to read since
         self.counted = 0  # bytes this session holds, as last told to the server's budget
+        self.stalled = False  # closed because its client stopped reading
         self._closed = False
 
     def waiting_since(self) -> float | None:
@@ -471,7 +476,7 @@ class Session:
     def evict(self, message: str) -> None:
         with contextlib.suppress(Exception):
             self.writer.write(pgwire.error_response("57P01", message, "FATAL"))
-        _hang_up(self.writer)
+        _hang_up(self.writer, drop=self.blocked_since is not None)
         self._closed = True
 
     # -- I/O ---------------------------------------------------------------------------------
@@ -509,7 +514,7 @@ class Session:
         try:
             await asyncio.wait_for(self.writer.drain(), min(self.limits.send_timeout, limit or math.inf))
         except TimeoutError:
-            self._closed = True
+            self._closed = self.stalled = True
             raise ConnectionError("the client stopped reading") from None
         finally:
             self.blocked_since = None
@@ -1241,11 +1246,12 @@ class Session:
                 portal.finished, portal.rows = True, []
 
 
-def _hang_up(writer: asyncio.StreamWriter) -> None:
+def _hang_up(writer: asyncio.StreamWriter, *, drop: bool = False) -> None:
     """Close a connection. A plain close() waits until the client took what is buffered, which a
-    client that stopped reading never does: then the connection is dropped at once."""
+    client that stopped reading never does: then (or when `drop`: what the kernel still holds for
+    it would wait too) the connection is reset at once."""
     with contextlib.suppress(Exception):
-        if writer.transport.get_write_buffer_size() > 0:
+        if drop or writer.transport.get_write_buffer_size() > 0:
             writer.transport.abort()
         else:
             writer.close()

@@ -174,7 +174,7 @@ def test_sockets_that_never_log_in_take_no_login_slot(serve):
 def test_clients_that_stop_reading_are_closed_and_make_room(serve):
     """Every session slot held by a client that asked for a big result and never reads it: a
     newcomer is let in (a session blocked on its client is evictable), and each blocked session is
-    closed after --send-timeout, its worker freed."""
+    closed after --send-timeout, its connection reset and its worker freed."""
     big = "SELECT repeat('x', 900) AS s FROM range(90000)"  # about 80 MB of DataRows
     stuck = []
     for _ in range(12):
@@ -204,9 +204,27 @@ def test_clients_that_stop_reading_are_closed_and_make_room(serve):
 
         _wait_all([threading.Thread(target=reader) for _ in range(4)])
         assert results == [[(3000000,)]] * 4
+        outcomes = [_outcome(c) for c in stuck]
+        assert "reset" in outcomes and set(outcomes) <= {"reset", "closed", "57014", "complete"}, outcomes
     finally:
         for c in stuck:
             c.close()
+
+
+def _outcome(c: RawClient) -> str:
+    """How a stuck session ended: reset by the server (closed after --send-timeout), closed
+    (evicted to let the newcomer in), answered 57014 (it waited past its timeout for a worker), or,
+    started only once this reads it, a complete result."""
+    c.sock.settimeout(20)
+    try:
+        replies = c.until_ready()
+    except ConnectionResetError:
+        return "reset"
+    if replies is None or replies[-1][0] != b"Z":
+        return "closed"  # the one evicted for the newcomer: FATAL 57P01 after its rows
+    if replies[0][0] == b"E":
+        return "57014" if b"57014" in replies[0][1] else f"error {replies[0][1][:80]!r}"
+    return "complete" if replies[-2][0] == b"C" else "incomplete"
 
 
 def test_portals_described_and_left_hold_no_worker_past_the_deadline(serve):
