@@ -67,6 +67,7 @@ def main() -> None:
             "--max-pending", "16", "--login-timeout", "4", "--send-timeout", "3",
         )  # fmt: skip
         try:
+            attacks.settled(srv)
             with Sampler(srv) as rss, attacks.Bystander(srv, reconnect=True) as bystander:
                 if attack is None:
                     time.sleep(5)

@@ -48,6 +48,7 @@ COST_HALF_LIFE = 30.0  # seconds: how fast a heavy request stops counting agains
 COST_QUANTUM = 0.25  # sessions whose dearest recent requests cost less than this are equally cheap
 START_SECONDS = 120.0
 MAX_FRAME = 64 << 20
+READ_AHEAD = 1 << 20
 
 
 class WorkerStartError(RuntimeError):
@@ -174,7 +175,9 @@ class WorkerPool:
         finally:
             data_child.close()
             control_child.close()
-        reader, writer = await asyncio.open_connection(sock=data, limit=MAX_FRAME)
+        # A small read-ahead: the worker waits while a session's client is slow, instead of the
+        # main process buffering its frames (asyncio reads ahead up to twice the limit).
+        reader, writer = await asyncio.open_connection(sock=data, limit=READ_AHEAD)
         try:
             kind, payload = await asyncio.wait_for(read_frame(reader), START_SECONDS)
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError) as exc:

@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import psycopg
 import pytest
 
@@ -30,7 +31,7 @@ def cat(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def serve(cat, tmp_path_factory):
+def server(cat, tmp_path_factory):
     cwd = tmp_path_factory.mktemp("serve-cwd")
     srv = ServeProcess(
         cat, cwd, "--query-timeout", "6", "--max-concurrent", "4", "--max-connections", "12",
@@ -38,6 +39,28 @@ def serve(cat, tmp_path_factory):
     )  # fmt: skip
     yield srv
     srv.stop()
+
+
+@pytest.fixture
+def serve(server):
+    """The server, settled: the workers an earlier attack had killed are back, the spare too."""
+    settled(server)
+    return server
+
+
+def settled(srv: ServeProcess, workers: int = 4 + 1, quiet: float = 2.0) -> None:
+    """Wait until the server has its workers and its spare, unchanged for `quiet` seconds."""
+    main = psutil.Process(srv.proc.pid)
+    deadline = time.monotonic() + 120
+    seen, since = None, time.monotonic()
+    while time.monotonic() < deadline:
+        pids = {p.pid for p in main.children() if p.status() != psutil.STATUS_ZOMBIE}
+        if pids != seen:
+            seen, since = pids, time.monotonic()
+        elif len(pids) == workers and time.monotonic() - since >= quiet:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the server did not settle: {len(seen or ())} worker processes")
 
 
 class Bystander:
