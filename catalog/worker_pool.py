@@ -24,6 +24,7 @@ import contextlib
 import itertools
 import json
 import logging
+import math
 import os
 import signal
 import socket
@@ -43,6 +44,7 @@ PROBE_SECONDS = 0.1  # how long a request runs on the reserved worker before it 
 PROBE_BYTES = 4 << 20  # reply bytes a probe may hold back; a bigger reply runs unreserved
 STOP_SECONDS = 0.3  # how long an interrupted probe has to stop before its worker is replaced
 BOUNDED_PARSE_CHARS = 65536  # a Parse of a text this short translates in well under a slice
+PROBE_KILL_MEMORY = 10.0  # seconds after a probe was killed that new sessions wait for the spare
 KILL_SECONDS = 2.0  # what a killed worker costs the session it ran for (its replacement's start)
 COST_HALF_LIFE = 30.0  # seconds: how fast a heavy request stops counting against its session
 COST_QUANTUM = 0.25  # sessions whose dearest recent requests cost less than this are equally cheap
@@ -132,6 +134,7 @@ class WorkerPool:
         self._respawning = asyncio.Semaphore(1)
         self._all: set[WorkerProcess] = set()
         self.spare: WorkerProcess | None = None  # started, idle, out of service
+        self.probe_killed_at = -math.inf  # when a probe last had to be killed
         self._jobs = itertools.count(1)
         self._seq = itertools.count()
         self._tasks: set[asyncio.Task] = set()
@@ -276,13 +279,16 @@ class WorkerPool:
                 job.wake()
 
     def _may_probe(self, waiter: _Waiter) -> bool:
-        """Whether a waiting request may run on the reserve now. Only while the spare is ready may a
-        session not yet known as cheap: a probe that does not stop is killed, and its worker's
-        replacement is the spare; without one the reserve would be down until a worker starts."""
+        """Whether a waiting request may run on the reserve now. A probe that does not stop is
+        killed, and its worker's replacement is the spare; without one the reserve is down until a
+        worker starts. So while the spare is not ready and a probe was killed lately, only sessions
+        known as cheap (and short Parse messages) may have it."""
         if not waiter.may_probe or waiter.turn.done():
             return False
         if self.spare is not None or waiter.bounded:
             return True
+        if time.monotonic() - self.probe_killed_at > PROBE_KILL_MEMORY:
+            return True  # no probe was killed lately: nothing suggests one will have to be
         return waiter.sid in self._cost and self.cost(waiter.sid) < COST_QUANTUM  # ran a quick statement
 
     def comes_before(self, order: tuple) -> bool:
@@ -447,7 +453,10 @@ class Job:
         portal and went silent): the timer replaces the worker."""
         if self._timer is not None:
             self._timer.cancel()
-        loop = asyncio.get_running_loop()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # the server is shutting down: its workers go with it
+            return
         self._timer = loop.call_at(loop.time() + self.remaining() + 0.5, self._expire)
 
     def _expire(self) -> None:
@@ -477,6 +486,8 @@ class Job:
             self._read.cancel()
             self._read = None
         self.pool.charge(self.sid, time.monotonic() - self._on_worker_since + KILL_SECONDS)
+        if self.probe:
+            self.pool.probe_killed_at = time.monotonic()
         self.pool._probes.discard(self)
         self.pool.unclaim(self.probe)
         self.probe = False

@@ -198,9 +198,13 @@ def test_clients_that_stop_reading_are_closed_and_make_room(serve):
     """Every session slot held by a client that asked for a big result and never reads it: a
     newcomer is let in (a session blocked on its client is evictable), and each blocked session is
     closed after --send-timeout, its connection reset and its worker freed."""
+    stop_reading_attack(serve, 12)
+
+
+def stop_reading_attack(serve: ServeProcess, sessions: int, *, check_outcomes: bool = True) -> None:
     big = "SELECT repeat('x', 900) AS s FROM range(90000)"  # about 80 MB of DataRows
     stuck = []
-    for _ in range(12):
+    for _ in range(sessions):
         c = RawClient(serve.port)
         c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         c.send(b"Q" + big.encode() + b"\x00")
@@ -227,6 +231,8 @@ def test_clients_that_stop_reading_are_closed_and_make_room(serve):
 
         _wait_all([threading.Thread(target=reader) for _ in range(4)])
         assert results == [[(3000000,)]] * 4
+        if not check_outcomes:
+            return
         outcomes = [_outcome(c) for c in stuck]
         assert "reset" in outcomes and set(outcomes) <= {"reset", "closed", "57014", "complete"}, outcomes
     finally:
