@@ -26,7 +26,7 @@ def load_json(path: str | Path, caps: MetadataCaps | None = None) -> tuple[str, 
     cap is never read (`ingest.limits.MetadataTooLarge`, an OSError)."""
     data = read_capped(path, "json", caps)
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as read_text did
         return text, json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise MetadataError(f"{Path(path).name} is not valid JSON: {exc}") from exc
