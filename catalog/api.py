@@ -305,14 +305,18 @@ class Catalog:
         on_progress: Callable[[int], None] | None = None,
         writer: str | None = None,
         follow_symlinks: bool = False,
+        max_metadata_size: str | int | None = None,
     ) -> IngestSummary:
         """Ingest (or incrementally re-ingest) a dump tree into this catalog. Its producer is
         detected (`summary.detected` says what was found) unless `producer` names a reader.
         `writer` names the run's shard to write (one per host of a multi-host run). Symlinks out
-        of the dump root are error rows unless `follow_symlinks`."""
+        of the dump root are error rows unless `follow_symlinks`. `max_metadata_size` caps the
+        metadata files read whole (`"1GiB"` for every kind, or `"graph=1GiB,json=128MiB"`; default
+        DUMPCAT_MAX_METADATA_SIZE, else ingest.limits' defaults): a bigger file is an ingest_errors row."""
         summary = ingest_dump(
             self.path, dump_dir, run, producer=producer, compute_stats=compute_stats, md5=md5,
             workers=workers, on_progress=on_progress, writer=writer, follow_symlinks=follow_symlinks,
+            max_metadata_size=max_metadata_size,
         )  # fmt: skip
         return summary
 

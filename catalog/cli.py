@@ -61,6 +61,33 @@ FOLLOW_SYMLINKS_OPTION = click.option(
     is_flag=True,
     help="Follow symlinks that lead out of the dump root (default: an ingest_errors row each).",
 )
+
+
+def _metadata_caps(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A mistyped cap is a usage error before any work."""
+    from ingest.limits import MetadataCaps
+
+    try:
+        MetadataCaps.parse(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
+
+
+MAX_METADATA_OPTION = click.option(
+    "--max-metadata-size",
+    "max_metadata_size",
+    default=None,
+    metavar="SIZE|KIND=SIZE,...",
+    envvar="DUMPCAT_MAX_METADATA_SIZE",
+    show_envvar=True,
+    callback=_metadata_caps,
+    help="Largest metadata file read whole; a bigger one is an ingest_errors row, not read. One size for "
+    "every kind (1GiB) or per kind: json (config/data_dump/kernel-args/construct json, one dump.json "
+    "entry; default 64MiB), csv (mapping.csv, execution order; 64MiB), stack (stack.json; 256MiB), "
+    "graph (graphs/*.pb|.ir, GE graphs; 512MiB), dump_json (a dump.json not laid out as msprobe "
+    "writes it; 256MiB), e.g. graph=1GiB,json=128MiB.",
+)
 STATS_OPTION = click.option(
     "--stats/--no-stats",
     "compute_stats",
@@ -186,6 +213,7 @@ def main() -> None:
     "--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal)."
 )
 @FOLLOW_SYMLINKS_OPTION
+@MAX_METADATA_OPTION
 def ingest(
     dump_dirs: tuple[Path, ...],
     catalog_path: Path,
@@ -197,6 +225,7 @@ def ingest(
     workers: int | None,
     progress: bool | None,
     follow_symlinks: bool,
+    max_metadata_size: str | None,
 ) -> None:
     """Catalog one or more dump trees (DUMP_DIR: the dump `path`; its producer is detected)."""
     from ingest.writer_warm_up import warm_up_writer
@@ -227,6 +256,7 @@ def ingest(
             s = cat.ingest(
                 dump_dir, run, producer=detection.reader.name, compute_stats=compute_stats, md5=md5,
                 workers=workers, on_progress=on_progress, writer=writer, follow_symlinks=follow_symlinks,
+                max_metadata_size=max_metadata_size,
             )  # fmt: skip
         rate = s.files_seen / s.seconds if s.seconds > 0 else 0.0
         click.echo(
@@ -314,6 +344,7 @@ def tensor(catalog_path: str, row_id: int, out: Path | None, device_layout: bool
 )
 @STATS_OPTION
 @FOLLOW_SYMLINKS_OPTION
+@MAX_METADATA_OPTION
 def watch(
     dump_dir: Path,
     catalog_path: Path,
@@ -326,6 +357,7 @@ def watch(
     grace: float,
     compute_stats: bool,
     follow_symlinks: bool,
+    max_metadata_size: str | None,
 ) -> None:
     """Keep the catalog current while training writes DUMP_DIR (until Ctrl-C or SIGTERM)."""
     import signal
@@ -344,6 +376,7 @@ def watch(
         producer=producer,
         writer=writer,
         follow_symlinks=follow_symlinks,
+        max_metadata_size=max_metadata_size,
     )
 
     def _stop(signum, frame):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ingest.limits import MetadataCaps, open_capped
 from ingest.numbers import parse_uint
 
 EXEC_ORDER_HEADER = "NodeExecutionOrder-FullNameWithScope"
@@ -29,9 +30,12 @@ class LinesResult:
     end_line: int = 0
 
 
-def read_complete_lines(path: str, start_offset: int, start_line: int) -> tuple[list[str], int, int]:
-    """Complete lines from start_offset on; returns (lines, end_offset, end_line)."""
-    with open(path, "rb") as fh:
+def read_complete_lines(
+    path: str, start_offset: int, start_line: int, caps: MetadataCaps | None = None
+) -> tuple[list[str], int, int]:
+    """Complete lines from start_offset on; returns (lines, end_offset, end_line). A file over the
+    `csv` cap is not read (`ingest.limits.MetadataTooLarge`, an OSError): its lines are all held."""
+    with open_capped(path, "csv", caps) as fh:
         fh.seek(start_offset)
         data = fh.read()
     cut = data.rfind(b"\n") + 1
@@ -40,9 +44,11 @@ def read_complete_lines(path: str, start_offset: int, start_line: int) -> tuple[
     return [ln.rstrip("\r") for ln in lines], start_offset + cut, start_line + len(lines)
 
 
-def parse_exec_order(path: str, start_offset: int = 0, start_line: int = 0) -> LinesResult:
+def parse_exec_order(
+    path: str, start_offset: int = 0, start_line: int = 0, caps: MetadataCaps | None = None
+) -> LinesResult:
     """Full names in execution order; value index = position in the graph's execution order."""
-    lines, end_offset, end_line = read_complete_lines(path, start_offset, start_line)
+    lines, end_offset, end_line = read_complete_lines(path, start_offset, start_line, caps)
     result = LinesResult(end_offset=end_offset, end_line=end_line)
     for i, line in enumerate(lines):
         line_no = start_line + i + 1
@@ -83,9 +89,11 @@ def full_name_problem(text: str) -> str | None:
     return None
 
 
-def parse_global_order(path: str, start_offset: int = 0, start_line: int = 0) -> LinesResult:
+def parse_global_order(
+    path: str, start_offset: int = 0, start_line: int = 0, caps: MetadataCaps | None = None
+) -> LinesResult:
     """Iteration numbers, one per graph execution, in order."""
-    lines, end_offset, end_line = read_complete_lines(path, start_offset, start_line)
+    lines, end_offset, end_line = read_complete_lines(path, start_offset, start_line, caps)
     result = LinesResult(end_offset=end_offset, end_line=end_line)
     for i, line in enumerate(lines):
         line_no = start_line + i + 1

@@ -43,6 +43,7 @@ from ingest.graph_model import (
     is_frame_line,
     parse_frame_line,
 )
+from ingest.limits import MetadataCaps, MetadataTooLarge, read_capped
 from ingest.numbers import parse_uint
 
 _KERNEL_GRAPH = re.compile(r"kernel_graph_?(\d+)$")
@@ -97,13 +98,16 @@ _INT_PREFIX = {
 _FLOAT_PREFIX = {pb.DT_FLOAT16: "F16", pb.DT_FLOAT32: "F32", pb.DT_FLOAT64: "F64"}
 
 
-def parse_graph_pb_file(path: str | Path) -> ParsedGraph:
-    """Parse a `.pb` file; the graph id comes from the `..._graph_{id}.pb` file name."""
+def parse_graph_pb_file(path: str | Path, caps: MetadataCaps | None = None) -> ParsedGraph:
+    """Parse a `.pb` file; the graph id comes from the `..._graph_{id}.pb` file name. A file over
+    the `graph` cap raises MetadataTooLarge (it is decoded whole, so it is not read)."""
     p = Path(path)
     m = GRAPH_FILE.match(p.name)
     graph_id = int(m.group(1)) if m else None
     try:
-        data = p.read_bytes()
+        data = read_capped(p, "graph", caps)
+    except MetadataTooLarge:
+        raise
     except OSError as exc:
         return ParsedGraph(graph_id=graph_id, source="pb", errors=[("file", f"cannot read {p.name}: {exc}")])
     return parse_graph_pb(data, graph_id)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ingest.graph_model import GRAPH_FILE, ParsedGraph
 from ingest.ir_text import NO_SUBGRAPH, is_file_level_error, parse_ir_file
+from ingest.limits import MetadataCaps, MetadataTooLarge
 
 
 def graph_files(names: list[str]) -> dict[int, dict[str, str]]:
@@ -49,7 +50,9 @@ def graph_rows(
 MAX_LINE_ERRORS = 10
 
 
-def parse_graph(files: dict[str, str], directory: Path) -> tuple[ParsedGraph | None, list[tuple[str, str]]]:
+def parse_graph(
+    files: dict[str, str], directory: Path, caps: MetadataCaps | None = None
+) -> tuple[ParsedGraph | None, list[tuple[str, str]]]:
     """Parse the .pb if there is one (MindInsight's choice: the most robust source), else the .ir.
 
     A .pb with problems (truncated, corrupt) gives way to the .ir when there is one; whatever
@@ -59,7 +62,8 @@ def parse_graph(files: dict[str, str], directory: Path) -> tuple[ParsedGraph | N
     location is the file name, or `name:line` for an .ir line:
 
     - a file that yields no operator (random bytes, an empty file, a .pb that does not decode) is
-      one problem, saying why and how many of its lines could not be read;
+      one problem, saying why and how many of its lines could not be read; so is a file over the
+      `graph` cap (`ingest.limits`), which is not read;
     - a file that does yield a graph reports its first `MAX_LINE_ERRORS` bad lines (or .pb nodes)
       one by one, then one "... and N more" problem, plus each error about the whole file
       (truncated, nodes missing against the header's count).
@@ -73,7 +77,10 @@ def parse_graph(files: dict[str, str], directory: Path) -> tuple[ParsedGraph | N
         if name is None:
             continue
         try:
-            parsed = parse(directory / name)
+            parsed = parse(directory / name, caps)
+        except MetadataTooLarge as exc:
+            problems.append((name, str(exc)))
+            continue
         except (ValueError, OverflowError, RecursionError, IndexError) as exc:
             # Content no real graph holds (numbers beyond any index, nesting beyond any type)
             # that a parser did not turn into one of its line errors: the whole file is one error.

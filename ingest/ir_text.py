@@ -53,6 +53,7 @@ from ingest.graph_model import (
     is_frame_line,
     parse_frame_line,
 )
+from ingest.limits import MetadataCaps, MetadataTooLarge, open_text_capped
 from ingest.numbers import parse_uint
 
 _KERNEL_GRAPH = re.compile(r"kernel_graph_?(\d+)$")
@@ -94,14 +95,17 @@ def is_file_level_error(reason: str) -> bool:
     )
 
 
-def parse_ir_file(path: str | Path) -> ParsedGraph:
-    """Parse a `.ir` file; the graph id comes from the `..._graph_{id}.ir` file name."""
+def parse_ir_file(path: str | Path, caps: MetadataCaps | None = None) -> ParsedGraph:
+    """Parse a `.ir` file, streamed line by line; the graph id comes from the `..._graph_{id}.ir`
+    file name. A file over the `graph` cap raises MetadataTooLarge (its nodes would all be held)."""
     p = Path(path)
     m = GRAPH_FILE.match(p.name)
     graph_id = int(m.group(1)) if m else None
     try:
-        with open(p, encoding="utf-8", errors="replace", newline="") as fh:
+        with open_text_capped(p, "graph", caps, encoding="utf-8", errors="replace", newline="") as fh:
             return _parse_lines(fh, graph_id)
+    except MetadataTooLarge:
+        raise
     except OSError as exc:
         return ParsedGraph(graph_id=graph_id, source="ir", errors=[(0, f"cannot read {p.name}: {exc}")])
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ingest.limits import MetadataCaps
 from ingest.metadata import MetadataError, as_text, load_json
 
 
@@ -25,10 +26,10 @@ def parse_kernel_args_name(name: str) -> tuple[str, str]:
     return op_type, op_name
 
 
-def read_kernel_args(path: str | Path) -> list[tuple[str, str]]:
+def read_kernel_args(path: str | Path, caps: MetadataCaps | None = None) -> list[tuple[str, str]]:
     """(arg_name, value) pairs; non-string values are kept as their JSON text."""
     try:
-        _, obj = load_json(path)
+        _, obj = load_json(path, caps)
     except MetadataError as exc:
         raise KernelArgsError(str(exc)) from exc
     if not isinstance(obj, dict):

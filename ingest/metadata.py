@@ -11,6 +11,8 @@ import json
 import re
 from pathlib import Path
 
+from ingest.limits import MetadataCaps, read_capped
+
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -18,11 +20,13 @@ class MetadataError(ValueError):
     """A metadata file that is not valid JSON of the expected shape."""
 
 
-def load_json(path: str | Path) -> tuple[str, object]:
+def load_json(path: str | Path, caps: MetadataCaps | None = None) -> tuple[str, object]:
     """(text, parsed value) of a JSON file; MetadataError (a ValueError) when it is not JSON,
-    however it fails: bad UTF-8, bad syntax, or nesting too deep to parse."""
+    however it fails: bad UTF-8, bad syntax, or nesting too deep to parse. A file over the `json`
+    cap is never read (`ingest.limits.MetadataTooLarge`, an OSError)."""
+    data = read_capped(path, "json", caps)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as read_text did
         return text, json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise MetadataError(f"{Path(path).name} is not valid JSON: {exc}") from exc
@@ -35,15 +39,15 @@ def as_text(value: object) -> str:
     return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
 
 
-def read_config_json(path: str | Path) -> dict[str, str | None]:
+def read_config_json(path: str | Path, caps: MetadataCaps | None = None) -> dict[str, str | None]:
     """device_target and ms_version from config.json."""
-    _, obj = load_json(path)
+    _, obj = load_json(path, caps)
     if not isinstance(obj, dict):
         raise MetadataError("config.json is not a JSON object")
     keys = ("device_target", "ms_version")
     return {key: None if obj.get(key) is None else as_text(obj[key]) for key in keys}
 
 
-def read_json_text(path: str | Path) -> str:
+def read_json_text(path: str | Path, caps: MetadataCaps | None = None) -> str:
     """The file's text, after checking it is JSON (data_dump.json, hccl.json)."""
-    return load_json(path)[0]
+    return load_json(path, caps)[0]

@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 from ingest.flat import writer_memory_limit
 from ingest.helper_pool import start_helpers, stop_idle_helpers
 from ingest.ids import TensorIdHasher
+from ingest.limits import MetadataCaps
 from ingest.memory import tune_for_ingest
 from ingest.row_id_set import RowIdSet
 from ingest.schema import STAT_VALUE_FIELDS, TABLES
@@ -201,6 +202,7 @@ class Ingester:
         batch_rows: int = 50_000,
         on_progress: Callable[[int], None] | None = None,
         follow_symlinks: bool = False,
+        max_metadata_size: str | int | MetadataCaps | None = None,
     ) -> None:
         tune_for_ingest()  # glibc gives freed buffers back as the walk goes (ingest/memory.py)
         self.store = store
@@ -211,6 +213,9 @@ class Ingester:
         # Symlinks whose target is outside the dump root are not followed unless asked for
         # (`--follow-symlinks`): a dump is input from anyone, and must not catalog other files.
         self.follow_symlinks = follow_symlinks
+        # The largest metadata file of each kind read whole (ingest/limits.py): a bigger one is an
+        # ingest_errors row, never an allocation. None: DUMPCAT_MAX_METADATA_SIZE, else the defaults.
+        self.caps = MetadataCaps.parse(max_metadata_size)
         self.row_id_of = TensorIdHasher(run)
         self.producer = producer
         self.compute_stats = compute_stats
@@ -628,23 +633,29 @@ def ingest_dump(
     on_progress: Callable[[int], None] | None = None,
     writer: str | None = None,
     follow_symlinks: bool = False,
+    max_metadata_size: str | int | MetadataCaps | None = None,
 ) -> IngestSummary:
     """Ingest one dump tree into a catalog (created if missing) under a run name.
 
     `writer` names the shard to write (ingest/store.py): writers of different names ingest
     different ranks of one run at the same time (one per host); None is the default shard.
+    `max_metadata_size` caps the metadata files read whole (`ingest.limits.MetadataCaps.parse`:
+    `1GiB`, `graph=1GiB,json=128MiB`; None: DUMPCAT_MAX_METADATA_SIZE, else the defaults); a
+    mistyped value is a ValueError before anything is read.
     Raises DumpRootError or CatalogError when the dump root or the catalog is unusable; any
     problem with an individual file becomes an `ingest_errors` row instead.
     """
     if writer is not None:
         check_writer_name(writer)  # before anything is created
     writer_memory_limit()  # a mistyped DUMPCAT_WRITER_MEMORY, too
+    caps = MetadataCaps.parse(max_metadata_size)  # and a mistyped cap
     detection = detect_dump(dump_dir, producer)
     run_name = run or default_run_name(detection.root)
     store = CatalogStore(catalog, create=True).shard(run_name, writer)
     ingester = Ingester(
         store, run_name, detection.root, detection, producer=producer, compute_stats=compute_stats, md5=md5,
         workers=workers, batch_rows=batch_rows, on_progress=on_progress, follow_symlinks=follow_symlinks,
+        max_metadata_size=caps,
     )  # fmt: skip
     summary = ingester.run_ingest()
     summary.producer = detection.reader.name

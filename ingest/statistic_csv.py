@@ -124,6 +124,12 @@ _SHAPE_RE = r"^\s*[\(\[]\s*(-?[0-9]+\s*(,\s*-?[0-9]+\s*)*,?)?\s*[\)\]]\s*$"
 
 _DEFAULT_CHUNK_BYTES = 16 << 20
 _MAX_LINE_BYTES = 1 << 20  # real rows are < 1 KiB; longer 'lines' are garbage
+# A field longer than this (an op name of 10^5 characters) makes its row an error: real op names
+# are under 1 KiB (MindSpore renames a tensor file whose name passes 255 bytes, see mapping.csv).
+# Kept, 2,000 such rows (a 542 MB file) became one half-GB batch: the writer's DuckDB retried its
+# joins up to 3.9 GiB and the ingest took a minute and 2.9 GB (a 30 GB malloc in Table.cast for the
+# issue's reporter). Checked on lines longer than this only, so real files pay nothing.
+MAX_FIELD_BYTES = 64 << 10
 
 
 @dataclass
@@ -488,10 +494,11 @@ def _parse_lines(
     line_nos = first_line_no + np.arange(nlines, dtype=np.int64)
     blank = lines.content_end == lines.starts
     expected = hdr.nfields
-    plain = (lines.nfields == expected) & ~lines.odd_quotes & ~blank
-    trailing = (lines.nfields == expected + 1) & lines.last_is_comma & ~lines.odd_quotes & ~blank
     errors: list[tuple[int, str]] = []
-    for li in np.flatnonzero(~(plain | trailing | blank)):
+    oversize = _oversize_lines(view, lines, hdr, line_nos, errors)
+    plain = (lines.nfields == expected) & ~lines.odd_quotes & ~blank & ~oversize
+    trailing = (lines.nfields == expected + 1) & lines.last_is_comma & ~lines.odd_quotes & ~blank & ~oversize
+    for li in np.flatnonzero(~(plain | trailing | blank | oversize)):
         if lines.odd_quotes[li]:
             reason = "unbalanced double quote"
         else:
@@ -521,6 +528,38 @@ def _parse_lines(
         both = pa.concat_tables(tables)
         tables = [both.take(pc.sort_indices(both.column("line_no")))]
     return tables, errors, nlines
+
+
+def _oversize_lines(
+    view: memoryview | bytes, lines: _Lines, hdr: _Header, line_nos: np.ndarray, errors: list[tuple[int, str]]
+) -> np.ndarray:
+    """Lines holding a field over MAX_FIELD_BYTES, or over _MAX_LINE_BYTES in all: each is an error
+    naming its line and the cap, and is not parsed (the other lines are)."""
+    long = (lines.content_end - lines.starts) > MAX_FIELD_BYTES
+    if not long.any():
+        return long
+    labels = {i: name for name, i in hdr.cols.items()}
+    for li in np.flatnonzero(long):
+        start, end = int(lines.starts[li]), int(lines.content_end[li])
+        if end - start > _MAX_LINE_BYTES:
+            errors.append((int(line_nos[li]), f"line longer than {_MAX_LINE_BYTES} bytes"))
+            continue
+        text = bytes(view[start:end]).decode("utf-8", errors="replace")
+        try:
+            fields = next(csv.reader([text]), [])
+        except csv.Error:
+            fields = text.split(",")
+        sizes = [len(f.encode("utf-8", errors="replace")) for f in fields]
+        big = max(range(len(sizes)), key=sizes.__getitem__)
+        if sizes[big] > MAX_FIELD_BYTES:
+            name = hdr.labels.get(labels.get(big, ""), f"field {big + 1}")
+            errors.append(
+                (int(line_nos[li]), f"{name!r} is {sizes[big]:,} bytes, over the {MAX_FIELD_BYTES:,}-byte "
+                 "cap on a statistic.csv field: row skipped")
+            )  # fmt: skip
+        else:
+            long[li] = False  # a long line of ordinary fields: parsed as any other
+    return long
 
 
 def _finish(tables: list[pa.Table], errors: list[tuple[int, str]]) -> tuple[pa.Table, list]:

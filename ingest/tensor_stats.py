@@ -73,6 +73,14 @@ like one that was short to begin with. It uses every core: the calling process c
 batches of jobs, and ``workers - 1`` helper processes (``helper_pool``) take batches as soon as they have
 started. Threads do not scale here: the per-file Python work of small files is too short to amortise
 the GIL hand-off.
+
+A sparse file (`truncate`d to 16 GiB, most of it holes) would cost statistics time by its apparent
+size while holding almost no data. A file of at least ``_SPARSE_MIN_BYTES`` with under 1/``_SPARSE_RATIO``
+of its bytes allocated (``st_blocks``) and a hole in its data (``SEEK_HOLE``: a compressed file has
+few blocks but no hole) gets no statistics: its tensor is cataloged and readable, and the reason is a
+``sparse: ...`` error (an ``ingest_errors`` row of stage ``tensor_stats``). Computing over the
+allocated extents alone would be exact only by re-deriving every statistic of the zeros in between
+(counts, min/max, the fixed-order lane sums) and hashing them for md5, so it is not done.
 """
 
 from __future__ import annotations
@@ -162,6 +170,38 @@ SPECIAL_STORED = frozenset(
 
 class TruncatedTensorError(ValueError):
     """The file holds fewer data bytes than its npy header promises."""
+
+
+class SparseTensorError(ValueError):
+    """The file is mostly holes: its statistics are not computed (see the module docstring)."""
+
+
+_SPARSE_MIN_BYTES = (
+    64 << 20
+)  # smaller files cost little whatever they hold (and tiny files may have 0 blocks)
+_SPARSE_RATIO = 8
+_SPARSE_CHECK_ELEMS = (
+    _SPARSE_MIN_BYTES // 8
+)  # tensors this big pay one stat() for the check (sub-byte dtypes too)
+
+
+def check_not_sparse(path: str, data_offset: int) -> None:
+    """SparseTensorError when the file at `path` is mostly holes and has one in its data."""
+    st = os.stat(path)
+    if st.st_size < _SPARSE_MIN_BYTES or st.st_blocks * 512 * _SPARSE_RATIO >= st.st_size:
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        hole = os.lseek(fd, data_offset, os.SEEK_HOLE)
+    except OSError:  # no SEEK_HOLE here (or the offset is past the end): read it as any file
+        return
+    finally:
+        os.close(fd)
+    if hole < st.st_size:
+        raise SparseTensorError(
+            f"{st.st_blocks * 512:,} of the file's {st.st_size:,} bytes are allocated (the rest are "
+            "holes); statistics not computed, the tensor is still cataloged"
+        )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -944,6 +984,8 @@ _JobTuple = tuple[int, str, int, str, tuple[int, ...], str | None, tuple[int, ..
 def _error_reason(exc: BaseException) -> str:
     if isinstance(exc, TruncatedTensorError):
         return f"truncated: {exc}"
+    if isinstance(exc, SparseTensorError):
+        return f"sparse: {exc}"
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -952,6 +994,8 @@ def _run_batch(batch: list[_JobTuple], md5: bool) -> list[_Result]:
     out: list[_Result] = []
     for row_id, path, offset, stored_dtype, shape, fmt, host_shape in batch:
         try:
+            if math.prod(shape) >= _SPARSE_CHECK_ELEMS:
+                check_not_sparse(path, offset)
             if host_shape is not None or (stored_dtype in SPECIAL_STORED and stored_dtype != "bfloat16"):
                 out.append(
                     (row_id, _stats_of_decoded(path, offset, stored_dtype, shape, fmt, host_shape, md5), None)

@@ -33,6 +33,7 @@ from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
 from ingest.flat import writer_memory_limit
+from ingest.limits import MetadataCaps
 from ingest.pipeline import DumpRootError, Ingester, default_run_name, detect_dump, resolve_dump_dir
 from ingest.store import CatalogError, CatalogStore, check_writer_name, run_dir_name, write_json_atomic
 
@@ -97,9 +98,11 @@ class Watcher:
         producer: str | None = None,
         writer: str | None = None,
         follow_symlinks: bool = False,
+        max_metadata_size: str | int | None = None,
     ) -> None:
         if writer is not None:
             check_writer_name(writer)
+        caps = MetadataCaps.parse(max_metadata_size)  # a mistyped cap fails here
         writer_memory_limit()  # a mistyped DUMPCAT_WRITER_MEMORY fails here, not at the first flush
         try:
             detection = detect_dump(dump_root, producer)
@@ -119,7 +122,7 @@ class Watcher:
         self.compact_min_batches = compact_min_batches
         self.ingester = Ingester(
             self.store, self.run, self.root, detection, producer=producer, compute_stats=compute_stats,
-            md5=md5, workers=workers, follow_symlinks=follow_symlinks,
+            md5=md5, workers=workers, follow_symlinks=follow_symlinks, max_metadata_size=caps,
         )  # fmt: skip
         self.ingester.live = True
         self.ingester.grace = grace

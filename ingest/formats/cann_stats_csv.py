@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from ingest.formats.raw_dump import RawName, parse_raw_name
+from ingest.limits import MetadataCaps, open_text_capped
 
 #: `{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}.csv` (the op name may hold dots); split the
 #: name without `.csv` with `ingest.formats.raw_dump.parse_raw_name`, or use `parse_stats_csv_name`.
@@ -247,12 +248,13 @@ def _parse(fh: TextIO) -> tuple[list[CannStatRow], list[tuple[int, str]]]:
 
 
 def read_cann_stats_csv(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str], caps: MetadataCaps | None = None
 ) -> tuple[list[CannStatRow], list[tuple[int, str]]]:
     """The rows of a CANN stats CSV, and (line number, reason) for each line that could not be read.
 
-    Raises CannStatsError when the file has no usable header, OSError when it cannot be read, and
-    UnicodeDecodeError when it is not UTF-8.
+    Raises CannStatsError when the file has no usable header, OSError when it cannot be read or is
+    over the `csv` cap (ingest.limits: its rows are all held), and UnicodeDecodeError when it is not
+    UTF-8.
     """
-    with open(path, encoding="utf-8-sig", newline="") as fh:
+    with open_text_capped(path, "csv", caps, encoding="utf-8-sig", newline="") as fh:
         return _parse(fh)

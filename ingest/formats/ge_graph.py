@@ -28,6 +28,8 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ingest.limits import MetadataCaps, read_capped
+
 if TYPE_CHECKING:
     from ingest.formats import ge_ir_pb2
 
@@ -101,10 +103,10 @@ def parse_ge_graph(text: str, where: str = "<text>") -> GeGraph:
     return GeGraph(graph.name, tuple(_op(op) for op in graph.op), model_name)
 
 
-def read_ge_graph(path: str | os.PathLike[str]) -> GeGraph:
-    """Read a `dynamo_{original|optimized}_*.txt` GE graph dump. GeGraphError if it does not parse."""
-    with open(path, "rb") as fh:
-        data = fh.read()
+def read_ge_graph(path: str | os.PathLike[str], caps: MetadataCaps | None = None) -> GeGraph:
+    """Read a `dynamo_{original|optimized}_*.txt` GE graph dump. GeGraphError if it does not parse;
+    OSError if unreadable or over the `graph` cap (ingest.limits: it is parsed whole)."""
+    data = read_capped(path, "graph", caps)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

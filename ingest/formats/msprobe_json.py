@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,6 +30,8 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from ingest.limits import DEFAULT_CAPS
 
 MAX_NESTING = 32  # argument lists nested deeper than this are refused (msprobe nests a few levels)
 
@@ -399,12 +402,129 @@ def parse_dump_part(piece: bytes) -> DumpPart | None:
         return [tuple(getattr(k, f) for f in EntryKey.__slots__) for k in keys], leaf_table(leaves), problems
 
 
-def parse_dump_range(span: tuple[str, int, int]) -> DumpPart | None:
-    """`parse_dump_part` of bytes [start, end) of the file at `path` (a helper reads them itself)."""
-    path, start, end = span
+def parse_dump_range(span: tuple[str, int, int] | tuple[str, int, int, int]) -> DumpPart | None:
+    """The entries in bytes [start, end) of the file at `path` (a helper reads them itself), streamed
+    `_STREAM_BYTES` at a time (`stream_dump_range`); `entry_cap` bounds one entry (default: the
+    `json` cap). None when the range is not whole entries (the split guessed wrong)."""
+    path, start, end, *rest = span
     with open(path, "rb") as f:
-        f.seek(start)
-        return parse_dump_part(f.read(end - start))
+        return stream_dump_range(f.fileno(), start, end, rest[0] if rest else DEFAULT_CAPS.json)
+
+
+# -- a dump.json streamed: never held whole ---------------------------------------------------------
+#
+# A large model's dump.json is hundreds of MB: read whole and parsed into one dict, a 255 MB file took
+# 2.4 GB. Laid out as msprobe writes it (see above), it is read `_STREAM_BYTES` at a time, each piece
+# cut at the last entry boundary in it and parsed alone (orjson, as before), and only the tensors'
+# columns (Arrow) and the entry keys are kept: memory follows the catalog rows, not the file. One
+# entry bigger than the `json` cap (no real call has megabytes of argument metadata) is skipped, a
+# problem of its own, without being buffered; the others are read.
+
+_STREAM_BYTES = 8 << 20
+_HEAD_BYTES = 1 << 16  # task, level, framework, dump_data_dir: the text before `data`
+_TAIL_BYTES = 64
+_KEY_BYTES = 4096  # a skipped entry's key is kept when it is this short (for its position)
+
+
+def dump_json_layout(fd: int, size: int) -> tuple[bytes, int, int] | None:
+    """(the text before `data` as a JSON object, start and end of the entries) of a file laid out
+    as msprobe writes it, found from its head and tail alone; None for any other layout."""
+    head = os.pread(fd, min(size, _HEAD_BYTES), 0)
+    opened = head.find(_DATA_OPEN)
+    tail_at = max(0, size - _TAIL_BYTES)
+    tail = os.pread(fd, size - tail_at, tail_at)
+    closed = tail.rfind(_DATA_CLOSE)
+    if opened < 0 or closed < 0 or tail[closed + len(_DATA_CLOSE) :].strip():
+        return None
+    start, end = opened + len(_DATA_OPEN), tail_at + closed
+    if end < start:
+        return None
+    return head[:opened] + b'\n "data": {}}', start, end
+
+
+def entry_cut(fd: int, near: int, end: int) -> int | None:
+    """The start of the first entry at or after byte `near` (its `,\n  "` separator), or None."""
+    window = 1 << 20
+    while near < end:
+        block = os.pread(fd, min(window, end - near) + len(_ENTRY_START), near)
+        at = block.find(_ENTRY_START)
+        if at >= 0:
+            return near + at
+        near += window
+    return None
+
+
+def stream_dump_range(fd: int, start: int, end: int, entry_cap: int) -> DumpPart | None:
+    """The entries in bytes [start, end) of a dump.json (whole entries, as `dump_json_layout` and
+    `entry_cut` give), read `_STREAM_BYTES` at a time; None when a piece does not parse as entries."""
+    keys: list[tuple] = []
+    tables: list[pa.Table] = []
+    problems: list[str] = []
+    pos, carry, skipping = start, b"", False
+
+    def add(part: DumpPart | None) -> bool:
+        if part is None:
+            return False
+        part_keys, table, part_problems = part
+        if keys and table.num_rows:
+            table = table.set_column(0, "entry", pa.array(np.asarray(table.column("entry")) + len(keys)))
+        keys.extend(part_keys)
+        tables.append(table)
+        problems.extend(part_problems)
+        return True
+
+    keep = len(_ENTRY_START) - 1  # bytes of a separator a block boundary may have cut
+    while pos < end:
+        block = os.pread(fd, min(_STREAM_BYTES, end - pos), pos)
+        if not block:
+            raise MsprobeJsonError(f"the file shrank while it was read (at byte {pos:,})")
+        pos += len(block)
+        if skipping:  # inside an entry over the cap: drop bytes up to the next entry
+            block = carry + block
+            at = block.find(_ENTRY_START)
+            if at < 0:
+                carry = block[-keep:]
+                continue
+            block, carry, skipping = block[at + 2 :], b"", False
+        data = carry + block if carry else block
+        cut = data.rfind(_ENTRY_START, max(0, len(carry) - keep)) if pos < end else len(data)
+        if cut < 0:
+            if len(data) > entry_cap:  # one entry over the cap: skipped, never buffered whole
+                skipped = _skipped_key(data)
+                what = f"entry {skipped[0]!r}" if skipped else f"an entry at byte {pos - len(data):,}"
+                problems.append(
+                    f"{what} is more than {entry_cap:,} bytes, over the json cap (skipped; "
+                    "raise it with --max-metadata-size json=SIZE)"
+                )
+                if skipped:
+                    keys.append(skipped)
+                carry, skipping = data[-keep:], True
+            else:
+                carry = data
+            continue
+        if not add(parse_dump_part(data[:cut])):
+            return None
+        carry = data[cut + 2 :]
+    if skipping:  # the file ends inside the skipped entry
+        carry = b""
+    if carry.strip() and not add(parse_dump_part(carry)):
+        return None
+    table = pa.concat_tables(tables) if tables else LEAF_SCHEMA.empty_table()
+    return keys, table, problems
+
+
+def _skipped_key(data: bytes) -> tuple | None:
+    """The EntryKey fields of an entry that starts `data` (`  "key": {`), when its key is short."""
+    head = data[: _KEY_BYTES + 8].lstrip(b", \n")
+    end = head.find(b'": ')
+    if not head.startswith(b'"') or end < 0:
+        return None
+    try:
+        key = json.loads(head[: end + 1])
+    except ValueError:
+        return None
+    k = parse_entry_key(key)
+    return tuple(getattr(k, f) for f in EntryKey.__slots__)
 
 
 def join_parts(header: bytes, parts: list[DumpPart]) -> DumpJson:

@@ -58,6 +58,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ingest.limits import MetadataCaps, read_capped
+
 DHA = "DHA Atomic Add"
 L2 = "L2 Atomic Add"
 AI_CORE = "AI Core"
@@ -317,7 +319,7 @@ def decode_overflow_json(text: str | bytes) -> list[OverflowBlock]:
     return blocks
 
 
-def read_overflow_json(path: str | os.PathLike[str]) -> list[OverflowBlock]:
-    """`decode_overflow_json` of a file: OSError if unreadable, OverflowDecodeError for bad content."""
-    with open(path, "rb") as f:
-        return decode_overflow_json(f.read())
+def read_overflow_json(path: str | os.PathLike[str], caps: MetadataCaps | None = None) -> list[OverflowBlock]:
+    """`decode_overflow_json` of a file: OSError if unreadable or over the `json` cap
+    (ingest.limits), OverflowDecodeError for bad content."""
+    return decode_overflow_json(read_capped(path, "json", caps))

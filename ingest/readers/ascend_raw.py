@@ -47,6 +47,7 @@ from ingest.formats.raw_dump import (
     parse_raw_name,
     read_raw_dump,
 )
+from ingest.limits import open_text_capped
 from ingest.npy_header import NpyHeaderError, read_npy_header
 from ingest.npy_name import without_op_index
 from ingest.pipeline import Ingester, now, size_or_none
@@ -57,6 +58,7 @@ from ingest.readers.rank_layout import rank_root, read_execution_order_dir, read
 from ingest.schema import TENSORS
 
 CONVERTED = "msaccucmp"
+_MAX_OPDEBUG_BYTES = 1 << 20  # an overflow record is 1024 or 1048 bytes; a bigger slot is not read
 _STORED = TENSORS.names.index("stored_dtype")
 
 
@@ -171,6 +173,9 @@ class RawFiles:
             self.ing.error(rel, "overflow", "overflow debug file has no output to decode")
             return
         slot = outputs[0]
+        if slot.size > _MAX_OPDEBUG_BYTES:  # the record is 1024 or 1048 bytes: never buffer a huge slot
+            self.ing.error(rel, "overflow", f"overflow record of {slot.size:,} bytes (one is 1024 or 1048)")
+            return
         try:
             with open(entry.path, "rb") as f:
                 f.seek(slot.offset)
@@ -189,7 +194,7 @@ class RawFiles:
             return
         m = OPDEBUG_JSON_FILE.match(entry.name)
         try:
-            blocks = read_overflow_json(entry.path)
+            blocks = read_overflow_json(entry.path, ing.caps)
         except (OSError, OverflowDecodeError, UnicodeDecodeError) as exc:
             if not ing.still_written(entry, rel):
                 ing.file_error(rel, "overflow", "overflow", str(exc), size)
@@ -450,10 +455,10 @@ class AscendRawV12Reader(Reader):
             if entry.name != "data_dump.json":
                 continue
             try:
-                with open(entry.path, encoding="utf-8") as f:
+                with open_text_capped(entry.path, "json", ing.caps, encoding="utf-8") as f:
                     return f.read()
             except (OSError, UnicodeDecodeError) as exc:
-                ing.file_error(ing.rel(entry.path), "metadata", "metadata", str(exc))
+                ing.file_error(ing.rel(entry.path), "metadata", "metadata", str(exc), size_or_none(entry))
         return None
 
     def _device(self, rank: int, path: str, config: str | None) -> None:

@@ -182,7 +182,7 @@ class GeDumpReader(AscendRawReader):
         if ing.is_unchanged(rel, size):
             return
         try:
-            rows, problems = read_cann_stats_csv(entry.path)
+            rows, problems = read_cann_stats_csv(entry.path, ing.caps)
         except (CannStatsError, OSError, UnicodeDecodeError) as exc:
             if not ing.still_written(entry, rel):
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -289,7 +289,7 @@ class GeDumpReader(AscendRawReader):
         if ing.is_unchanged(rel, size):
             return
         try:
-            graph = read_ge_graph(entry.path)
+            graph = read_ge_graph(entry.path, ing.caps)
         except (GeGraphError, OSError, UnicodeDecodeError) as exc:
             if not ing.still_written(entry, rel):
                 ing.file_error(rel, "ge_graph", "ge_graph", str(exc), size)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ingest.formats.legacy_names import LegacyBinName, parse_legacy_bin_name
+from ingest.limits import open_text_capped
 from ingest.npy_name import op_type_of, sanitize_v23, short_name, without_op_index
 from ingest.numbers import INT32_MAX, INT64_MAX, parse_uint
 from ingest.pipeline import now, size_or_none
@@ -337,7 +338,7 @@ class MindSporeBinReader(Reader):
             if ing.still_written(entry, rel, ing.settle):
                 continue  # read it once it has stopped changing
             try:
-                with open(entry.path, encoding="utf-8") as f:
+                with open_text_capped(entry.path, "json", ing.caps, encoding="utf-8") as f:
                     text = f.read()
             except (OSError, UnicodeDecodeError) as exc:
                 ing.file_error(rel, "metadata", "metadata", str(exc), size_or_none(entry))

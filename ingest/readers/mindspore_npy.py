@@ -29,6 +29,7 @@ from ingest import kernel_args, mapping_csv
 from ingest.helper_pool import resolve_task, resolve_workers, run_ordered
 from ingest.ids import stat_row_ids
 from ingest.leaf_scan import LeafChunk, ScannedColumns, columns_table
+from ingest.limits import MetadataTooLarge
 from ingest.npy_header import NpyHeaderError, read_npy_header, stored_as
 from ingest.npy_name import (
     OP_INDEX_PATTERN,
@@ -547,7 +548,10 @@ class MindSporeNpyReader(RankLayoutReader):
     def _read_mapping(self, rel_dir: str, entry: os.DirEntry) -> dict[str, str]:
         rel = f"{rel_dir}/mapping.csv"
         try:
-            mapping, errors = mapping_csv.read_mapping_csv(entry.path)
+            mapping, errors = mapping_csv.read_mapping_csv(entry.path, self.ing.caps)
+        except MetadataTooLarge as exc:
+            self.ing.file_error(rel, "mapping_csv", "mapping_csv", str(exc), size_or_none(entry))
+            return {}
         except OSError as exc:
             self.ing.error(rel, "mapping_csv", f"unreadable: {exc.strerror}")
             return {}
@@ -616,13 +620,7 @@ class MindSporeNpyReader(RankLayoutReader):
         if upto_line is not None and upto_line < end_line:
             prev = self.ing.manifest.get(rel)
             start_offset, start_line = (prev[1], prev[2]) if prev and prev[3] == "ok" else (0, 0)
-            with open(entry.path, "rb") as fh:
-                fh.seek(start_offset)
-                data = fh.read(end_offset - start_offset)
-            cut = -1
-            for _ in range(upto_line - start_line):
-                cut = data.index(b"\n", cut + 1)
-            end_offset, end_line = start_offset + cut + 1, upto_line
+            end_offset, end_line = _after_lines(entry.path, start_offset, upto_line - start_line), upto_line
             errors = [(n, r) for n, r in errors if n <= upto_line]
             table = table.filter(pc.less_equal(table.column("line_no"), upto_line))
         for line_no, reason in errors:
@@ -645,7 +643,7 @@ class MindSporeNpyReader(RankLayoutReader):
             return
         try:
             op_type, op_name = kernel_args.parse_kernel_args_name(entry.name)
-            args = kernel_args.read_kernel_args(entry.path)
+            args = kernel_args.read_kernel_args(entry.path, self.ing.caps)
         except (kernel_args.KernelArgsError, OSError, UnicodeDecodeError) as exc:
             self.ing.file_error(rel, "kernel_args", "kernel_args", str(exc), size)
             return
@@ -657,3 +655,24 @@ class MindSporeNpyReader(RankLayoutReader):
         self.ing.record(rel, "kernel_args", size, size, 0, "ok")
 
     # -- rank-level metadata -------------------------------------------------------------
+
+
+def _after_lines(path: str, offset: int, lines: int) -> int:
+    """The offset just after the `lines`-th newline from `offset`, read 1 MiB at a time (the part
+    of a statistic.csv already parsed, which may be big, is never read whole)."""
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        while lines:
+            block = fh.read(1 << 20)
+            if not block:
+                raise OSError(f"{path} shrank while it was read")
+            count = block.count(b"\n")
+            if count < lines:
+                lines -= count
+                offset += len(block)
+                continue
+            cut = -1
+            for _ in range(lines):
+                cut = block.index(b"\n", cut + 1)
+            return offset + cut + 1
+    return offset

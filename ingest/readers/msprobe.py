@@ -39,24 +39,26 @@ from ingest.formats.msprobe_json import (
     DumpJson,
     Leaf,
     MsprobeJsonError,
+    dump_json_layout,
+    entry_cut,
     gc_paused,
     io_of_arg,
     join_parts,
     parse_construct_json,
     parse_dump_json,
-    parse_dump_part,
     parse_entry_key,
     parse_frame,
     parse_pkl_lines,
     parse_stack_json,
     split_data_name,
-    split_dump_json,
+    stream_dump_range,
     tree_depths,
 )
 from ingest.formats.torch_pt import PtError, read_pt_header
 from ingest.graph_model import is_framework_path
 from ingest.helper_pool import resolve_workers, run_ordered
 from ingest.ids import stat_row_ids
+from ingest.limits import MetadataTooLarge, read_capped
 from ingest.npy_header import NpyHeaderError, read_npy_header
 from ingest.pipeline import size_or_none
 from ingest.readers.base import Detection, Reader, list_dir
@@ -240,8 +242,9 @@ class MsprobeReader(Reader):
             self._stat_rows(json_entry, dump, rank, net, step, row_ids)
         ing.maybe_flush()
 
-    def _read_json_file(self, entry: os.DirEntry, kind: str):
-        """The bytes of a json file to read now, or None (unchanged, still written, unreadable)."""
+    def _read_json_file(self, entry: os.DirEntry, kind: str, cap_kind: str = "json"):
+        """The bytes of a json file to read now, or None (unchanged, still written, unreadable, or
+        over the `cap_kind` cap of ingest.limits: an error row, not read)."""
         ing = self.ing
         rel = ing.rel(entry.path)
         size = size_or_none(entry)
@@ -250,63 +253,90 @@ class MsprobeReader(Reader):
         if ing.live and ing.still_written(entry, rel, ing.settle):
             return None
         try:
-            with open(entry.path, "rb") as f:
-                return f.read()
+            return read_capped(entry.path, cap_kind, ing.caps)
+        except MetadataTooLarge as exc:
+            ing.file_error(rel, kind, kind, str(exc), size)
         except OSError as exc:
             ing.file_error(rel, kind, kind, f"unreadable: {exc.strerror}", size)
-            return None
+        return None
 
     def _dump_json(self, entry: os.DirEntry, meanwhile: Callable[[], None]) -> DumpJson | None:
         """The rank folder's dump.json (or .pkl); `meanwhile` (the other files) runs while a helper
         parses part of a big one, else before it."""
         ing = self.ing
         rel = ing.rel(entry.path)
-        data = self._read_json_file(entry, "dump_json")
-        if data is None:
+        size = size_or_none(entry)
+        if entry.name.endswith(".pkl"):
+            data = self._read_json_file(entry, "dump_json", "dump_json")
+            meanwhile()
+            if data is None:
+                return None
+        elif (
+            size is None
+            or ing.is_unchanged(rel, size)
+            or (ing.live and ing.still_written(entry, rel, ing.settle))
+        ):
             meanwhile()
             return None
         try:
             if entry.name.endswith(".pkl"):
-                meanwhile()
                 dump, stacks = parse_pkl_lines(data)
                 self._add_stacks(rel, stacks, self._current_rank)
             else:
-                dump = self._parse_dump_json(entry.path, data, meanwhile)
+                dump = self._parse_dump_json(entry.path, meanwhile)
         except MsprobeJsonError as exc:
             if not ing.still_written(entry, rel):
-                ing.file_error(rel, "dump_json", "dump_json", str(exc), len(data))
+                ing.file_error(rel, "dump_json", "dump_json", str(exc), size)
+            return None
+        except MetadataTooLarge as exc:
+            ing.file_error(rel, "dump_json", "dump_json", str(exc), size)
+            return None
+        except OSError as exc:
+            ing.file_error(rel, "dump_json", "dump_json", f"unreadable: {exc.strerror}", size)
             return None
         for problem in dump.problems:
-            ing.error(rel, "dump_json", problem, len(data))
+            ing.error(rel, "dump_json", problem, size)
         return dump
 
-    def _parse_dump_json(self, path: str, data: bytes, meanwhile: Callable[[], None]) -> DumpJson:
-        """A big dump.json is parsed on two cores: a helper process parses the first part of its
-        entries while this one runs `meanwhile` and parses the rest (see `split_dump_json`); a
-        small one, or one not laid out as msprobe writes it, here."""
-        split = None
-        if len(data) >= _SPLIT_BYTES and resolve_workers(self.ing.workers) > 1:
-            split = split_dump_json(data, _PIECES)
-        if split is None or len(split[1]) < 2:
+    def _parse_dump_json(self, path: str, meanwhile: Callable[[], None]) -> DumpJson:
+        """A dump.json laid out as msprobe writes it is streamed, never held whole
+        (`stream_dump_range`); a big one on two cores: a helper process streams the first part of
+        its entries while this one runs `meanwhile` and streams the rest. One of any other layout
+        is read whole, within the `dump_json` cap (MetadataTooLarge over it)."""
+        ing = self.ing
+        with open(path, "rb") as f:
+            fd = f.fileno()
+            size = os.fstat(fd).st_size
+            layout = dump_json_layout(fd, size)
+            if layout is None:
+                meanwhile()
+                return parse_dump_json(read_capped(path, "dump_json", ing.caps))
+            header, start, end = layout
+            cap = ing.caps.json
+            mid = None
+            if end - start >= _SPLIT_BYTES and resolve_workers(ing.workers) > 1:
+                mid = entry_cut(fd, start + (end - start) * _HELPER_PIECES // _PIECES, end)
+            if mid is None:
+                meanwhile()
+                part = stream_dump_range(fd, start, end, cap)
+                if part is None:
+                    return parse_dump_json(read_capped(path, "dump_json", ing.caps))
+                return join_parts(header, [part])
+            first: list = []
+
+            def in_helper() -> None:  # waits on the helper's pipe: this thread holds no CPU meanwhile
+                task = "ingest.formats.msprobe_json:parse_dump_range"
+                first.extend(
+                    run_ordered(task, iter([(path, start, mid, cap)]), 1, caller_helps=False, slots=1)
+                )
+
+            thread = threading.Thread(target=in_helper, name="dumpcat-dump-json", daemon=True)
+            thread.start()
             meanwhile()
-            return parse_dump_json(data)
-        header, ranges = split
-        k = max(1, min(len(ranges) - 1, round(len(ranges) * _HELPER_PIECES / _PIECES)))
-        ranges = [(ranges[0][0], ranges[k - 1][1]), (ranges[k][0], ranges[-1][1])]  # helper's, this one's
-        (a, b), (c, d) = ranges
-        first: list = []
-
-        def in_helper() -> None:  # waits on the helper's pipe: this thread holds no CPU meanwhile
-            task = "ingest.formats.msprobe_json:parse_dump_range"
-            first.extend(run_ordered(task, iter([(path, a, b)]), 1, caller_helps=False, slots=1))
-
-        thread = threading.Thread(target=in_helper, name="dumpcat-dump-json", daemon=True)
-        thread.start()
-        meanwhile()
-        second = parse_dump_part(data[c:d])
-        thread.join()
+            second = stream_dump_range(fd, mid + 2, end, cap)
+            thread.join()
         if not first or first[0] is None or second is None:
-            return parse_dump_json(data)
+            return parse_dump_json(read_capped(path, "dump_json", ing.caps))
         return join_parts(header, [first[0], second])
 
     def _tensor_files(
@@ -421,12 +451,14 @@ class MsprobeReader(Reader):
         ing.pending.add_stat_chunk(table)
         ing.summary.stat_rows += n
 
-    def _parsed(self, entry: os.DirEntry, kind: str, parse: Callable[[bytes], object]):
+    def _parsed(
+        self, entry: os.DirEntry, kind: str, parse: Callable[[bytes], object], cap_kind: str = "json"
+    ):
         """(rel path, size, what `parse` made of the file), or None when there is nothing to read
-        now (unchanged, still written) or it does not parse (an error row)."""
+        now (unchanged, still written) or it does not parse or is over its cap (an error row)."""
         ing = self.ing
         rel = ing.rel(entry.path)
-        data = self._read_json_file(entry, kind)
+        data = self._read_json_file(entry, kind, cap_kind)
         if data is None:
             return None
         try:
@@ -437,7 +469,7 @@ class MsprobeReader(Reader):
             return None
 
     def _stack_json(self, entry: os.DirEntry, rank: int) -> None:
-        got = self._parsed(entry, "stack_json", parse_stack_json)
+        got = self._parsed(entry, "stack_json", parse_stack_json, "stack")
         if got is not None:
             rel, size, stacks = got
             self._add_stacks(rel, stacks, rank)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ingest import execution_order, metadata
 from ingest import graph_rows as graph_rows_mod
+from ingest.limits import MetadataTooLarge
 from ingest.npy_name import op_type_of, sanitize_v23, short_name, without_op_index
 from ingest.numbers import INT32_MAX, parse_uint
 from ingest.pipeline import Ingester, now
@@ -61,7 +62,10 @@ def read_execution_order_dir(ing: Ingester, rank: int, path: str) -> None:
             continue
         parse = execution_order.parse_exec_order if m_exec else execution_order.parse_global_order
         try:
-            result = parse(entry.path, start_offset, start_line)
+            result = parse(entry.path, start_offset, start_line, ing.caps)
+        except MetadataTooLarge as exc:
+            ing.file_error(rel, "exec_order" if m_exec else "global_order", "execution_order", str(exc), size)
+            continue
         except OSError as exc:
             ing.error(rel, "execution_order", f"unreadable: {exc.strerror}", size)
             continue
@@ -105,9 +109,9 @@ def read_graphs_dir(ing: Ingester, rank: int, path: str) -> None:
             continue  # parse the graph once its files have stopped changing
         for rel in rels.values():
             ing.pending_files.pop(rel, None)
-        parsed, problems = graph_rows_mod.parse_graph(files, Path(path))
+        parsed, problems = graph_rows_mod.parse_graph(files, Path(path), ing.caps)
         for where, reason in problems:
-            ing.error(ing.rel(os.path.join(path, where)), "graph", reason)
+            ing.error(ing.rel(os.path.join(path, where)), "graph", reason, sizes.get(where))
         if parsed is not None:
             nodes, edges, frames = graph_rows_mod.graph_rows(ing.run, rank, graph_id, parsed)
             ing.pending.rows["ir_nodes"].extend(nodes)
@@ -246,12 +250,13 @@ class RankLayoutReader(Reader):
             size = _size_or_none(entry) or 0
             changed |= not self.ing.is_unchanged(rel, size)
             try:
+                caps = self.ing.caps
                 if entry.name == "config.json":
-                    values.update(metadata.read_config_json(entry.path))
+                    values.update(metadata.read_config_json(entry.path, caps))
                 elif entry.name == "data_dump.json":
-                    values["dump"] = metadata.read_json_text(entry.path)
+                    values["dump"] = metadata.read_json_text(entry.path, caps)
                 elif entry.name == "hccl.json":
-                    values["hccl"] = metadata.read_json_text(entry.path)
+                    values["hccl"] = metadata.read_json_text(entry.path, caps)
                 else:
                     continue
             except (metadata.MetadataError, OSError, UnicodeDecodeError) as exc:
