@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import ipaddress
 import json
 import logging
@@ -30,8 +31,10 @@ import math
 import os
 import secrets
 import shutil
+import socket
 import ssl
 import struct
+import termios
 import threading
 import time
 from dataclasses import dataclass, field
@@ -1251,10 +1254,27 @@ def _hang_up(writer: asyncio.StreamWriter, *, drop: bool = False) -> None:
     client that stopped reading never does: then (or when `drop`: what the kernel still holds for
     it would wait too) the connection is reset at once."""
     with contextlib.suppress(Exception):
-        if drop or writer.transport.get_write_buffer_size() > 0:
+        if drop or writer.transport.get_write_buffer_size() > 0 or _unsent(writer) > 0:
+            sock = writer.get_extra_info("socket")
+            if sock is not None:  # linger 0: close() sends a reset and drops the queued data
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             writer.transport.abort()
         else:
             writer.close()
+
+
+def _unsent(writer: asyncio.StreamWriter) -> int:
+    """Bytes the kernel still holds for the client (Linux SIOCOUTQ). A graceful close of a socket
+    whose client stopped reading leaves them to an orphaned socket the client may never hear
+    from again, so such a connection is reset instead."""
+    sock = writer.get_extra_info("socket")
+    if sock is None or not hasattr(termios, "TIOCOUTQ"):
+        return 0
+    try:
+        out = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4)
+    except OSError:
+        return 0
+    return struct.unpack("i", out)[0]
 
 
 def _prepared(info: dict) -> Prepared:
