@@ -1254,7 +1254,7 @@ def _hang_up(writer: asyncio.StreamWriter, *, drop: bool = False) -> None:
     client that stopped reading never does: then (or when `drop`: what the kernel still holds for
     it would wait too) the connection is reset at once."""
     with contextlib.suppress(Exception):
-        if drop or writer.transport.get_write_buffer_size() > 0 or _unsent(writer) > 0:
+        if drop or writer.transport.get_write_buffer_size() > 0 or _unsent(writer) > UNSENT_LIMIT:
             sock = writer.get_extra_info("socket")
             if sock is not None:  # linger 0: close() sends a reset and drops the queued data
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -1263,10 +1263,14 @@ def _hang_up(writer: asyncio.StreamWriter, *, drop: bool = False) -> None:
             writer.close()
 
 
+UNSENT_LIMIT = 64 << 10  # more than a last error message: a client that has stopped reading
+
+
 def _unsent(writer: asyncio.StreamWriter) -> int:
-    """Bytes the kernel still holds for the client (Linux SIOCOUTQ). A graceful close of a socket
-    whose client stopped reading leaves them to an orphaned socket the client may never hear
-    from again, so such a connection is reset instead."""
+    """Bytes the kernel still holds for the client, sent or not yet acknowledged (Linux
+    SIOCOUTQ). A graceful close of a socket whose client stopped reading leaves them to an
+    orphaned socket the client may never hear from again, so such a connection is reset instead
+    (a last error message just written is far less: that close stays graceful)."""
     sock = writer.get_extra_info("socket")
     if sock is None or not hasattr(termios, "TIOCOUTQ"):
         return 0
