@@ -466,34 +466,38 @@ class Job:
 
     def _free_worker(self) -> None:
         """The worker finished its request: account for it and hand it on."""
-        worker, self.worker = self.worker, None
-        if worker is None:
-            return
-        self.pool.charge(self.sid, time.monotonic() - self._on_worker_since, shows_cheap=self._shows_cheap)
-        self.pool._probes.discard(self)
-        self.pool.unclaim(self.probe)
-        self.probe = False
-        if self._timer is not None:
-            self._timer.cancel()
-        self.pool.release(worker)
+        worker = self._leave_worker(killed=False)
+        if worker is not None:
+            self.pool.release(worker)
 
     def _lose_worker(self) -> None:
         """The worker is killed (it did not stop, or died) and replaced."""
-        worker, self.worker = self.worker, None
-        if worker is None:
-            return
-        if self._read is not None:
+        if self._read is not None and self.worker is not None:
             self._read.cancel()
             self._read = None
-        self.pool.charge(self.sid, time.monotonic() - self._on_worker_since + KILL_SECONDS)
-        if self.probe:
-            self.pool.probe_killed_at = time.monotonic()
+        worker = self._leave_worker(killed=True)
+        if worker is not None:
+            self.pool.discard(worker)
+
+    def _leave_worker(self, *, killed: bool) -> WorkerProcess | None:
+        """Detach the job from its worker: charge its session (a kill costs the replacement's
+        start), give back its slot and stop its deadline timer. Returns the worker, if it had one."""
+        worker, self.worker = self.worker, None
+        if worker is None:
+            return None
+        seconds = time.monotonic() - self._on_worker_since
+        if killed:
+            self.pool.charge(self.sid, seconds + KILL_SECONDS)
+            if self.probe:
+                self.pool.probe_killed_at = time.monotonic()
+        else:
+            self.pool.charge(self.sid, seconds, shows_cheap=self._shows_cheap)
         self.pool._probes.discard(self)
         self.pool.unclaim(self.probe)
         self.probe = False
         if self._timer is not None:
             self._timer.cancel()
-        self.pool.discard(worker)
+        return worker
 
     # -- on the reserve --------------------------------------------------------------------------
 
