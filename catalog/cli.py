@@ -858,6 +858,8 @@ def export_duckdb_cmd(catalog_path: str, out_path: Path, materialize: bool, stor
     type=click.FloatRange(min=0, min_open=True),
     help="Seconds a connection may take to start up and authenticate.",
 )
+@FOLLOW_SYMLINKS_OPTION
+@MAX_METADATA_OPTION
 def serve(
     catalog_path: str,
     host: str,
@@ -881,6 +883,8 @@ def serve(
     session_memory: str,
     buffer_memory: str,
     login_timeout: float,
+    follow_symlinks: bool,
+    max_metadata_size: str | None,
 ) -> None:
     """Serve the catalog, read-only, over the PostgreSQL wire protocol (psql, JDBC, ODBC, BI tools).
 
@@ -914,6 +918,7 @@ def serve(
             run=run,
             auth=auth,
             limits=limits,
+            watch_options={"follow_symlinks": follow_symlinks, "max_metadata_size": max_metadata_size},
         )
     except (ValueError, WorkerStartError) as exc:  # bad options; workers that cannot start
         _fail(str(exc))

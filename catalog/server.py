@@ -180,7 +180,9 @@ class Server:
         run: str | None = None,
         auth: str = "scram-sha-256",
         limits: Limits | None = None,
+        watch_options: dict | None = None,
     ) -> None:
+        """`watch_options` go to the watcher of `watch` (e.g. follow_symlinks, max_metadata_size)."""
         if not users and not _is_loopback(host):
             raise ValueError("serving beyond loopback needs --user and --password")
         if auth not in ("scram-sha-256", "md5", "password"):
@@ -199,7 +201,7 @@ class Server:
         if watch is not None:  # the watcher creates the catalog on a first run
             from ingest.watch import Watcher
 
-            self.watcher = Watcher(catalog_path, watch, run)
+            self.watcher = Watcher(catalog_path, watch, run, **(watch_options or {}))
         self.store = CatalogStore(catalog_path)  # a CatalogError here: not a catalog
         self.catalog_path = self.store.root
         self._folder = private_folder()

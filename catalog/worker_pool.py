@@ -563,6 +563,11 @@ class Job:
                 self._read = asyncio.ensure_future(read_frame(self.worker.reader))
             done, _ = await asyncio.wait({self._read}, timeout=max(0.0, stop_by - time.monotonic()))
             if not done:
+                log.warning(
+                    "a probe of session %s did not stop within %g s of its interrupt: its worker "
+                    "is replaced (spare %s)", self.sid, STOP_SECONDS,
+                    "ready" if self.pool.spare is not None else "not ready",
+                )  # fmt: skip
                 self._lose_worker()
                 break
             read, self._read = self._read, None
@@ -647,6 +652,10 @@ class Job:
         raise self._failure
 
     def _timeout_failure(self) -> None:
+        if self.worker is not None:
+            log.warning(
+                "a statement of session %s did not stop by its deadline: its worker is replaced", self.sid
+            )
         if self.cancelled:
             self._fail_with(JobFailed("canceling statement due to user request", "57014"))
         else:

@@ -155,3 +155,33 @@ def test_a_watcher_does_not_leave_the_root_either(hostile, tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, proc.stderr.read()
+
+
+def test_serve_watch_takes_the_ingest_options(hostile, tmp_path):
+    """`dumpcat serve --watch` (a real process, queried with psycopg) applies --max-metadata-size
+    and leaves links out of the root alone, as `dumpcat watch` does."""
+    import psycopg
+
+    from tests.hostile import ServeProcess
+
+    tree = hostile[0]
+    (tree / "rank_0/Net/0/8").unlink()
+    (tree / "rank_0/.dump_metadata/data_dump.json").unlink()
+    shutil.copyfile(
+        dump_of("simple") / "rank_0/.dump_metadata/data_dump.json",
+        tree / "rank_0/.dump_metadata/data_dump.json",
+    )
+    srv = ServeProcess(
+        tmp_path / "cat", tmp_path, "--watch", str(tree), "--run", "r", "--max-metadata-size", "json=100"
+    )
+    try:
+        deadline = time.monotonic() + 90
+        errors: dict[str, str] = {}
+        while time.monotonic() < deadline and len(errors) < 3:
+            with psycopg.connect(**srv.dsn()) as conn:
+                errors = dict(conn.execute("SELECT path, reason FROM ingest_errors").fetchall())
+            time.sleep(0.3)
+        assert "over the 100 B cap on json" in errors.get("rank_0/.dump_metadata/data_dump.json", ""), errors
+        assert errors.get("rank_0/Net/0/7") == OUTSIDE, errors
+    finally:
+        srv.stop()
