@@ -51,6 +51,7 @@ TERMINAL = {DONE, ERROR, PARSED, LIST, NODATA}
 CHUNK_BYTES = 256 << 10
 MAX_STATEMENTS_PER_QUERY = 1000  # statements in one simple-query string
 BATCH_ROWS = 2048
+REPEAT_INTERRUPT = 0.05  # seconds between interrupts of a job that was asked to stop and runs on
 
 
 def frame(kind: bytes, payload: bytes) -> bytes:
@@ -137,6 +138,9 @@ class Worker:
         self.job = 0
         self.cursor = None
         self.timed_out = False
+        self.stopping = 0  # the job asked to stop: interrupted again until it ends (see watch_control)
+        self.last_job = 0  # job numbers grow: an interrupt of a later job came before its request
+        self.stop_early = 0
         self._applied = {}
         self._lock = threading.Lock()
         # both threads start here, before limit_memory: a thread started under the cap may not get a stack
@@ -179,10 +183,19 @@ class Worker:
     # -- control -------------------------------------------------------------------------------
 
     def watch_control(self) -> None:
-        """Interrupt the current job when the server asks (cancel request, timeout)."""
+        """Interrupt the current job when the server asks (cancel request, timeout), and again
+        every `REPEAT_INTERRUPT` seconds until it ends: DuckDB drops an interrupt that comes while
+        no query runs on the connection (between the guard's work and the query's start, or
+        between two queries of one request), and a dropped interrupt used to cost the worker."""
+        self.control.settimeout(REPEAT_INTERRUPT)
         while True:
             try:
                 raw = self.control.recv(8)
+            except TimeoutError:
+                with self._lock:
+                    if self.stopping and self.stopping == self.job:
+                        self._interrupt_connections()
+                continue
             except OSError:
                 return
             if len(raw) < 8:
@@ -192,14 +205,21 @@ class Worker:
 
     def interrupt(self, job: int, timed_out: bool = False) -> None:
         with self._lock:
+            if job > max(self.job, self.last_job):
+                self.stop_early = job  # its request is not read yet: it stops as soon as it is
+                return
             if job != self.job:
                 return  # that job is over; never interrupt the next one
             if timed_out:
                 self.timed_out = True
-            for con in (self.cursor, self.parser):
-                if con is not None:
-                    with contextlib.suppress(Exception):  # a closed cursor has nothing to interrupt
-                        con.interrupt()
+            self.stopping = job
+            self._interrupt_connections()
+
+    def _interrupt_connections(self) -> None:
+        for con in (self.cursor, self.parser):
+            if con is not None:
+                with contextlib.suppress(Exception):  # a closed cursor has nothing to interrupt
+                    con.interrupt()
 
     # -- I/O -----------------------------------------------------------------------------------
 
@@ -227,8 +247,9 @@ class Worker:
                 self._applied.pop(sid, None)
             self._views = request.get("views")
             with self._lock:
-                self.job = request["job"]
+                self.job = self.last_job = request["job"]
                 self.timed_out = False
+                self.stopping = self.job if self.stop_early == self.job else 0
             self._timeout = float(request.get("timeout", 30.0))
             self.deadline.arm(request["job"], self._timeout)
             try:
@@ -268,6 +289,13 @@ class Worker:
         except BaseException as exc:  # every failure is the client's error message, never a drop
             raise self.error_of(exc) from exc
 
+    def _stopped(self) -> StatementError:
+        if self.timed_out:
+            return StatementError(
+                f"canceling statement due to statement timeout ({self._timeout:g} s)", "57014"
+            )
+        return StatementError("canceling statement due to user request", "57014")
+
     def error_of(self, exc: BaseException) -> StatementError:
         import duckdb
         from pyarrow import ArrowException
@@ -275,11 +303,7 @@ class Worker:
         if isinstance(exc, self.guard.Refused):
             return StatementError(str(exc), exc.sqlstate)
         if isinstance(exc, duckdb.InterruptException):
-            if self.timed_out:
-                return StatementError(
-                    f"canceling statement due to statement timeout ({self._timeout:g} s)", "57014"
-                )
-            return StatementError("canceling statement due to user request", "57014")
+            return self._stopped()
         from pyarrow import ArrowMemoryError
 
         out_of_memory = isinstance(exc, MemoryError | duckdb.OutOfMemoryException | ArrowMemoryError) or (
@@ -430,6 +454,9 @@ class Worker:
         self._session_views(sid, cur)
         with self._lock:
             self.cursor = cur
+            stopped = self.stopping == self.job
+        if stopped:  # asked to stop before its query started: it does not start
+            raise self._stopped()
         return cur
 
     def _session_views(self, sid: int, cur) -> None:

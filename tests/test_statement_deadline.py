@@ -52,3 +52,50 @@ def test_the_deadline_thread_serves_statements_under_a_full_cap() -> None:
     # the hazard is real here: a thread per statement could not be started
     assert lines[0].startswith("a new thread cannot start under the cap: can't start new thread"), lines
     assert lines[-1] == "fired [1, 2, 3]"
+
+
+def test_an_interrupt_that_comes_before_its_request_stops_it(tmp_path) -> None:
+    """The server interrupts a probe after its slice; on a loaded machine the worker may not have
+    read the request yet, or not started its query (DuckDB drops an interrupt while no query runs).
+    Such an interrupt used to be lost: the statement ran on and its worker was killed. A real
+    worker of a real server gets the interrupt first and the request after: it answers 57014 at
+    once and stays in service."""
+    import asyncio
+    import json
+    import time
+
+    from catalog.server import Server
+    from catalog.statement_worker import ERROR, HEADER
+    from catalog.worker_pool import read_frame
+    from tests.conftest import nan_log_catalog
+
+    cross_join = "SELECT count(*) FROM range(1000000) a, range(1000000) b"
+
+    async def interrupt_then_send(pool):
+        worker, probe = await pool.acquire(None, next(pool._seq), False)
+        replies = []
+        for text in (cross_join, "SELECT 42"):
+            job = next(pool._jobs)
+            if text == cross_join:
+                worker.interrupt(job)  # before the request is even written
+                await asyncio.sleep(0.2)
+            body = json.dumps({"op": "simple", "sid": 1, "text": text, "job": job, "timeout": 60}).encode()
+            worker.writer.write(HEADER.pack(b"J", len(body)) + body)
+            await worker.writer.drain()
+            started, frames = time.monotonic(), []
+            while True:
+                kind, payload = await asyncio.wait_for(read_frame(worker.reader), 60)
+                frames.append((kind, payload))
+                if kind in (ERROR, b"C"):
+                    break
+            replies.append((frames, time.monotonic() - started))
+        pool.unclaim(probe)
+        pool.release(worker)
+        return replies
+
+    with Server(nan_log_catalog(tmp_path), port=0) as srv:
+        future = asyncio.run_coroutine_threadsafe(interrupt_then_send(srv.pool), srv._loop)
+        (stopped, took), (after, _) = future.result(120)
+        assert stopped[-1][0] == ERROR and b"57014" in stopped[-1][1], stopped
+        assert took < 30  # the cross join takes hours; the statement timeout here is 60 s
+        assert after[-1][0] == b"C" and any(kind == b"D" for kind, _ in after), after
