@@ -67,6 +67,9 @@ MAX_SAVEPOINTS = 1000
 MAX_CURSORS = 256
 MAX_VIEWS = 64  # temporary views of one session
 MAX_VIEW_CHARS = 1 << 20  # and their queries' text in all
+# When every slot is taken, a login waits this long for one to be freed before it is refused: a
+# client that closes and at once reconnects finds its old session still closing.
+ROOM_WAIT = 1.0
 
 
 @dataclass
@@ -219,6 +222,7 @@ class Server:
         self.pool: WorkerPool | None = None
         self.sessions: dict[int, Session] = {}
         self._pending: dict[asyncio.StreamWriter, bool] = {}  # not logged in yet: started up?
+        self._slot_freed = asyncio.Event()  # set whenever a session leaves
         self.memory = ServerMemory(self.limits.buffer_memory)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.AbstractServer | None = None
@@ -317,7 +321,7 @@ class Server:
                 params = await asyncio.wait_for(self._startup(reader, writer), self.limits.login_timeout)
                 if params is None:
                     return
-                if not self._has_room():  # refused before any work when no slot can be made
+                if not await self._room(self._has_room):  # refused before any work when no slot can be made
                     writer.write(pgwire.error_response("53300", "sorry, too many clients already", "FATAL"))
                     await asyncio.wait_for(writer.drain(), self.limits.login_timeout)
                     return
@@ -326,7 +330,7 @@ class Server:
                 if not await asyncio.wait_for(session.authenticate(), self.limits.login_timeout):
                     return
                 # Logged in: only now does the connection take a slot.
-                if not self._make_room():
+                if not await self._room(self._make_room):
                     await session.fatal("53300", "sorry, too many clients already")
                     return
                 self.sessions[session.pid] = session
@@ -346,6 +350,7 @@ class Server:
             self._pending.pop(writer, None)
             if session is not None:
                 self.sessions.pop(session.pid, None)
+                self._slot_freed.set()
                 session.close()
             _hang_up(writer, drop=session is not None and session.stalled)
 
@@ -360,6 +365,21 @@ class Server:
             del self._pending[oldest]
             _hang_up(oldest)
         self._pending[writer] = False  # True once its startup message came
+
+    async def _room(self, check) -> bool:
+        """`check()` (`_has_room` or `_make_room`), and if it fails, again each time a session
+        leaves within `ROOM_WAIT` seconds."""
+        deadline = time.monotonic() + ROOM_WAIT
+        while not check():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._slot_freed.clear()
+            try:
+                await asyncio.wait_for(self._slot_freed.wait(), left)
+            except TimeoutError:
+                return False
+        return True
 
     def _has_room(self) -> bool:
         if len(self.sessions) < self.limits.max_connections:

@@ -288,6 +288,35 @@ def test_idle_sessions_are_closed_and_cannot_hold_every_slot(cat):
             c.close()
 
 
+def test_a_login_waits_briefly_for_a_slot_being_freed(cat):
+    """Every slot is taken and none is evictable; a session closes just after a new client started
+    logging in (a client that closes and reconnects at once races its old session's end): the new
+    client gets that slot instead of 'too many clients'."""
+    limits = Limits(idle_timeout=600, max_connections=2, evict_idle_after=600, max_concurrent=1)
+    with Server(cat, port=0, limits=limits) as srv:
+        dsn = dict(host="127.0.0.1", port=srv.port, user="u", dbname="d", autocommit=True)
+        held = [psycopg.connect(**dsn) for _ in range(2)]
+        got: list = []
+
+        def login() -> None:
+            try:
+                got.append(psycopg.connect(**dsn))
+            except psycopg.Error as exc:
+                got.append(exc)
+
+        newcomer = threading.Thread(target=login)
+        newcomer.start()
+        time.sleep(0.3)  # its startup message is in; the server found no slot
+        held.pop().close()
+        newcomer.join(30)
+        assert isinstance(got[0], psycopg.Connection), got
+        assert got[0].execute("SELECT 1").fetchall() == [(1,)]
+        with pytest.raises(psycopg.OperationalError, match="too many clients"):
+            psycopg.connect(**dsn)  # no slot is freed now: refused after the wait
+        for c in [*held, got[0]]:
+            c.close()
+
+
 def test_a_killed_worker_is_an_error_and_is_replaced(cat):
     with Server(cat, port=0, limits=Limits(max_concurrent=2, query_timeout=30)) as srv:
         dsn = dict(host="127.0.0.1", port=srv.port, user="u", dbname="d", autocommit=True)
