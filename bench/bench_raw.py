@@ -170,7 +170,7 @@ _PHASES = (  # (module, class, method, label): timed around every call during on
     ("ingest.readers.mindspore_npy", "MindSporeNpyReader", "finish", "reader.finish (pending leaves)"),
     ("ingest.readers.ascend_raw", "RawFiles", "_raw", "  of which raw files read file by file (_raw)"),
     ("ingest.pipeline", "Ingester", "_computed_stats_table", "statistics (_computed_stats_table)"),
-    ("ingest.store", "CatalogStore", "commit_batch", "commit (parquet + snapshot)"),
+    ("ingest.storage.store", "CatalogStore", "commit_batch", "commit (parquet + snapshot)"),
 )
 
 

@@ -4,7 +4,7 @@ Synthetic trees (bench/synth.py; 1% of float tensors hold NaN/Inf at random, so 
 operators are anomalous somewhere) are ingested, in two layouts: 2 ranks × 20 iterations (25,000
 tensors a step), and 8 ranks × 250 iterations, which fills every cap of the page (150 operators ×
 120 iteration ranges × 8 ranks). The report is written and the page is opened in headless
-Chromium (Debian's `chromium` through chromedriver, catalog/report_browser.py):
+Chromium (Debian's `chromium` through chromedriver, tests/report_browser.py):
 
 - cold: the first page a freshly started browser opens (plotly.js compiled from nothing), one new
   browser per measurement;
@@ -43,7 +43,7 @@ import docs_block  # noqa: E402
 import synth  # noqa: E402
 
 from catalog.api import Catalog  # noqa: E402
-from catalog.report_browser import Browser  # noqa: E402
+from tests.report_browser import Browser  # noqa: E402
 
 SAMPLE = ROOT / "tests" / "data" / "ms210" / "nan_log" / "dump"
 

@@ -14,13 +14,13 @@ How it is written, and why this way:
 - Raw batches are written by the catalog's own batch writer (`CatalogStore._write_batch`: same
   files, schema, compression, row groups and snapshot entries as an ingest), 50,000 rows a batch
   (an ingest's flush size), a rank's operator and graph tables in its first batch.
-- The flat `stats`/`tensors` files are NOT built by `ingest/flat.py` here: it resolves each batch
+- The flat `stats`/`tensors` files are NOT built by `ingest/storage/flat.py` here: it resolves each batch
   with one DuckDB thread and, on each commit, scans every earlier stats file for the batch's row ids
   and merges files by size tier. At 10^6 rows with tensor files that took it 62 s against 12 s
   here, and only with its DuckDB memory limit raised (with the default 256 MB it ran out of memory
   merging at 750,000 rows of these long kernel names); its per-commit scan grows with the catalog.
   `--flat-writer catalog` runs it (docs/benchmarks.md has the figures). Instead the generator writes
-  them in the layout `ingest/flat.py` gives at the end of a one-shot ingest: one file per table per
+  them in the layout `ingest/storage/flat.py` gives at the end of a one-shot ingest: one file per table per
   shard, rows sorted by row id, written by DuckDB's parquet writer from a DuckDB table (one thread,
   its 122,880-row groups; flat.py's boundaries differ by a few hundred rows), the `index.arrow`
   sidecar of the tensors file by `flat.seal_flat_dir`, and the snapshot entries (`sources`,
@@ -28,7 +28,7 @@ How it is written, and why this way:
   these rows (every name resolves `exact`), computed here from the same per-row function that wrote
   the raw rows; the column list and types are read from those views in DuckDB, so a changed view
   fails loudly. tests/test_bench_scale.py checks, at 10^4 rows, that the files equal, row for row
-  and type for type, what `ingest/flat.py` builds from the same raw batches.
+  and type for type, what `ingest/storage/flat.py` builds from the same raw batches.
 - Memory is bounded whatever N is: rows are produced one batch at a time, and the sort by row id
   is a bucket sort through the working directory ((row id, statistic id, row number) triples,
   24 bytes a row, bucketed by the row id's top bits, ~2 M rows a bucket), each bucket sorted in
@@ -41,7 +41,7 @@ dump root is a path that does not exist, and `Catalog.tensor` says the file is g
     python bench/bench_scale.py                                   # 10^6 rows, DuckDB and Spark
     python bench/bench_scale.py --rows 1e6,1e7 --workdir DIR --keep
     python bench/bench_scale.py --rows 1e8 --workdir DIR --keep    # ~20 GB of disk, see --help
-    python bench/bench_scale.py --rows 1e6 --flat-writer catalog   # flat files by ingest/flat.py
+    python bench/bench_scale.py --rows 1e6 --flat-writer catalog   # flat files by ingest/storage/flat.py
 
 Results accumulate in DIR/results.json (one entry per row count), and the table of all of them is
 printed and written into docs/benchmarks.md between `<!-- bench_scale -->` and
@@ -75,11 +75,11 @@ sys.path.insert(0, str(ROOT))
 
 import docs_block  # noqa: E402
 
-from ingest import flat as flat_mod  # noqa: E402
 from ingest.ids import TensorIdHasher, stat_row_ids  # noqa: E402
 from ingest.npy_name import op_type_of, sanitize_v23, short_name, without_op_index  # noqa: E402
-from ingest.schema import TABLES  # noqa: E402
-from ingest.store import SNAPSHOT, CatalogStore, write_json_atomic  # noqa: E402
+from ingest.storage import flat as flat_mod  # noqa: E402
+from ingest.storage.schema import TABLES  # noqa: E402
+from ingest.storage.store import SNAPSHOT, CatalogStore, write_json_atomic  # noqa: E402
 
 NET = "Net"
 GRAPH = 0
@@ -578,7 +578,8 @@ def flat_schemas() -> dict[str, pa.Schema]:
     """Columns and types of `stats_resolved` and `tensors_resolved` as flat files store them."""
     import duckdb
 
-    from catalog.views import FLAT_STORED_COLUMNS, define_views
+    from catalog.views import define_views
+    from ingest.storage.flat_columns import FLAT_STORED_COLUMNS
 
     con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": "false"})
     try:
@@ -791,7 +792,7 @@ def generate(
 ) -> Summary:
     """Write a catalog of `rows` statistic rows (and as many tensors) at `path` (must not exist).
 
-    `flat_writer="catalog"` builds the flat files with ingest/flat.py instead (each batch through
+    `flat_writer="catalog"` builds the flat files with ingest/storage/flat.py instead (each batch through
     `CatalogStore.commit_batch`, then `finish_run`, as an ingest does): exact by construction, and
     the baseline for how long the catalog's own writer takes."""
     plan = Plan(rows, run=run, step_rows=step_rows, iterations=iterations, hosts=hosts,
@@ -1054,7 +1055,7 @@ def _kind(e: dict) -> str:
     g = e["generate"]
     kind = "tensors + stats" if g.get("tensor_files", True) else "stats only"
     kind += f", {g['hosts']} shards" if g.get("hosts", 1) > 1 else ""
-    return kind + (", flat files by ingest/flat.py" if g.get("flat_writer") == "catalog" else "")
+    return kind + (", flat files by ingest/storage/flat.py" if g.get("flat_writer") == "catalog" else "")
 
 
 def markdown(results: dict[str, dict]) -> str:
@@ -1173,7 +1174,7 @@ def main(argv: list[str] | None = None) -> int:
         help='a saved_data "statistic" dump: no tensor files, no row ids (about 1/4 of the disk)',
     )
     p.add_argument("--flat-writer", choices=("direct", "catalog"), default="direct",
-                   help="catalog: let ingest/flat.py build the flat files (slow at scale)")  # fmt: skip
+                   help="catalog: let ingest/storage/flat.py build the flat files (slow)")  # fmt: skip
     p.add_argument("--engines", default="duckdb,spark")
     p.add_argument("--runs", type=int, default=5, help="warm runs per query")
     p.add_argument("--spark-memory", default="4g")

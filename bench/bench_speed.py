@@ -289,7 +289,7 @@ def bench_memory(rows: Rows, work: Path, scale: int) -> None:
     cat = work / f"cat_mem_{scale}"
     # The imports' own high-water mark: VmHWM, not ru_maxrss, which Linux carries over exec from
     # the forked copy of this (by now large) process.
-    imports = "import catalog.api, ingest.pipeline, ingest.flat, re; "
+    imports = "import catalog.api, ingest.pipeline, ingest.storage.flat, re; "
     hwm = "print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))"
     base_kib = subprocess.run(
         [sys.executable, "-c", imports + hwm], check=True, capture_output=True, text=True, cwd=ROOT

@@ -27,9 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import ingest.flat as flat_mod
 import ingest.pipeline as pipeline
-import ingest.store as store_mod
+import ingest.storage.flat as flat_mod
+import ingest.storage.store as store_mod
 
 # (class, method, step): the step a call of the method is, while it runs
 STEPS = [

@@ -1,7 +1,7 @@
 """Screenshots of `dumpcat report` for the README: one PNG per sample of tests/test_report.py.
 
 Each sample is ingested (and the compare pair compared) in a temp dir, its report written by the
-CLI and opened in headless Chromium (catalog/report_browser.py), and the whole page captured at 75%
+CLI and opened in headless Chromium (tests/report_browser.py), and the whole page captured at 75%
 of its size into docs/report/<sample>.png (reduced to 256 colours, a few hundred KB at most). The
 paths of this machine on the page (the repository's and the temp dir's) are shown shortened to
 `…/`, as the README's examples do; nothing else is touched.
@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from catalog.report_browser import Browser  # noqa: E402
+from tests.report_browser import Browser  # noqa: E402
 from tests.test_report import SAMPLES, build_sample  # noqa: E402
 
 OUT = ROOT / "docs" / "report"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import ingest  # noqa: F401  (sets up the allocators before pyarrow and DuckDB load: ingest/memory.py)
+import ingest  # noqa: F401  (sets up the allocators before pyarrow and DuckDB load: ingest/storage/memory.py)
 
 if TYPE_CHECKING:
     from catalog.api import Catalog, CatalogError, QueryRefused, TensorNotFoundError

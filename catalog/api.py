@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from catalog.stats import StatsSummary
 from catalog.views import define_views, query_text
 from ingest.pipeline import IngestSummary, ingest_dump
-from ingest.store import CatalogError, CatalogStore
+from ingest.storage.store import CatalogError, CatalogStore
 
 __all__ = ["Catalog", "CatalogError", "QueryRefused", "TensorNotFoundError"]
 

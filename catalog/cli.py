@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 # Each command imports what it uses: a one-shot `dumpcat ingest` of a small dump is mostly start-up,
 # and DuckDB, numpy, pyarrow and the readers are most of that (the `ingest` command starts its
-# writer's DuckDB before importing the rest, see ingest.writer_warm_up).
+# writer's DuckDB before importing the rest, see ingest.storage.writer_warm_up).
 
 # Options shared by `ingest` and `watch`.
 CATALOG_OPTION = click.option(
@@ -127,7 +127,7 @@ def _fail(message: str) -> NoReturn:
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """A CatalogWarning (a shard left out as unreadable) is one line, as errors are."""
-    from ingest.store import CatalogWarning
+    from ingest.storage.store import CatalogWarning
 
     if issubclass(category, CatalogWarning):
         click.echo(f"dumpcat: warning: {' '.join(str(message).split())}", err=True)
@@ -169,7 +169,7 @@ def _expected_errors() -> tuple[tuple[type[Exception], ...], type[Exception]]:
 
     from catalog.api import QueryRefused, TensorNotFoundError
     from ingest.pipeline import DumpRootError
-    from ingest.store import CatalogError
+    from ingest.storage.store import CatalogError
 
     return (CatalogError, DumpRootError, TensorNotFoundError, duckdb.Error), QueryRefused
 
@@ -228,12 +228,14 @@ def ingest(
     max_metadata_size: str | None,
 ) -> None:
     """Catalog one or more dump trees (DUMP_DIR: the dump `path`; its producer is detected)."""
-    from ingest.writer_warm_up import warm_up_writer
+    from ingest.storage.flat import open_writer_connection
+    from ingest.storage.writer_warm_up import warm_up_writer
 
-    warm_up_writer()  # the writer's DuckDB gets ready while the rest is imported and the dump scanned
+    # the writer's DuckDB gets ready while the rest is imported and the dump scanned
+    warm_up_writer(open_writer_connection)
     from catalog.api import Catalog
     from ingest.pipeline import detect_dump
-    from ingest.store import check_writer_name
+    from ingest.storage.store import check_writer_name
 
     if run is not None and len(dump_dirs) > 1:
         _fail("--run names a single dump; give one DUMP_DIR per run or leave --run out")

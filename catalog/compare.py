@@ -21,8 +21,8 @@ import pyarrow as pa
 
 from ingest.helper_pool import resolve_workers, run_ordered
 from ingest.pipeline import now
-from ingest.schema import COMPARISONS
-from ingest.store import CatalogStore
+from ingest.storage.schema import COMPARISONS
+from ingest.storage.store import CatalogStore
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

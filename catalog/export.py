@@ -29,9 +29,10 @@ from pathlib import Path
 import duckdb
 
 from catalog.api import DUCKDB_CONFIG
-from catalog.views import USER_VIEWS, _quote_literal, column_comments_sql, define_views, view_sql_files
-from ingest.schema import TABLES
-from ingest.store import CatalogStore, fsync_path
+from catalog.views import USER_VIEWS, column_comments_sql, define_views
+from ingest.storage.schema import TABLES
+from ingest.storage.sql_views import quote_literal, view_sql_files
+from ingest.storage.store import CatalogStore, fsync_path
 
 __all__ = ["DEFAULT_STORAGE_VERSION", "ExportSummary", "export_duckdb"]
 
@@ -94,7 +95,7 @@ def _describe(con: duckdb.DuckDBPyConnection) -> None:
     """The user views' descriptions and their columns' (sql/comments.sql), as DuckDB comments: SQL
     tools show them (duckdb_views().comment, duckdb_columns().comment, SQLAlchemy's inspector)."""
     for name, text in USER_VIEWS.items():
-        con.execute(f"COMMENT ON VIEW {_ALIAS}.main.{name} IS {_quote_literal(text)}")
+        con.execute(f"COMMENT ON VIEW {_ALIAS}.main.{name} IS {quote_literal(text)}")
     for stmt in column_comments_sql():
         con.execute(stmt.replace("COMMENT ON COLUMN ", f"COMMENT ON COLUMN {_ALIAS}.main.", 1))
 
@@ -117,15 +118,15 @@ def export_duckdb(
     if out.is_dir():
         raise IsADirectoryError(f"{out} is a directory")
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    options = f" (STORAGE_VERSION {_quote_literal(storage_version)})" if storage_version else ""
+    options = f" (STORAGE_VERSION {quote_literal(storage_version)})" if storage_version else ""
     for attempt in (1, 2):
         token = store.union_token()
-        files = store.table_files(store.union_snapshot())  # every shard's (ingest/store.py)
+        files = store.table_files(store.union_snapshot())  # every shard's (ingest/storage/store.py)
         for p in (tmp, Path(f"{tmp}.wal")):
             _remove(p)
         con = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
         try:
-            con.execute(f"ATTACH {_quote_literal(str(tmp))} AS {_ALIAS}{options}")
+            con.execute(f"ATTACH {quote_literal(str(tmp))} AS {_ALIAS}{options}")
             rows = _write(con, files, materialize)
             _describe(con)
             views = con.execute(

@@ -35,9 +35,10 @@ import pyarrow.parquet as pq
 
 from catalog import pg_catalog
 from catalog.guard import MAX_EXPRESSION_DEPTH
-from catalog.views import FLAT_ONLY_COLUMNS, FLAT_STORED_COLUMNS, FLAT_VIEWS, flat_select_list, view_sql_files
-from ingest.schema import TABLES
-from ingest.store import CatalogStore
+from ingest.storage.flat_columns import FLAT_ONLY_COLUMNS, FLAT_STORED_COLUMNS, FLAT_VIEWS, flat_select_list
+from ingest.storage.schema import TABLES
+from ingest.storage.sql_views import view_sql_files
+from ingest.storage.store import CatalogStore
 
 VIEWS_DB_NAME = "catalog_views"
 
@@ -63,7 +64,7 @@ def build_views_database(folder: str | os.PathLike, *, flat: bool = True) -> Pat
     The `raw_<table>` relations the views read are registered as empty Arrow tables while the
     views are created (DuckDB binds a view when it is created); at query time each cursor
     registers the live datasets under the same names. With `flat` (a catalog with flat files,
-    ingest/flat.py), `tensors` and `stats` read the relations `flat_tensors` and `flat_stats`,
+    ingest/storage/flat.py), `tensors` and `stats` read the relations `flat_tensors` and `flat_stats`,
     registered the same way; without, they resolve names at query time.
     """
     path = Path(folder) / f"{VIEWS_DB_NAME}.duckdb"

@@ -54,7 +54,7 @@ from catalog.server_memory import (
 from catalog.statement_worker import COPYOUT, DATA, DONE, ERROR, LIST, NODATA, PARSED, ROWDESC, parse_size
 from catalog.views import USER_VIEWS
 from catalog.worker_pool import Job, JobFailed, WorkerPool, error_of
-from ingest.store import CatalogStore
+from ingest.storage.store import CatalogStore
 
 log = logging.getLogger("dumpcat.server")
 

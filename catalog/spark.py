@@ -11,7 +11,7 @@ or that Spark lacks, a small rewrite of the syntax tree below (`_FIXUPS`, each d
 the DuckDB meaning; tests/test_spark.py runs every view in both engines and compares the rows.
 
 The `raw_<table>` views read exactly the parquet files the catalog's snapshot commits (the union of
-every writer's shard), with the table's full schema from ingest/schema.py (a column older files
+every writer's shard), with the table's full schema from ingest/storage/schema.py (a column older files
 lack reads as NULL, as in DuckDB); `tensors` and `stats` read the flat files when the catalog has
 them, and resolve names at query time otherwise.
 
@@ -38,18 +38,19 @@ from sqlglot import exp
 from sqlglot.errors import ErrorLevel
 from sqlglot.tokens import TokenType
 
-from catalog.views import (
-    FLAT_ONLY_COLUMNS,
-    FLAT_VIEWS,
-    SPARK_FLAT_READ_FILE_NAME,
-    SPARK_FLAT_READ_PATH,
-    view_sql_files,
-)
-from ingest.schema import TABLES
-from ingest.store import CatalogStore
+from ingest.storage.flat_columns import FLAT_ONLY_COLUMNS, FLAT_VIEWS
+from ingest.storage.schema import TABLES
+from ingest.storage.sql_views import view_sql_files
+from ingest.storage.store import CatalogStore
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+# Spark's reading of the flat files' stored columns (ingest/storage/flat_columns.py has DuckDB's):
+# Spark has no parse_filename; this regular expression gives the same text (tests/test_flat.py).
+SPARK_FILE_NAME_OF_REL_PATH = "regexp_extract(rel_path, '([^/]*)$', 1)"
+SPARK_FLAT_READ_FILE_NAME = f"coalesce(file_name, {SPARK_FILE_NAME_OF_REL_PATH})"
+SPARK_FLAT_READ_PATH = "coalesce(path, concat(dump_root, '/', rel_path))"
 
 __all__ = ["FORMAT_G", "macro_names", "macro_sql", "register_views", "spark_sql", "table_macro"]
 

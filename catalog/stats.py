@@ -24,10 +24,11 @@ import duckdb
 import pyarrow as pa
 
 from catalog.spark_jobs import check_master_url, pack_tasks
-from catalog.views import define_raw_view, query_text
+from catalog.views import query_text
 from ingest.helper_pool import resolve_workers
-from ingest.schema import STAT_VALUE_FIELDS, TABLES
-from ingest.store import SNAPSHOT, CatalogError, CatalogStore
+from ingest.storage.schema import STAT_VALUE_FIELDS, TABLES
+from ingest.storage.sql_views import define_raw_view
+from ingest.storage.store import SNAPSHOT, CatalogError, CatalogStore
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

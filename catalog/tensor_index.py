@@ -2,7 +2,7 @@
 `np.load(mmap_mode='r')` costs.
 
 A DuckDB point query over parquet costs around a millisecond. Each flat tensors file
-(ingest/flat.py) has a sidecar `index.arrow`: its location columns (row id, run, path, data
+(ingest/storage/flat.py) has a sidecar `index.arrow`: its location columns (row id, run, path, data
 offset, dtype, shape, ...) sorted by row id, in Arrow IPC batches. The sidecar is memory-mapped,
 never loaded: a lookup is a `searchsorted` over the batches' first ids, one over the batch's
 ids, and a few reads of the batch's buffers, a few microseconds; the first lookup on a catalog
@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ingest.flat import INDEX_SCHEMA
+from ingest.storage.flat import INDEX_SCHEMA
 
 _COLUMNS = [
     "row_id",

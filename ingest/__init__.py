@@ -1,6 +1,6 @@
 """dumpcat's ingest side: readers of every producer's dumps, and the catalog store they write."""
 
-from ingest.memory import configure_allocators
+from ingest.storage.memory import configure_allocators
 
-# Before any module of the package imports pyarrow or DuckDB (see ingest/memory.py).
+# Before any module of the package imports pyarrow or DuckDB (see ingest/storage/memory.py).
 configure_allocators()

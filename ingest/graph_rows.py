@@ -24,7 +24,7 @@ def graph_files(names: list[str]) -> dict[int, dict[str, str]]:
 def graph_rows(
     run: str, rank: int, graph_id: int, parsed: ParsedGraph
 ) -> tuple[list[tuple], list[tuple], list[tuple]]:
-    """(ir_nodes rows, edges rows, source_lines rows), in the column order of ingest.schema."""
+    """(ir_nodes rows, edges rows, source_lines rows), in the column order of ingest.storage.schema."""
     nodes, edges, frames = [], [], []
     node_keys = {n.node_key for n in parsed.nodes}
     for n in parsed.nodes:

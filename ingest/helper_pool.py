@@ -161,8 +161,8 @@ class _Helper:
         self.owner = os.getpid()
         # One compute thread per helper: tensor_stats sizes its BLAS calls never to need more, and
         # idle BLAS thread pools in every helper would only compete for the cores.
-        # Their allocators give freed memory back as the ingesting process's do (ingest/memory.py).
-        from ingest.memory import helper_environment
+        # Their allocators give freed memory back as the ingesting process's do (ingest/storage/memory.py).
+        from ingest.storage.memory import helper_environment
 
         threads = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         env = {**helper_environment(), **threads}

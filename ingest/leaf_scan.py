@@ -101,7 +101,7 @@ def columns_table(scanned: ScannedColumns) -> tuple[pa.Table, list[str]]:
     """A scanned chunk as (`tensors` rows, irregular names)."""
     import pyarrow as pa
 
-    from ingest.schema import TENSORS
+    from ingest.storage.schema import TENSORS
 
     ctx, values, irregular = scanned
     if not values:

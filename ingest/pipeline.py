@@ -30,14 +30,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ingest.flat import writer_memory_limit
 from ingest.helper_pool import start_helpers, stop_idle_helpers
 from ingest.ids import TensorIdHasher
 from ingest.limits import MetadataCaps
-from ingest.memory import tune_for_ingest
 from ingest.row_id_set import RowIdSet
-from ingest.schema import STAT_VALUE_FIELDS, TABLES
-from ingest.store import CatalogError, CatalogStore, check_writer_name
+from ingest.storage.flat import writer_memory_limit
+from ingest.storage.memory import tune_for_ingest
+from ingest.storage.schema import STAT_VALUE_FIELDS, TABLES
+from ingest.storage.store import CatalogError, CatalogStore, check_writer_name
 from ingest.tensor_stats import StatJob, compute_stats_many
 
 if TYPE_CHECKING:
@@ -204,7 +204,7 @@ class Ingester:
         follow_symlinks: bool = False,
         max_metadata_size: str | int | MetadataCaps | None = None,
     ) -> None:
-        tune_for_ingest()  # glibc gives freed buffers back as the walk goes (ingest/memory.py)
+        tune_for_ingest()  # glibc gives freed buffers back as the walk goes (ingest/storage/memory.py)
         self.store = store
         self.run = run
         self.root = dump_root
@@ -637,7 +637,7 @@ def ingest_dump(
 ) -> IngestSummary:
     """Ingest one dump tree into a catalog (created if missing) under a run name.
 
-    `writer` names the shard to write (ingest/store.py): writers of different names ingest
+    `writer` names the shard to write (ingest/storage/store.py): writers of different names ingest
     different ranks of one run at the same time (one per host); None is the default shard.
     `max_metadata_size` caps the metadata files read whole (`ingest.limits.MetadataCaps.parse`:
     `1GiB`, `graph=1GiB,json=128MiB`; None: DUMPCAT_MAX_METADATA_SIZE, else the defaults); a

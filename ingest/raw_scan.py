@@ -21,7 +21,7 @@ from ingest.formats.raw_dump import RawDump, RawDumpError, RawName, parse_raw_na
 from ingest.ids import TensorIdHasher
 from ingest.leaf_scan import LeafChunk, LeafContext, scan_tensor_files
 from ingest.npy_name import sanitize_v23, without_op_index
-from ingest.schema import TENSORS
+from ingest.storage.schema import TENSORS
 
 PRODUCER = "ascend-raw"
 TENSOR_IO = ("input", "output")  # buffers and workspaces are not tensors of the operator

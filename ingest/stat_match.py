@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.npy_header import NpyHeaderError, read_npy_header
-from ingest.schema import TABLES
+from ingest.storage.schema import TABLES
 
 _MATCH_EXACT = ["op_type", "file_op_name", "io", "slot", "timestamp_us"]
 _MATCH_LOOSE = _MATCH_EXACT[:-1]

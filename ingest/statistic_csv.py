@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from ingest.schema import STAT_ROWS, STAT_VALUE_FIELDS
+from ingest.storage.schema import STAT_ROWS, STAT_VALUE_FIELDS
 
 __all__ = ["OUTPUT_SCHEMA", "StatCsvResult", "parse_statistic_csv_bytes", "read_statistic_csv"]
 

@@ -20,7 +20,7 @@ from typing import Literal
 import numpy as np
 
 from ingest.formats import device_format, dtypes
-from ingest.tensor_stats import SPECIAL_STORED
+from ingest.formats.special_dtypes import SPECIAL_STORED
 
 
 class TensorDataError(ValueError):

@@ -99,6 +99,7 @@ from typing import Literal
 
 import numpy as np
 
+from ingest.formats.special_dtypes import SPECIAL_STORED
 from ingest.helper_pool import resolve_workers, run_ordered
 
 __all__ = [
@@ -159,13 +160,6 @@ _MAPPED_WINDOW = 4 << 20
 
 _NAN = float("nan")
 _INF = math.inf
-# Stored dtypes that are not numpy dtype names: packed, `ml_dtypes` or raw bytes, decoded by
-# ingest.formats.dtypes (imported only when such a tensor comes, so a helper starts with numpy alone).
-# bfloat16 is read directly as 16-bit patterns unless a device layout must be converted first.
-SPECIAL_STORED = frozenset(
-    {"int4", "uint1", "complex32", "raw", "bfloat16", "float8_e5m2", "float8_e4m3fn", "float8_e8m0fnu",
-     "float8_e4m3fnuz", "float8_e5m2fnuz"}
-)  # fmt: skip
 
 
 class TruncatedTensorError(ValueError):

@@ -32,10 +32,16 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
-from ingest.flat import writer_memory_limit
 from ingest.limits import MetadataCaps
 from ingest.pipeline import DumpRootError, Ingester, default_run_name, detect_dump, resolve_dump_dir
-from ingest.store import CatalogError, CatalogStore, check_writer_name, run_dir_name, write_json_atomic
+from ingest.storage.flat import writer_memory_limit
+from ingest.storage.store import (
+    CatalogError,
+    CatalogStore,
+    check_writer_name,
+    run_dir_name,
+    write_json_atomic,
+)
 
 IGNORED_EVENTS = {"opened", "closed_no_write"}
 # A watcher on another host counts as alive while it flushed this recently (it flushes every

@@ -3,7 +3,7 @@
 -- `tensors_resolved` resolves names at query time, from `src_tensors` (the rows to resolve: every
 -- `raw_tensors` row here). dumpcat runs this same view once at commit time over each new batch
 -- (pointing `src_tensors` at the batch's file) and stores the result sorted by row id: the flat
--- table `tensors` reads when the catalog has one (ingest/flat.py); older catalogs read the view.
+-- table `tensors` reads when the catalog has one (ingest/storage/flat.py); older catalogs read the view.
 CREATE OR REPLACE VIEW src_tensors AS SELECT * FROM raw_tensors;
 
 -- run_roots: one row per run with its dump root, NULL when writers on several hosts ingested the

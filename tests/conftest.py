@@ -21,7 +21,7 @@ MS210 = DATA / "ms210"
 
 # The slowest test files, longest first (seconds of test time on the 2-core CI machine, measured
 # 2026-11-28 with --durations). `--dist loadfile` hands files to the two workers in collection order
-# (pyproject's addopts turn xdist's reordering by test count off): the long ones start first, and
+# (pytest_configure turns xdist's reordering by test count off): the long ones start first, and
 # the short ones fill the gaps at the end, instead of one worker running a 5-minute file alone.
 SLOWEST_FILES = {
     "test_spark_jobs.py": 300, "test_shards.py": 270, "test_spark.py": 240, "test_replay.py": 200,
@@ -30,6 +30,11 @@ SLOWEST_FILES = {
     "test_server_availability.py": 60, "test_leaf_scan.py": 45, "test_store.py": 45,
     "test_hostile_tree.py": 40, "test_cli.py": 40, "test_compare.py": 35,
 }  # fmt: skip
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist's --no-loadscope-reorder
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -15,7 +15,7 @@ import pytest
 from catalog import Catalog
 from ingest.pipeline import DumpRootError, ingest_dump
 from ingest.readers.registry import READERS
-from ingest.store import CatalogError
+from ingest.storage.store import CatalogError
 
 ITER0 = "rank_0/Net/0/0"
 
@@ -125,7 +125,7 @@ def test_unreadable_directory(copy_dump):
             "import os, sys; from ingest.pipeline import ingest_dump; "
             "import ingest.tensor_stats, ingest.statistic_csv, ingest.readers.registry, pyarrow.parquet; "
             "import ingest.graph_pb, ingest.formats.dump_data_pb2, google.protobuf.message; "
-            "import duckdb, catalog.views, ingest.flat; catalog.views.view_sql_files(); "
+            "import duckdb, catalog.views, ingest.storage.flat; catalog.views.view_sql_files(); "
             "os.geteuid() == 0 and os.setuid(65534); "
             "s = ingest_dump(sys.argv[1], sys.argv[2]); print(s.tensors, s.errors)"
         )

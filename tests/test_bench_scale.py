@@ -1,5 +1,5 @@
 """bench/bench_scale.py's generator writes a catalog whose answers are what it planted, and whose flat
-files are what the catalog's own writer (ingest/flat.py) makes of the same raw batches: the scale
+files are what the catalog's own writer (ingest/storage/flat.py) makes of the same raw batches: the scale
 figures in docs/benchmarks.md are measured on a real dumpcat catalog."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from catalog.api import Catalog
-from ingest.store import CatalogStore
+from ingest.storage.store import CatalogStore
 from tests.conftest import as_written_before_flat_files
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -104,7 +104,7 @@ def test_lookup_gives_the_row_its_ids_hash(generated):
 
 
 def test_flat_files_are_what_the_catalogs_own_writer_builds(generated, tmp_path):
-    """The same raw batches given flat files by ingest/flat.py (the upgrade of a catalog from
+    """The same raw batches given flat files by ingest/storage/flat.py (the upgrade of a catalog from
     before flat files: every batch resolved, then merged into one file per table): the same
     columns, types, nullability, rows in the same order, index and snapshot entries."""
     path, _ = generated
@@ -190,7 +190,7 @@ def test_spark_gives_the_same_answers(generated, tmp_path):
 
 
 def test_flat_writer_catalog_is_an_ingests_commits(tmp_path):
-    """--flat-writer catalog (the baseline for how long ingest/flat.py takes): each batch through
+    """--flat-writer catalog (the baseline for how long ingest/storage/flat.py takes): each batch through
     commit_batch, then finish_run; the same answers, one flat file per table, nothing retired left."""
     summary = bench_scale.generate(
         tmp_path / "cat", 4_000, step_rows=250, iterations=4, batch_rows=1_000, anomaly_share=0.3,

@@ -24,8 +24,8 @@ import sqlalchemy as sa
 from catalog import Catalog
 from catalog.export import export_duckdb
 from catalog.views import USER_VIEWS
-from ingest.schema import TABLES
-from ingest.store import CatalogError
+from ingest.storage.schema import TABLES
+from ingest.storage.store import CatalogError
 from tests.conftest import dump_of
 
 DUCKDB_1X = "duckdb==1.4.5"  # 1.4 is DuckDB's long-term-support line

@@ -1,4 +1,4 @@
-"""Flat files (ingest/flat.py): `tensors` and `stats` stored resolved give exactly what resolving at
+"""Flat files (ingest/storage/flat.py): `tensors` and `stats` stored resolved give exactly what resolving at
 query time gives, on every committed dump, with batches split small, after late operator files,
 late statistic.csv rows, compaction, and on a catalog written before flat files existed."""
 
@@ -18,9 +18,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from catalog.api import Catalog, TensorNotFoundError
-from ingest import flat, pipeline
+from ingest import pipeline
 from ingest.pipeline import ingest_dump
-from ingest.store import CatalogStore
+from ingest.storage import flat
+from ingest.storage.store import CatalogStore
 
 DATA = Path(__file__).parent / "data"
 sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
@@ -114,7 +115,7 @@ def _complete_and_compare(path: Path, dump: Path, held: Path, run: str, tmp_path
 def test_resolution_sql_inputs_are_listed():
     """The raw tables the resolution SQL reads are the flat tables' sources or RESOLUTION_INPUTS,
     so that a batch changing any of them re-resolves the flat files it affects."""
-    from catalog.views import view_sql_files
+    from ingest.storage.sql_views import view_sql_files
 
     read = set()
     for name, text in view_sql_files():
@@ -557,12 +558,8 @@ def test_flat_tensors_store_file_name_and_path_only_where_rel_path_does_not_give
     `rel_path` (a narrower row for the writer's DuckDB to hold); DuckDB's views and the server's
     engine give them back, and a flat file that stores every name and path (written before)
     reads the same."""
-    from catalog.views import (
-        FILE_NAME_OF_REL_PATH,
-        FLAT_STORED_COLUMNS,
-        SPARK_FILE_NAME_OF_REL_PATH,
-        flat_select_list,
-    )
+    from catalog.spark import SPARK_FILE_NAME_OF_REL_PATH
+    from ingest.storage.flat_columns import FILE_NAME_OF_REL_PATH, FLAT_STORED_COLUMNS, flat_select_list
 
     path = tmp_path / "cat"
     dump = copy_dump("nan_log")

@@ -1,4 +1,4 @@
-"""The flat writer (ingest/flat.py) on wide rows: exact files, and a bounded memory cap.
+"""The flat writer (ingest/storage/flat.py) on wide rows: exact files, and a bounded memory cap.
 
 Real LLM dumps carry long scope names: ~600 bytes of path strings per row. Sorting 122,880 such
 rows at once needed more than the writer's then 256 MB cap, and an ingest of 10^6 of them failed
@@ -24,8 +24,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from catalog.api import Catalog
-from ingest import flat
-from ingest.store import CatalogStore
+from ingest.storage import flat
+from ingest.storage.store import CatalogStore
 from tests.conftest import as_written_before_flat_files, dump_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))

@@ -23,7 +23,7 @@ from ingest.leaf_scan import scan_tensor_files
 from ingest.npy_header import read_npy_header
 from ingest.npy_name import parse_tensor_name
 from ingest.readers import registry
-from ingest.schema import TENSORS
+from ingest.storage.schema import TENSORS
 from tests.compare import catalog_content
 from tests.conftest import dump_of
 
@@ -311,7 +311,7 @@ def test_helpers_scan_without_pyarrow_or_numpy(tmp_path):
         f"out = scan_tensor_columns([{chunk!r}])\n"
         "print(before, heavy(), len(out[0][1][0]))\n"
     )
-    from ingest.memory import helper_environment
+    from ingest.storage.memory import helper_environment
 
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, env=helper_environment(), timeout=120,
@@ -369,7 +369,7 @@ def test_pending_rows_held_dictionary_encoded_give_the_same_catalog(tmp_path, mo
     is exactly the one of plain pending rows, its raw files in their schema."""
     import pyarrow.parquet as pq
 
-    from ingest.schema import TABLES
+    from ingest.storage.schema import TABLES
 
     dump = _bad_tree(tmp_path)
     monkeypatch.setattr(pipeline, "_DICTIONARY_MIN_ROWS", 10**12)

@@ -25,7 +25,7 @@ import pytest
 
 from ingest.pipeline import Ingester
 from ingest.readers.registry import detect
-from ingest.store import CatalogStore
+from ingest.storage.store import CatalogStore
 from tests.conftest import dump_of
 from tests.replay import make_stat_csv_tree, timestamp_of
 from tests.test_replay import RUN, content, diff, one_shot

@@ -1,4 +1,4 @@
-"""The allocator settings an ingest runs with (ingest/memory.py), in fresh processes: they take
+"""The allocator settings an ingest runs with (ingest/storage/memory.py), in fresh processes: they take
 effect only if made before pyarrow and DuckDB load, so importing dumpcat makes them."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ _PROBE = (
     "import sys\n"
     "import {first}\n"
     "import pyarrow as pa, os\n"
-    "from ingest import memory\n"
+    "from ingest.storage import memory\n"
     "print(pa.default_memory_pool().backend_name, os.environ.get('ARROW_DEFAULT_MEMORY_POOL'),\n"
     "      memory.helper_environment().get('MALLOC_ARENA_MAX'))\n"
 )
@@ -51,7 +51,7 @@ def test_settings_the_user_made_are_kept():
 _THRESHOLD_PROBE = (
     "import ctypes, sys\n"
     "import ingest\n"
-    "from ingest import memory\n"
+    "from ingest.storage import memory\n"
     "{tune}\n"
     "class Info(ctypes.Structure):\n"
     "    _fields_ = [(n, ctypes.c_size_t) for n in ('arena', 'ordblks', 'smblks', 'hblks', 'hblkhd',\n"
@@ -95,7 +95,7 @@ def test_a_threshold_the_user_set_is_kept():
 
 
 def test_helpers_start_with_the_ingest_thresholds():
-    from ingest import memory
+    from ingest.storage import memory
 
     env = memory.helper_environment()
     assert env["MALLOC_MMAP_THRESHOLD_"] == str(256 * 1024) and env["MALLOC_TRIM_THRESHOLD_"] == str(1 << 20)
@@ -127,7 +127,7 @@ def test_a_full_batch_commits_with_no_idle_helper_beside_it(tmp_path, monkeypatc
     from ingest import helper_pool
     from ingest.pipeline import ingest_dump
     from ingest.readers import mindspore_npy
-    from ingest.store import CatalogStore
+    from ingest.storage.store import CatalogStore
 
     root = tmp_path / "tree"
     synth.generate(root, 12_000, ranks=1, iterations=3, statistic_csv=False, workers=1)

@@ -20,7 +20,7 @@ from ingest.formats.device_format import host_to_device
 from ingest.npy_name import parse_tensor_name, sanitize_v23
 from ingest.pipeline import DumpRootError, Ingester, detect_dump
 from ingest.readers.mindspore_bin import op_type_of_kernel
-from ingest.store import CatalogStore
+from ingest.storage.store import CatalogStore
 from tests.writers.mindspore_bin_tree import SOURCES, bin_name, write_tree
 
 DATA = Path(__file__).parent / "data"

@@ -28,8 +28,8 @@ import pytest
 
 from catalog.api import Catalog
 from catalog.report import Limits, ReportError, gather, write_report
-from catalog.report_browser import Browser
 from tests.conftest import DATA, MS210, dump_of
+from tests.report_browser import Browser
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "catalog.cli"]

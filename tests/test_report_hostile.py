@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 
 from catalog.api import Catalog
-from catalog.report_browser import Browser
-from catalog.report_figures import AXIS_TEXT, label, short_name
-from catalog.report_page import MAX_TEXT
+from catalog.report.figures import AXIS_TEXT, label, short_name
+from catalog.report.page import MAX_TEXT
 from tests.conftest import DATA
+from tests.report_browser import Browser
 from tests.test_report import figure_data, not_blank
 
 CLI = [sys.executable, "-m", "catalog.cli"]

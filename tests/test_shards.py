@@ -1,4 +1,4 @@
-"""Many writers, one catalog: `--writer NAME` shards (ingest/store.py).
+"""Many writers, one catalog: `--writer NAME` shards (ingest/storage/store.py).
 
 Hosts are simulated by separate dump roots, each holding some `rank_N` folders of one real
 multi-rank dump (the committed `nan_log` rank copied as several ranks). Every catalog written by
@@ -26,8 +26,8 @@ import pytest
 
 from catalog import Catalog
 from catalog.sandbox import ContainedEngine, build_views_database
-from ingest import flat
-from ingest.store import CatalogError, CatalogStore, CatalogWarning, shard_path
+from ingest.storage import flat
+from ingest.storage.store import CatalogError, CatalogStore, CatalogWarning, shard_path
 from ingest.watch import read_status, status_path
 from tests.conftest import dump_of
 from tests.replay import WriteBudget, files_written, make_stat_csv_tree, replay

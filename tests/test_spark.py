@@ -35,7 +35,7 @@ import duckdb  # noqa: E402
 from catalog import spark as dspark  # noqa: E402
 from catalog.api import Catalog  # noqa: E402
 from ingest.pipeline import ingest_dump  # noqa: E402
-from ingest.store import CatalogStore, CatalogWarning, shard_path  # noqa: E402
+from ingest.storage.store import CatalogStore, CatalogWarning, shard_path  # noqa: E402
 from tests.conftest import DATA, as_written_before_flat_files, dump_of  # noqa: E402
 from tests.test_flat import SPARK_ROOTS, _run_name  # noqa: E402
 from tests.writers.ascend_tree import write_tree  # noqa: E402

@@ -28,7 +28,7 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
 from catalog import Catalog
 from catalog.spark_jobs import check_master_url, pack_tasks, task_bounds
 from ingest.pipeline import ingest_dump
-from ingest.store import CatalogStore
+from ingest.storage.store import CatalogStore
 from tests.compare import catalog_content
 from tests.conftest import DATA, _free_port, dump_of
 from tests.replay import make_stat_csv_tree

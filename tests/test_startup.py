@@ -4,7 +4,7 @@ bench/bench_speed.py, not here.
 
 - the command line imports neither DuckDB, numpy nor pyarrow before a command runs;
 - the writer's DuckDB is opened and its resolution views bound in a thread while the rest is
-  imported (ingest/writer_warm_up.py), and the catalog it writes is the one a writer that connects
+  imported (ingest/storage/writer_warm_up.py), and the catalog it writes is the one a writer that connects
   itself writes;
 - a small batch resolves its tensors and stats side by side on two cursors, with the same files
   as one after the other;
@@ -25,8 +25,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from catalog.api import Catalog
-from ingest import flat
 from ingest.pipeline import ingest_dump
+from ingest.storage import flat
 
 ROOT = Path(__file__).parents[1]
 DATA = Path(__file__).parent / "data"
@@ -101,7 +101,7 @@ def test_cli_ingest_uses_the_warm_connection_and_writes_what_a_cold_writer_does(
         "            raise ModuleNotFoundError(name)\n"
         "sys.meta_path.insert(0, NoPandas())\n"
         "from catalog.cli import main\n"
-        "import ingest.writer_warm_up as w\n"
+        "import ingest.storage.writer_warm_up as w\n"
         "try:\n"
         "    main(sys.argv[1:])\n"
         "except SystemExit as e:\n"
@@ -119,7 +119,7 @@ def test_cli_ingest_uses_the_warm_connection_and_writes_what_a_cold_writer_does(
 
 
 def test_warm_connection_has_the_resolution_views():
-    from ingest import writer_warm_up
+    from ingest.storage import writer_warm_up
 
     con = flat.open_writer_connection()
     try:

@@ -13,7 +13,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.schema import STAT_ROWS
 from ingest.statistic_csv import (
     OUTPUT_SCHEMA,
     _read_statistic_csv,
@@ -21,6 +20,7 @@ from ingest.statistic_csv import (
     parse_statistic_csv_bytes,
     read_statistic_csv,
 )
+from ingest.storage.schema import STAT_ROWS
 
 DATA = Path(__file__).parent / "data" / "statistic_csv"
 V23_HEADER = (

@@ -204,7 +204,7 @@ def test_saved_chart_in_browser(superset, chart_id):
     """Log in through the login form, open the chart's explore page: the chart is drawn, and the
     browser reports no error (but for the requests Superset's page makes to hosts outside, which
     the browser's resolver refuses)."""
-    from catalog.report_browser import Browser
+    from tests.report_browser import Browser
 
     with Browser(width=1600, height=1000) as b:
         harness.browser_login(b.driver, superset)

@@ -22,7 +22,7 @@ import pytest
 
 from ingest import helper_pool as hp
 from ingest import tensor_stats as ts
-from ingest.schema import STAT_VALUE_FIELDS
+from ingest.storage.schema import STAT_VALUE_FIELDS
 from ingest.tensor_stats import (
     BLOCK_ELEMS,
     StatJob,

@@ -489,8 +489,8 @@ def test_every_stored_dtype_a_pt_can_have_is_one_dumpcat_decodes():
     ones (bfloat16, every float8 incl. the fnuz types) take the decoded path of the statistics: a .pt
     tensor is never cataloged but unreadable."""
     from ingest.formats import dtypes
+    from ingest.formats.special_dtypes import SPECIAL_STORED
     from ingest.formats.torch_pt import _DTYPES
-    from ingest.tensor_stats import SPECIAL_STORED
 
     for dt in _DTYPES.values():
         assert dt.stored in dtypes.STORED_DTYPES, dt

@@ -17,7 +17,7 @@ import pytest
 
 from catalog import Catalog
 from ingest.pipeline import Ingester, detect_dump
-from ingest.store import CatalogStore
+from ingest.storage.store import CatalogStore
 from tests.writers.mindspore_v1_graphs import check_v1_graphs
 
 DATA = Path(__file__).parent / "data"

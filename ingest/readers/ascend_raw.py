@@ -55,7 +55,7 @@ from ingest.raw_scan import PRODUCER, raw_slot_rows, slot_key
 from ingest.readers.base import Detection, Place, Reader, first_file, list_dir
 from ingest.readers.mindspore_npy import MindSporeNpyReader
 from ingest.readers.rank_layout import rank_root, read_execution_order_dir, read_graphs_dir
-from ingest.schema import TENSORS
+from ingest.storage.schema import TENSORS
 
 CONVERTED = "msaccucmp"
 _MAX_OPDEBUG_BYTES = 1 << 20  # an overflow record is 1024 or 1048 bytes; a bigger slot is not read

@@ -39,7 +39,7 @@ from ingest.numbers import INT32_MAX, parse_uint
 from ingest.pipeline import size_or_none
 from ingest.readers.ascend_raw import AscendRawReader, is_raw_name, slot_row_id
 from ingest.readers.base import Detection, Place, first_file, list_dir
-from ingest.schema import TABLES, conform
+from ingest.storage.schema import TABLES, conform
 from ingest.tensor_data import FORTRAN_ORDER
 
 _RANK_ROOT = re.compile(r"^worldsize(\d+)_global_rank(\d+)$")

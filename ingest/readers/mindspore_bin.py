@@ -311,7 +311,7 @@ class MindSporeBinReader(Reader):
         shape: tuple[int, ...],
         size: int,
     ) -> tuple:
-        """The `tensors` row of one file, in the column order of `ingest.schema.TENSORS`."""
+        """The `tensors` row of one file, in the column order of `ingest.storage.schema.TENSORS`."""
         key = sanitize_v23(name.kernel_name)
         return (
             row_id, self.ing.run, place.rank, place.net, place.graph_id, place.iteration, place.dir_kind,

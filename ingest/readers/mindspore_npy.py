@@ -41,7 +41,7 @@ from ingest.npy_name import (
 from ingest.pipeline import age, fresh_age, size_or_none
 from ingest.readers.base import Detection, Place, first_file
 from ingest.readers.rank_layout import RankLayoutReader, rank_root
-from ingest.schema import TABLES, conform
+from ingest.storage.schema import TABLES, conform
 
 _entry_name = operator.attrgetter("name")
 MAPPED_NAME = re.compile(r"^\d+\.npy$")

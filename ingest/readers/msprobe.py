@@ -62,7 +62,7 @@ from ingest.limits import MetadataTooLarge, read_capped
 from ingest.npy_header import NpyHeaderError, read_npy_header
 from ingest.pipeline import size_or_none
 from ingest.readers.base import Detection, Reader, list_dir
-from ingest.schema import TABLES, conform
+from ingest.storage.schema import TABLES, conform
 from ingest.tensor_data import FORTRAN_ORDER
 
 PRODUCER = "msprobe"

@@ -180,7 +180,7 @@ class RankLayoutReader(Reader):
             return
         # The operator files first (names sort "Net" before "execution_order"): a rank's tensors
         # then commit with the operators they resolve against, not before them (which would make
-        # the flat files of ingest/flat.py be resolved twice).
+        # the flat files of ingest/storage/flat.py be resolved twice).
         first = (".dump_metadata", "execution_order", "graphs")
         entries = sorted(
             entries, key=lambda e: (e.name not in first, first.index(e.name) if e.name in first else 0)

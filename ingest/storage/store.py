@@ -48,9 +48,11 @@ from urllib.parse import quote, unquote
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ingest import flat
-from ingest.memory import release_free_memory
-from ingest.schema import TABLES
+from ingest.storage import flat
+from ingest.storage.durable import fsync_path, write_json_atomic
+from ingest.storage.errors import CatalogError, CatalogWarning
+from ingest.storage.memory import release_free_memory
+from ingest.storage.schema import TABLES
 
 FORMAT_VERSION = 2  # the newest catalog format this dumpcat reads
 # A catalog is created as format 1 (what dumpcat before named shards reads) and becomes format 2
@@ -77,14 +79,6 @@ SCHEMA_ID = hashlib.blake2b(
 _STATISTICS_COLUMNS = {
     name: [f.name for f in schema if not pa.types.is_floating(f.type)] for name, schema in TABLES.items()
 }
-
-
-class CatalogError(Exception):
-    """The catalog directory is missing, not a catalog, or unusable."""
-
-
-class CatalogWarning(UserWarning):
-    """Part of the catalog is unreadable (a damaged shard snapshot or registry): readers show the rest."""
 
 
 def run_dir_name(run: str) -> str:
@@ -347,7 +341,7 @@ class CatalogStore:
         return out
 
     def flat_files(self, snapshot: dict | None = None) -> dict[str, list[str]] | None:
-        """Absolute paths of the flat `tensors`/`stats` files (ingest/flat.py), or None for a
+        """Absolute paths of the flat `tensors`/`stats` files (ingest/storage/flat.py), or None for a
         catalog written before they existed (its views resolve names at query time)."""
         snap = snapshot if snapshot is not None else self.snapshot()
         if "flat" not in snap:
@@ -761,25 +755,3 @@ def _lock_holder(fd: int) -> str:
 def empty_flat() -> dict:
     """The "flat" part of a new catalog's snapshot: no flat files yet."""
     return {name: [] for name in flat.FLAT_SOURCES}
-
-
-def write_json_atomic(path: Path, obj: dict, *, durable: bool = True) -> None:
-    """Replace `path` with `obj` as JSON by a rename: a reader sees the old or the new file whole.
-    `durable` also fsyncs the file and its directory (the snapshot; not a status file)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(obj, fh, indent=1)
-        if durable:
-            fh.flush()
-            os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    if durable:
-        fsync_path(path.parent)
-
-
-def fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -1,7 +1,7 @@
-"""The report's figures, made with plotly from the aggregated tables of `catalog.report`.
+"""The report's figures, made with plotly from the aggregated tables of `catalog.report.data`.
 
 Arrays go to plotly as numpy arrays, which plotly.py writes as base64 typed arrays (about a third
-of the size of JSON numbers). plotly.js itself is included once per page by `report_page`, so each
+of the size of JSON numbers). plotly.js itself is included once per page by `page`, so each
 figure here is only its data and layout.
 """
 
@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 import pyarrow as pa
 from plotly.subplots import make_subplots
 
-from catalog.report import ReportData
+from catalog.report.data import ReportData
 
 __all__ = ["compare_figure", "figure_html", "heatmap_figure", "label", "op_labels", "trends_figure"]
 

@@ -11,8 +11,8 @@ import html
 from collections.abc import Callable, Iterable
 from pathlib import PurePosixPath
 
-from catalog.report import ReportData
-from catalog.report_figures import compare_figure, figure_html, heatmap_figure, trends_figure
+from catalog.report.data import ReportData
+from catalog.report.figures import compare_figure, figure_html, heatmap_figure, trends_figure
 
 __all__ = ["render_page"]
 

@@ -26,14 +26,15 @@ the raw tables. Old files are retired like compacted batches. A tensors file has
 A tensors file stores `file_name` NULL where it is the last part of `rel_path`, and `path` NULL
 where it is the dump root (kept in a column `dump_root`), '/' and `rel_path` (nearly every row: a
 narrower row for this writer's DuckDB to hold while it writes a row group); the readers' views put
-them back (catalog/views.py: FLAT_STORED_COLUMNS, flat_select_list). A merge holds the text columns
-of few values as ENUMs, under a cap of its own (`_merge`): the file it writes is the same.
+them back (ingest/storage/flat_columns.py: FLAT_STORED_COLUMNS, flat_select_list). A merge holds
+the text columns of few values as ENUMs, under a cap of its own (`_merge`): the file it writes is
+the same.
 
 Layout: data/flat/<table>/<id>/{data.parquet,index.arrow}; snapshot.json's "flat" holds, per
 table, entries {"id", "path", "run", "rows", "sources": [batch ids], "keys": [[run, rank], ...]},
 and "interim": true on a file a one-shot ingest wrote while walking (see FlatWriter.interim).
 
-Each shard of a catalog (ingest/store.py) keeps its own flat files, under
+Each shard of a catalog (ingest/storage/store.py) keeps its own flat files, under
 data/run=<run>/writer=<name>/flat/, resolved by its own writer against its own raw tables only:
 a rank's tensors resolve against the operators of that rank in the same shard (each rank is one
 writer's, which the store enforces), and a tensor's `path` joins the shard's own dump root.
@@ -59,7 +60,7 @@ import pyarrow as pa
 if TYPE_CHECKING:
     import duckdb
 
-    from ingest.store import CatalogStore
+    from ingest.storage.store import CatalogStore
 
 log = logging.getLogger("dumpcat.ingest")
 
@@ -155,7 +156,7 @@ def writer_memory_limit() -> int:
     """DUMPCAT_WRITER_MEMORY in bytes; CatalogError (one line, before anything is written: ingest
     checks it first) when it cannot be read or is under 1 MiB (DuckDB's limit is set in whole MiB:
     '1MB' was a limit of 0, under which the writer could not even retry)."""
-    from ingest.store import CatalogError
+    from ingest.storage.errors import CatalogError
 
     try:
         limit = _memory_bytes(_MEMORY_LIMIT)
@@ -248,7 +249,7 @@ def seal_flat_dir(
     """Finish a flat file whose data.parquet is written: its sidecar index (tensors), everything
     fsynced, and its snapshot entry. Also used by bench/bench_scale.py, which writes flat files in
     this layout without resolving them."""
-    from ingest.store import fsync_path
+    from ingest.storage.durable import fsync_path
 
     if flat == "tensors":
         write_index(fdir / DATA_FILE, fdir / INDEX_FILE)
@@ -288,10 +289,10 @@ def _as_type(column: pa.Array, type_: pa.DataType) -> pa.Array:
 def open_writer_connection() -> duckdb.DuckDBPyConnection:
     """A new in-memory DuckDB for the writer, with the resolution views of sql/ defined over empty
     raw views (the writer points those at the live files; its memory limit and temp directory are
-    set when it takes the connection). Also opened ahead of time by ingest.writer_warm_up."""
+    set when it takes the connection). Also opened ahead of time by ingest.storage.writer_warm_up."""
     import duckdb
 
-    from catalog.views import raw_view_sql, view_sql_files
+    from ingest.storage.sql_views import raw_view_sql, view_sql_files
 
     con = duckdb.connect(
         ":memory:",
@@ -347,8 +348,8 @@ class FlatWriter:
 
     def _connect(self, snap: dict) -> duckdb.DuckDBPyConnection:
         """A private DuckDB whose raw views list every live batch of `snap`."""
-        from catalog.views import define_raw_view
-        from ingest.writer_warm_up import take_warm_connection
+        from ingest.storage.sql_views import define_raw_view
+        from ingest.storage.writer_warm_up import take_warm_connection
 
         if self._con is None:
             con = take_warm_connection() or open_writer_connection()
@@ -523,7 +524,8 @@ class FlatWriter:
     ) -> dict | None:
         """Resolve the rows of `sources` (batch ids) into a new flat file of `flat` (on `con`, a
         cursor of the writer's connection, or on the connection itself)."""
-        from catalog.views import FLAT_STORED_COLUMNS, define_raw_view
+        from ingest.storage.flat_columns import FLAT_STORED_COLUMNS
+        from ingest.storage.sql_views import define_raw_view
 
         con = con or self._connect(snap)
         wanted = set(sources)

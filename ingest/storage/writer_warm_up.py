@@ -3,16 +3,17 @@
 A `dumpcat ingest` of a small dump is mostly start-up: Python importing numpy, pyarrow and DuckDB,
 then DuckDB binding the resolution SQL (sql/00_op_keys.sql, 30_tensors.sql, 40_stats.sql: creating
 a view binds it, ~70 ms with the connection) when the first batch commits. DuckDB does that without
-holding the GIL, so the `ingest` command calls `warm_up_writer()` first thing: a thread opens the
-writer's connection and defines its views while the main thread imports the rest and scans the
-dump. The first `FlatWriter` to connect takes it (`take_warm_connection`); if the thread failed, the
-writer connects itself, and any error shows there, where it always did.
+holding the GIL, so the `ingest` command calls `warm_up_writer(open_writer_connection)` first
+thing: a thread opens the writer's connection and defines its views while the main thread imports
+the rest and scans the dump. The first `FlatWriter` to connect takes it (`take_warm_connection`);
+if the thread failed, the writer connects itself, and any error shows there, where it always did.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -24,26 +25,22 @@ _thread: threading.Thread | None = None
 _connection: duckdb.DuckDBPyConnection | None = None
 
 
-def warm_up_writer() -> None:
-    """Start opening the writer's DuckDB in a thread (once per process). What the thread needs is
-    imported here first: two threads importing at once take turns on the GIL and module locks
-    and gain nothing, while DuckDB's connecting and binding run beside the caller's imports."""
+def warm_up_writer(open_connection: Callable[[], duckdb.DuckDBPyConnection]) -> None:
+    """Start `open_connection()` (ingest.storage.flat.open_writer_connection) in a thread, once per
+    process. The caller has imported what it needs: two threads importing at once take turns on
+    the GIL and module locks and gain nothing, while DuckDB's connecting and binding run beside
+    the caller's imports. (Passed in, not imported here: flat.py takes the connection from here.)"""
     global _thread
-    import duckdb  # noqa: F401
-
-    import catalog.views  # noqa: F401
-    import ingest.flat  # noqa: F401
-
     with _lock:
         if _thread is not None:
             return
         # Not a daemon: the interpreter waits for it at exit. A daemon thread still inside DuckDB
         # when the process ends (a dump root refused right away) aborts it.
-        _thread = threading.Thread(target=_open, name="dumpcat-writer-warm-up")
+        _thread = threading.Thread(target=_open, args=(open_connection,), name="dumpcat-writer-warm-up")
         _thread.start()
 
 
-def _open() -> None:
+def _open(open_connection: Callable[[], duckdb.DuckDBPyConnection]) -> None:
     global _connection
     # DuckDB's Python client takes the GIL back between steps of a statement (to check for
     # Ctrl-C); beside a thread busy importing, each time waits out the switch interval (5 ms),
@@ -51,9 +48,7 @@ def _open() -> None:
     interval = sys.getswitchinterval()
     sys.setswitchinterval(min(interval, _SWITCH_INTERVAL))
     try:
-        from ingest.flat import open_writer_connection  # imported by warm_up_writer
-
-        con = open_writer_connection()
+        con = open_connection()
     except Exception:  # the writer connects itself and reports the error then
         return
     finally:

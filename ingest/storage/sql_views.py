@@ -1,0 +1,103 @@
+"""The SQL of the catalog's raw views and of sql/*.sql, shared by the writer (which resolves names
+with it when a batch commits, ingest/storage/flat.py) and the query side (catalog/views.py).
+
+Python only says which parquet files are live (the `raw_<table>` views, one per table of
+`ingest.storage.schema`); every relational step (name resolution, unions, joins) is in `sql/*.sql`,
+run in file-name order, so it can be read and run by hand in the DuckDB shell.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import duckdb
+import pyarrow as pa
+
+from ingest.storage.schema import TABLES
+
+_DUCK_TYPES = {
+    pa.int64(): "BIGINT",
+    pa.int32(): "INTEGER",
+    pa.string(): "VARCHAR",
+    pa.float64(): "DOUBLE",
+    pa.bool_(): "BOOLEAN",
+    pa.list_(pa.int64()): "BIGINT[]",
+    pa.timestamp("us", tz="UTC"): "TIMESTAMPTZ",
+    pa.list_(pa.string()): "VARCHAR[]",
+    pa.list_(pa.list_(pa.int64())): "BIGINT[][]",
+}
+
+
+def quote_literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def raw_view_sql(
+    table: str, files: list[str], missing: tuple[str, ...] = (), *, view: str | None = None
+) -> str:
+    """SQL for `raw_<table>` (or `view`): the table's live parquet files, or an empty typed relation.
+
+    `missing` names schema columns none of the files has (written by an older dumpcat): they
+    read as NULL, so the views over them keep working on old catalogs."""
+    name = view or f"raw_{table}"
+    if files:
+        listing = ", ".join(quote_literal(f) for f in files)
+        fields = {f.name: f for f in TABLES[table]}
+        extra = "".join(f", CAST(NULL AS {_DUCK_TYPES[fields[c].type]}) AS {c}" for c in missing)
+        return (
+            f"CREATE OR REPLACE VIEW {name} AS "
+            f"SELECT *{extra} FROM read_parquet([{listing}], union_by_name = true, hive_partitioning = false)"
+        )
+    cols = ", ".join(f"CAST(NULL AS {_DUCK_TYPES[f.type]}) AS {f.name}" for f in TABLES[table])
+    return f"CREATE OR REPLACE VIEW {name} AS SELECT {cols} WHERE false"
+
+
+def view_sql_files() -> list[tuple[str, str]]:
+    """(name, text) of every numbered sql/NN_*.sql file (the views and macros), in order."""
+    root = resources.files("sql")
+    files = sorted(
+        (p for p in root.iterdir() if p.name.endswith(".sql") and p.name[:1].isdigit()), key=lambda p: p.name
+    )
+    return [(p.name, p.read_text(encoding="utf-8")) for p in files]
+
+
+# A view defined last, whose presence says this database already holds the views and macros of
+# sql/*.sql: those bind when they are queried, so after the first time only the raw_<table> views
+# (the live file lists) need redefining. Defining the macros again cost ~0.4 s per refresh.
+_DEFINED = "dumpcat_views_defined"
+
+
+def define_raw_view(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    files: list[str],
+    view: str | None = None,
+    *,
+    full_schema: bool = False,
+) -> None:
+    """Create `raw_<table>` (or `view`) over `files`, reading columns older files lack as NULL
+    (`full_schema`: the snapshot says every file has every column; no need to look)."""
+    con.execute(raw_view_sql(table, files, view=view))
+    if files and not full_schema:
+        present = {row[0] for row in con.execute(f"DESCRIBE {view or 'raw_' + table}").fetchall()}
+        missing = tuple(name for name in TABLES[table].names if name not in present)
+        if missing:
+            con.execute(raw_view_sql(table, files, missing, view=view))
+
+
+def define_sql_views(con: duckdb.DuckDBPyConnection, names: tuple[str, ...] | None = None) -> None:
+    """Run sql/*.sql (or only the files named) on `con`, once per connection."""
+    if names is not None:
+        for name, text in view_sql_files():
+            if name in names:
+                con.execute(text)
+        return
+    defined = con.execute(
+        "SELECT count(*) FROM duckdb_views() WHERE view_name = ? AND database_name = current_database()",
+        [_DEFINED],
+    ).fetchone()[0]
+    if defined:
+        return
+    for _name, text in view_sql_files():
+        con.execute(text)
+    con.execute(f"CREATE OR REPLACE VIEW {_DEFINED} AS SELECT 1 AS defined")
