@@ -67,9 +67,9 @@ def main() -> None:
     m = {k: statistics.median(v) for k, v in rss.items()}
     load = os.getloadavg()[0]
     lines = [
-        f"`python bench/bench_hostile_ingest.py --repeat {args.repeat}`: medians of {args.repeat} interleaved",
-        f"runs; {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, Python {platform.python_version()},",
-        f"load average {load:.2f} after the runs.",
+        f"`python bench/bench_hostile_ingest.py --repeat {args.repeat}`: medians of {args.repeat}",
+        f"interleaved runs; {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores,",
+        f"Python {platform.python_version()}, load average {load:.2f} after the runs.",
         "",
         "| tree | `dumpcat ingest` wall (s) | peak RSS (MiB) |",
         "|---|---|---|",

@@ -105,7 +105,8 @@ def test_readme_examples_print_what_the_readme_shows(tmp_path):
     last = setup.rsplit("&&", 1)[1].strip()
     assert last in [c.text for c in examples], last
     for command in found:
-        proc = subprocess.run([*CLI, *shlex.split(command.text)[1:]], cwd=tmp_path, capture_output=True, text=True)
+        args = shlex.split(command.text)[1:]
+        proc = subprocess.run([*CLI, *args], cwd=tmp_path, capture_output=True, text=True)
         assert proc.returncode == 0, (command.text, proc.stderr)
         if command.expected is None:
             continue

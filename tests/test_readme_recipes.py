@@ -29,7 +29,7 @@ DATA = ROOT / "tests" / "data"
 
 
 def section(text: str, heading: str) -> str:
-    """The text under `heading` (a whole heading line) up to the next heading of the same or a higher level."""
+    """The text under `heading` (a whole heading line), up to the next heading of its level or above."""
     level = heading.split(" ")[0]
     start = text.index(f"\n{heading}\n") + len(heading) + 2
     ends = [m.start() for m in re.finditer(r"^(#+) ", text[start:], re.M) if len(m.group(1)) <= len(level)]
@@ -84,7 +84,7 @@ def test_msprobe_recipe_is_the_config_that_made_pt_mix_tensor():
     (shown,) = fenced(MSPROBE, "json")
     shown = json.loads(shown)
     writer = _msprobe_writer()
-    config, world, _ = writer.TREES["pt_mix_tensor"]
+    config, _world_size, _ = writer.TREES["pt_mix_tensor"]
     dump_path = shown.pop("dump_path")  # the script sets it to the tree's folder
     assert shown == config
     assert ingest_dirs(MSPROBE) == [dump_path]

@@ -417,8 +417,9 @@ def test_docs_show_what_dumpcat_stats_prints(tmp_path):
     `dumpcat stats` again; each stats command prints the lines shown (stdout, then stderr), but for
     the time it took."""
     text = (ROOT / "docs" / "cli.md").read_text()
-    block = re.search(r"^    \$ (dumpcat ingest \S+ --catalog (\S*nostats\.cat) --no-stats)\n((?:    (?!\$ ).*\n)+)"
-                      r"((?:    \$ dumpcat stats \2\n(?:    (?!\$ ).*\n)+)+)", text, re.M)  # fmt: skip
+    block = re.search(r"^    \$ (dumpcat ingest \S+ --catalog (\S*nostats\.cat) --no-stats)\n"
+                      r"((?:    (?!\$ ).*\n)+)((?:    \$ dumpcat stats \2\n(?:    (?!\$ ).*\n)+)+)",
+                      text, re.M)  # fmt: skip
     assert block, "docs/cli.md: no `dumpcat stats ...nostats.cat` session"
     ingest = block.group(1).split()[1:]
     ingest[1] = str(ROOT / ingest[1])
