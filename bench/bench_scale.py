@@ -236,7 +236,7 @@ class Plan:
     run: str = "job"
     step_rows: int = 10_000
     iterations: int = 100
-    hosts: int = 1  # writers: one shard per host (README "Many writers, one catalog"); 1 = default shard
+    hosts: int = 1  # writers: one shard per host (docs/scale-out.md, many writers); 1 = default shard
     tensor_files: bool = True  # saved_data "full"; False: "statistic" (no tensor files, row_id NULL)
     anomaly_share: float = 0.05  # share of steps that go bad
     spread: int = 30  # kernels after the bad one whose tensors hold NaN too
@@ -969,7 +969,7 @@ def time_duckdb(path: Path, summary: Summary, runs: int) -> list[dict]:
 
 
 def spark_session(tmp: Path, memory: str = "4g", shuffle_partitions: int | None = None):
-    """Spark local mode on both cores, as README's example starts it (UI off, loopback only)."""
+    """Spark local mode on both cores, as docs/scale-out.md's example starts it (UI off, loopback only)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession

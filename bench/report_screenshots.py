@@ -1,4 +1,4 @@
-"""Screenshots of `dumpcat report` for the README: one PNG per sample of tests/test_report.py.
+"""Screenshots of `dumpcat report` for docs/report.md: one PNG per sample of tests/test_report.py.
 
 Each sample is ingested (and the compare pair compared) in a temp dir, its report written by the
 CLI and opened in headless Chromium (tests/report_browser.py), and the whole page captured at 75%

@@ -553,7 +553,7 @@ def register_views(spark: SparkSession, catalog_path: str | Path) -> list[str]:
     (raw tables, the views of sql/*.sql, and the table macros that run with their defaults);
     returns their names in the order they were defined. Call it again to see later commits."""
     store = CatalogStore(catalog_path)
-    snap = store.union_snapshot()  # the default shard and every writer's (README: Scaling out)
+    snap = store.union_snapshot()  # the default shard and every writer's (docs/scale-out.md)
     table_files = store.table_files(snap)
     flat_files = store.flat_files(snap)
     # by value (a lambda), so that executors need not have dumpcat installed

@@ -49,7 +49,7 @@ def define_views(
             con.execute(flat_view_sql(view, flat_files.get(view, [])))
 
 
-# Views users query, with one line each; the README documents their columns.
+# Views users query, with one line each; docs/views.md documents their columns.
 USER_VIEWS = {
     "stats": "one row per tensor statistic (statistic.csv or computed from the data)",
     "tensors": "one row per tensor file",

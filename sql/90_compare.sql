@@ -3,7 +3,7 @@
 -- comparisons: what `dumpcat compare RUN BASELINE` computed from the tensor data, one row per pair of
 -- tensors matched on rank, iteration, operator, io, slot and occurrence, and one per tensor present
 -- in one run only (the other side's row id NULL, status 'only_in_run' / 'only_in_baseline').
--- Metric definitions and NaN conventions: ingest/compare_metrics.py and the README.
+-- Metric definitions and NaN conventions: ingest/compare_metrics.py and docs/views.md.
 CREATE OR REPLACE VIEW comparisons AS
 SELECT run, baseline_run, rank, graph_id, iteration, exec_index, op_type, op_name, io, slot, row_id,
        baseline_row_id, cosine, max_abs_err, max_rel_err, mean_abs_err, rmse, rel_euclidean, kl_div,

@@ -1,5 +1,5 @@
 -- Column descriptions clients see (PostgreSQL's pg_description / col_description, DuckDB's
--- duckdb_columns().comment, export-duckdb). Written from the README's column tables; a column of
+-- duckdb_columns().comment, export-duckdb). Written from docs/views.md's column tables; a column of
 -- another view that shares a name with a column of stats or tensors has the same meaning.
 
 COMMENT ON COLUMN anomalous_tensors.row_id IS 'the tensor file this statistic describes (tensors.row_id); NULL for a statistic.csv row with no tensor file (saved_data: "statistic")';

@@ -516,13 +516,13 @@ def test_out_is_written_as_a_plain_file_or_refused(built, tmp_path):
 
 
 def test_readme_report_section_runs_as_written(tmp_path):
-    """The README's Report section, run from the root of a clone after its set-up command: every
-    command succeeds, each report prints the line shown (but for the seconds), and the error line
-    it quotes is the one printed."""
+    """The README's *Compare two runs* and *The HTML report* recipes, run from the root of a clone
+    after its set-up command: every command succeeds, each report prints the line shown (but for the
+    seconds), and the error line docs/report.md quotes is the one printed."""
     import shlex
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("\n## Report\n") : readme.index("\n## Python API\n")]
+    section = readme[readme.index("\n### Compare two runs\n") : readme.index("\n### Watch a live run\n")]
     blocks: list[list[str]] = []
     for line in section.splitlines():
         if line.startswith("    ") and line.strip():
@@ -532,11 +532,12 @@ def test_readme_report_section_runs_as_written(tmp_path):
         elif blocks and blocks[-1][-1] is not None:
             blocks[-1].append(None)
     blocks = [[ln for ln in b if ln is not None] for b in blocks]
-    commands = next(b for b in blocks if all(ln.startswith("dumpcat ") for ln in b))
+    commands = [ln for b in blocks if all(ln.startswith("dumpcat ") for ln in b) for ln in b]
+    assert any(ln.startswith("dumpcat report ") for ln in commands), commands
     shown = next(b for b in blocks if all(ln.startswith("wrote ") for ln in b))
     (tmp_path / "tests").symlink_to(ROOT / "tests")  # the clone's tests/data, at the same relative path
-    setup = next(ln for ln in readme.splitlines() if "--catalog demo.cat" in ln)
-    ingest = re.search(r"dumpcat ingest \S+ --catalog demo\.cat", setup).group(0)
+    setup = next(ln for ln in readme.splitlines() if ln.startswith("    pip install -e . && dumpcat ingest "))
+    ingest = re.search(r"dumpcat ingest \S+ --catalog scratch/demo\.cat", setup).group(0)
 
     def run(command: str) -> subprocess.CompletedProcess:
         return subprocess.run([*CLI, *shlex.split(command)[1:]], capture_output=True, text=True, cwd=tmp_path)
@@ -550,13 +551,14 @@ def test_readme_report_section_runs_as_written(tmp_path):
             printed += proc.stdout.splitlines()
     seconds = re.compile(r" in \d+\.\d\d s$")
     assert [seconds.sub(" in S s", ln) for ln in printed] == [seconds.sub(" in S s", ln) for ln in shown]
-    quoted = re.search(r"\(`(dumpcat: error: run 'nope' [^`]+)`", section).group(1)
-    proc = run("dumpcat report demo.cat --run nope --out nope.html")
+    doc = (ROOT / "docs" / "report.md").read_text(encoding="utf-8")
+    quoted = re.search(r"\(`(dumpcat: error: run 'nope' [^`]+)`", doc).group(1)
+    proc = run("dumpcat report scratch/demo.cat --run nope --out scratch/nope.html")
     assert proc.returncode == 1 and proc.stderr == quoted + "\n", proc.stderr
 
 
 def test_docs_show_a_screenshot_of_every_sample():
-    """bench/report_screenshots.py made one PNG per sample, and the README shows one."""
+    """bench/report_screenshots.py made one PNG per sample; the README and docs/report.md show one."""
     from PIL import Image
 
     for name in SAMPLES:
@@ -564,3 +566,5 @@ def test_docs_show_a_screenshot_of_every_sample():
         assert png.is_file() and png.stat().st_size < 400_000, png
         assert Image.open(png).width >= 600
     assert re.search(r"!\[[^\]]*\]\(docs/report/\w+\.png\)", (ROOT / "README.md").read_text(encoding="utf-8"))
+    page = (ROOT / "docs" / "report.md").read_text(encoding="utf-8")
+    assert re.search(r"!\[[^\]]*\]\(report/\w+\.png\)", page)

@@ -362,7 +362,7 @@ def test_catalog_written_before_flat_files_reads_at_query_time(spark, registered
 
 @pytest.mark.parametrize("spark", ["local"], indirect=True)
 def test_spark_sql_of_a_view_is_spark_sql(spark, registered):
-    """The translation is inspectable (and what the README describes): DuckDB-only syntax is gone."""
+    """The translation is inspectable (and what docs/scale-out.md describes): DuckDB-only syntax is gone."""
     text = dspark.spark_sql("first_anomaly")
     assert "DISTINCT ON" not in text and "ROW_NUMBER()" in text
     assert "TRANSFORM(ARRAY_SORT(COLLECT_LIST(NAMED_STRUCT(" in dspark.spark_sql("op_feeders")

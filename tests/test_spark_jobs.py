@@ -412,17 +412,23 @@ def test_tasks_are_whole_directories_within_the_bounds():
     assert task_bounds(1000, 0, 2, max_items=2000, max_bytes=1 << 30, min_items=32)[0] == 125
 
 
-def test_readme_shows_what_dumpcat_stats_prints(tmp_path):
-    """The README's `dumpcat stats` example: the same lines, but for the time it took."""
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"^    \$ (dumpcat ingest \S+ --catalog nostats\.cat --no-stats)\n((?:    .*\n)+?)"
-                      r"    \$ (dumpcat stats nostats\.cat)\n((?:    .*\n)+)", text, re.M)  # fmt: skip
-    assert block, "README: no `dumpcat stats nostats.cat` example"
+def test_docs_show_what_dumpcat_stats_prints(tmp_path):
+    """docs/cli.md's `dumpcat stats` session: an ingest without statistics, `dumpcat stats`, and
+    `dumpcat stats` again; each stats command prints the lines shown (stdout, then stderr), but for
+    the time it took."""
+    text = (ROOT / "docs" / "cli.md").read_text()
+    block = re.search(r"^    \$ (dumpcat ingest \S+ --catalog (\S*nostats\.cat) --no-stats)\n"
+                      r"((?:    (?!\$ ).*\n)+)((?:    \$ dumpcat stats \2\n(?:    (?!\$ ).*\n)+)+)",
+                      text, re.M)  # fmt: skip
+    assert block, "docs/cli.md: no `dumpcat stats ...nostats.cat` session"
     ingest = block.group(1).split()[1:]
     ingest[1] = str(ROOT / ingest[1])
     _cli(*ingest, cwd=tmp_path)
-    proc = _cli("stats", "nostats.cat", "--workers", "2", cwd=tmp_path)
-    shown = [line[4:] for line in block.group(4).splitlines()]
-    printed = (proc.stdout + proc.stderr).splitlines()
+    runs = re.findall(r"^    \$ (dumpcat stats \S+)\n((?:    (?!\$ ).*\n)+)", block.group(4), re.M)
+    assert len(runs) == 2, runs  # a run that computes, and one that finds nothing left
     timing = re.compile(r" in [\d.]+ s ")
-    assert [timing.sub(" in - s ", x) for x in printed] == [timing.sub(" in - s ", x) for x in shown]
+    for command, output in runs:
+        proc = _cli(*command.split()[1:], "--workers", "2", cwd=tmp_path)
+        shown = [line[4:] for line in output.splitlines()]
+        printed = (proc.stdout + proc.stderr).splitlines()
+        assert [timing.sub(" in - s ", x) for x in printed] == [timing.sub(" in - s ", x) for x in shown]

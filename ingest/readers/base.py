@@ -58,7 +58,7 @@ class Reader:
     producer: ClassVar[str]  # who writes it, e.g. 'MindSpore 1.3+ (npy)'
     layout: ClassVar[str]  # the tree it walks, e.g. 'rank_N/{net}/{graph}/{iteration}/'
     looked_for: ClassVar[str]  # what `detect` looks for, for the message when nothing matched
-    cataloged: ClassVar[str]  # what ends up in the catalog (README table)
+    cataloged: ClassVar[str]  # what ends up in the catalog (docs/producers.md table)
 
     def __init__(self, ingester: Ingester, detection: Detection) -> None:
         self.ing = ingester

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from ingest.storage.sql_views import quote_literal
 
-# Views whose rows dumpcat stores resolved at commit time (ingest/flat.py), and so read flat.
+# Views whose rows dumpcat stores resolved at commit time (ingest/storage/flat.py), and so read flat.
 FLAT_VIEWS = ("tensors", "stats")
 
 # A flat tensors file stores `file_name` as NULL where it is the last part of `rel_path` (every
@@ -19,7 +19,7 @@ FLAT_VIEWS = ("tensors", "stats")
 # row group it writes), and `path` as NULL where it is the dump root, '/' and `rel_path` (every row
 # of a dump cataloged with its root: 181 bytes), the root in a column `dump_root` of its own (one
 # value per run: a dictionary of one entry in the file, and one byte a row in the writer's merge,
-# ingest/flat.py); readers put both back. Files that store every name and path (written before)
+# ingest/storage/flat.py); readers put both back. Files that store every name and path (written before)
 # read the same. DuckDB's parse_filename binds faster than a regular expression (a view's
 # expressions are bound by every query, `count(*)` too); Spark has no parse_filename: its regular
 # expression gives the same text (tests/test_flat.py).
