@@ -125,7 +125,8 @@ def test_unreadable_directory(copy_dump):
             "import os, sys; from ingest.pipeline import ingest_dump; "
             "import ingest.tensor_stats, ingest.statistic_csv, ingest.readers.registry, pyarrow.parquet; "
             "import ingest.graph_pb, ingest.formats.dump_data_pb2, google.protobuf.message; "
-            "import duckdb, catalog.views, ingest.storage.flat; catalog.views.view_sql_files(); "
+            "import duckdb, ingest.storage.sql_views, ingest.storage.flat; "
+            "ingest.storage.sql_views.view_sql_files(); "
             "os.geteuid() == 0 and os.setuid(65534); "
             "s = ingest_dump(sys.argv[1], sys.argv[2]); print(s.tensors, s.errors)"
         )
