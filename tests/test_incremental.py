@@ -159,7 +159,7 @@ def test_sigkill_at_random_moments_then_rerun_equals_one_shot(tmp_path, big_dump
     leaves = sum(1 for _ in timing.stdout)
     assert timing.wait() == 0 and leaves == 36
     kills = 0
-    for attempt in range(6):
+    for attempt in range(3):
         cat_dir = tmp_path / f"cat{attempt}"
         killed_at = []
         for _ in range(3):  # kill up to 3 times, each at a random moment
@@ -184,4 +184,4 @@ def test_sigkill_at_random_moments_then_rerun_equals_one_shot(tmp_path, big_dump
         final = Catalog.open(cat_dir, create=True)
         final.ingest(big_dump)
         assert _content(final) == expected, f"attempt {attempt}, killed after leaves {killed_at}"
-    assert kills >= 12, "the ingest finished before most kills: the test would prove nothing"
+    assert kills >= 6, "the ingest finished before most kills: the test would prove nothing"
