@@ -49,10 +49,10 @@ SPARK_ROOTS = [
     if not any(r.is_relative_to(DATA / skip) for skip in (
         "ms210/div_late", "ms210/iter_filter", "ms210/outputs_only", "samples/mindspore-2.10-cpu/simple",
         "ms210/kernels_filter", "ms210/long_names", "samples/mindspore-2.10-cpu/multigraph",
-        "ascend_raw/nan_log_v12", "msprobe/pt_pkl_legacy", "ascend_raw/kernels_filter_rank", "mindspore_bin/kernels_filter_cpu", "msprobe/compare_fp16",
-        "msprobe/compare_fp32", "msprobe/pt_mix_tensor_oldstack", "msprobe/cnn/cnn_bf16_statistics",
-        "msprobe/cnn/cnn_clean_tensor", "msprobe/cnn/cnn_fp32_statistics", "msprobe/cnn/cnn_fp32_tensor",
-        "msprobe/cnn/cnn_nan_tensor",
+        "ascend_raw/nan_log_v12", "msprobe/pt_pkl_legacy", "ascend_raw/kernels_filter_rank",
+        "mindspore_bin/kernels_filter_cpu", "msprobe/compare_fp16", "msprobe/compare_fp32",
+        "msprobe/pt_mix_tensor_oldstack", "msprobe/cnn/cnn_bf16_statistics", "msprobe/cnn/cnn_clean_tensor",
+        "msprobe/cnn/cnn_fp32_statistics", "msprobe/cnn/cnn_fp32_tensor", "msprobe/cnn/cnn_nan_tensor",
     ))
 ]  # fmt: skip
 
