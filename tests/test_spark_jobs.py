@@ -143,7 +143,7 @@ def test_stats_locally_are_what_ingest_writes(no_stats, expected):
         before = catalog_content(cat, STATS_QUERIES)
         assert before != expected
         summary = cat.compute_stats(workers=2)
-        assert summary.computed == len(expected[1]) > 3000 and summary.errors == 0
+        assert summary.computed == len(expected[1]) > 2500 and summary.errors == 0
         assert summary.runs["statcsv"].todo == summary.runs["statcsv"].computed > 0
         assert summary.runs["msprobe-pt_mix_tensor"].computed > 0  # dump.json rows have no counts
         assert summary.runs["ge-ge_stats"].todo == 0
