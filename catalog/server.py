@@ -222,6 +222,7 @@ class Server:
         self.pool: WorkerPool | None = None
         self.sessions: dict[int, Session] = {}
         self._pending: dict[asyncio.StreamWriter, bool] = {}  # not logged in yet: started up?
+        self._pending_readers: dict[asyncio.StreamWriter, asyncio.StreamReader] = {}
         self._slot_freed = asyncio.Event()  # set whenever a session leaves
         self.memory = ServerMemory(self.limits.buffer_memory)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -315,7 +316,7 @@ class Server:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         session = None
-        self._admit_pending(writer)
+        self._admit_pending(reader, writer)
         try:
             try:
                 params = await asyncio.wait_for(self._startup(reader, writer), self.limits.login_timeout)
@@ -336,7 +337,7 @@ class Server:
                 self.sessions[session.pid] = session
                 await session.welcome()
             finally:
-                self._pending.pop(writer, None)
+                self._forget_pending(writer)
             await session.run()
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, TimeoutError):
             pass
@@ -347,24 +348,33 @@ class Server:
         except Exception:  # one bad client never takes the server down
             log.exception("connection failed")
         finally:
-            self._pending.pop(writer, None)
+            self._forget_pending(writer)
             if session is not None:
                 self.sessions.pop(session.pid, None)
                 self._slot_freed.set()
                 session.close()
             _hang_up(writer, drop=session is not None and session.stalled)
 
-    def _admit_pending(self, writer: asyncio.StreamWriter) -> None:
+    def _admit_pending(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Connections that have not logged in yet have their own budget (--max-pending) and never
-        take a session's slot; when it is full, the oldest one that has not even sent its startup
-        message is closed (else the oldest). A real client sends it at once and logs in within a
-        few round trips, so sockets that stay silent only push each other out."""
+        take a session's slot; when it is full, the oldest one that is silent (no startup message
+        yet, and no bytes waiting to be read) is closed (else the oldest). A real client sends its
+        startup message at once: under a flood of new sockets the server may not have read it yet,
+        but it waits in the socket, so sockets that stay silent only push each other out."""
         while len(self._pending) >= self.limits.max_pending:
-            silent = [w for w, started_up in self._pending.items() if not started_up]
+            silent = [
+                w for w, started_up in self._pending.items()
+                if not started_up and not _input_waiting(self._pending_readers.get(w), w)
+            ]  # fmt: skip
             oldest = silent[0] if silent else next(iter(self._pending))
-            del self._pending[oldest]
+            self._forget_pending(oldest)
             _hang_up(oldest)
         self._pending[writer] = False  # True once its startup message came
+        self._pending_readers[writer] = reader
+
+    def _forget_pending(self, writer: asyncio.StreamWriter) -> None:
+        self._pending.pop(writer, None)
+        self._pending_readers.pop(writer, None)
 
     async def _room(self, check) -> bool:
         """`check()` (`_has_room` or `_make_room`), and if it fails, again each time a session
@@ -1269,6 +1279,23 @@ class Session:
                 job, portal.job = portal.job, None
                 await job.abort()
                 portal.finished, portal.rows = True, []
+
+
+def _input_waiting(reader: asyncio.StreamReader | None, writer: asyncio.StreamWriter) -> bool:
+    """Whether a connection has sent what the server has not handled yet: a whole message in its
+    stream's buffer (a part of one only waits for its sender: that is silence), or bytes still in
+    the kernel's buffer."""
+    buffered = bytes(getattr(reader, "_buffer", b"")[:4]) if reader is not None else b""
+    if len(buffered) == 4 and len(reader._buffer) >= struct.unpack("!i", buffered)[0] > 0:  # type: ignore[union-attr]
+        return True
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        waiting = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    except OSError:
+        return False
+    return struct.unpack("i", waiting)[0] > 0
 
 
 def _hang_up(writer: asyncio.StreamWriter, *, drop: bool = False) -> None:
