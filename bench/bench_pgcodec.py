@@ -1,4 +1,4 @@
-"""Benchmark: result encoding for the PostgreSQL wire, old per-value text path vs `catalog.pgcodec`.
+"""Benchmark: result encoding for the PostgreSQL wire, old per-value text path vs `catalog.server.pgcodec`.
 
     python bench/bench_pgcodec.py                       # 10^6 rows, one batch
     python bench/bench_pgcodec.py --rows 200000 --batch-rows 2048 --repeat 3
@@ -8,7 +8,7 @@ order, with their types: int64/int32 ids and counts with NULLs, float64 statisti
 NULLs over a wide range of magnitudes, strings such as op names of ~90 characters, a bigint[]
 `shape`, booleans), then times, in the same process:
 
-- ``old text``: `encode_rows` as `catalog/pgwire.py` had it before pgcodec (kept below, verbatim,
+- ``old text``: `encode_rows` as `catalog/server/pgwire.py` had it before pgcodec (kept below, verbatim,
   as the baseline: `to_pylist` per column, `text_value` per value, `struct.pack` per field);
 - ``text`` and ``binary``: `pgcodec.encode_datarows` with every column in that format;
 - ``copy text``, ``copy csv``, ``copy binary``: `pgcodec.encode_copy` (the tuples of a COPY TO
@@ -52,9 +52,9 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from catalog import pgcodec
+from catalog.server import pgcodec
 
-# -- the old text encoder (catalog/pgwire.py before pgcodec), the baseline ---------------------
+# -- the old text encoder (catalog/server/pgwire.py before pgcodec), the baseline ---------------------
 
 
 def _old_float_text(v: float) -> str:

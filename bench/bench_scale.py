@@ -995,7 +995,7 @@ def time_spark(spark, path: Path, summary: Summary, runs: int) -> list[dict]:
     """`register_views`, then each query as `spark.sql(...).collect()`: cold (its first run after
     registering) and warm (median of `runs`). Spark's defaults otherwise (200 shuffle partitions,
     adaptive execution coalescing them)."""
-    from catalog.spark import register_views
+    from catalog.spark.spark_sql import register_views
 
     t = time.perf_counter()
     register_views(spark, path)

@@ -8,7 +8,7 @@ The catalog is `bench/bench_scale.py`'s generator (what a one-shot ingest of a M
 tensor files leaves: `--rows` statistic rows, long Llama-like kernel names); it is written once
 into `--workdir` and reused by later runs (without `--workdir`: a temp dir, deleted at the end).
 
-The server is a `catalog.server.Server` with its default workers and limits, except that a result
+The server is a `catalog.server.server.Server` with its default workers and limits, except that a result
 of `--rows` rows is allowed (`max_rows`, `max_result_bytes`) and a statement may take 10 minutes.
 It runs in a child process, as `dumpcat serve` would: a server thread inside this process would
 share the interpreter lock with the clients' decoding. Every client connects over loopback to it.
@@ -36,7 +36,7 @@ share the interpreter lock with the clients' decoding. Every client connects ove
    from what it returned (COPY: lines, or the binary tuples parsed; raw: the messages, checked
    against the server's tag) and must equal in-process's.
 
-MB are 10^6 bytes of the result in the format on the wire, computed once by `catalog.pgcodec` (the
+MB are 10^6 bytes of the result in the format on the wire, computed once by `catalog.server.pgcodec` (the
 server's own encoders) from the in-process result: DataRow messages, or CopyData messages of one
 row each; in process, the Arrow table's buffers. Ratios are of rows/s: a path's against in-process,
 and against the text path (psycopg 3's default cursor).
@@ -97,7 +97,7 @@ USER, PASSWORD, DBNAME = "bench", "bench-pw", "dumpcat"
 SERVER = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from catalog.server import Limits, Server
+from catalog.server.server import Limits, Server
 srv = Server(sys.argv[2], port=0, users=json.loads(sys.argv[4]), limits=Limits(**json.loads(sys.argv[3])))
 srv.start()
 print(srv.port, flush=True)

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import psycopg
 
 from catalog.api import Catalog
-from catalog.server import Limits, Server
+from catalog.server.server import Limits, Server
 from tests.conftest import dump_of
 
 POINT = "SELECT row_id, op_name, shape, max FROM stats WHERE row_id = $1"

@@ -39,7 +39,7 @@ NAN = "SELECT op_name, iteration, nan_count FROM stats WHERE nan_count > 0 ORDER
 def start_server(tree: Path, cat: Path) -> tuple[subprocess.Popen, int]:
     """`dumpcat serve` of the checkout at `tree`, on a free port; returns (process, port)."""
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); from catalog.cli import main; "
+        "import sys; sys.path.insert(0, sys.argv[1]); from catalog.cli.commands import main; "
         "sys.argv = ['dumpcat', 'serve', sys.argv[2], '--port', '0']; main()"
     )
     env = {**os.environ, "PYTHONPATH": str(tree)}

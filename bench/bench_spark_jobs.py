@@ -1,4 +1,4 @@
-"""`dumpcat stats` locally vs as Spark tasks (catalog/spark_jobs.py) on one machine.
+"""`dumpcat stats` locally vs as Spark tasks (catalog/spark/jobs.py) on one machine.
 
 A synthetic MindSpore tree (bench/synth.py, no statistic.csv) is ingested once with statistics off;
 then, on fresh copies of that catalog, alternating, best of ``--repeat``:

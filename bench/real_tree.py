@@ -94,9 +94,11 @@ def best(fn, repeat: int):
 
 def dumpcat_command() -> list[str]:
     """The `dumpcat` command of the code next to this script (what the console script runs:
-    ``from catalog.cli import main``), whatever copy of dumpcat this interpreter has installed."""
+    ``from catalog.cli.commands import main``), whatever copy of dumpcat this interpreter has installed."""
     root = str(HERE.parent)
-    code = f"import sys; sys.path.insert(0, {root!r}); from catalog.cli import main; sys.exit(main())"
+    code = (
+        f"import sys; sys.path.insert(0, {root!r}); from catalog.cli.commands import main; sys.exit(main())"
+    )
     return [sys.executable, "-c", code]
 
 

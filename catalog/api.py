@@ -29,19 +29,13 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from catalog.compare import CompareSummary
+    from catalog.missing_stats import StatsSummary
     from catalog.report import ReportSummary
-    from catalog.stats import StatsSummary
-from catalog.views import define_views, query_text
+from catalog.views import DUCKDB_CONFIG, define_views, query_text
 from ingest.pipeline import IngestSummary, ingest_dump
 from ingest.storage.store import CatalogError, CatalogStore
 
 __all__ = ["Catalog", "CatalogError", "QueryRefused", "TensorNotFoundError"]
-
-DUCKDB_CONFIG = {
-    # Only the extensions built into the wheel load here; never try to download others.
-    "autoinstall_known_extensions": "false",
-    "autoload_known_extensions": "false",
-}
 
 
 def wall_in(con: duckdb.DuckDBPyConnection, catalog_root: Path, spill: str) -> None:
@@ -261,7 +255,7 @@ class Catalog:
         results to `comparisons`; pairs compared before are not compared again. `mapping` is a CSV
         (`op_name,baseline_op_name`) for operators whose names differ between the runs. `spark` (a
         SparkSession, or a master URL such as `local[4]` or `spark://host:7077`) computes the
-        metrics as Spark tasks, one dump directory each (raises `catalog.spark_jobs.SparkJobError`
+        metrics as Spark tasks, one dump directory each (raises `catalog.spark.jobs.SparkJobError`
         when Spark cannot)."""
         from catalog.compare import compare_runs
 
@@ -285,8 +279,8 @@ class Catalog:
         that has neither a producer's statistics nor computed ones (a run ingested with
         `compute_stats=False`), and commit them as `dumpcat ingest` would have. Resumable: a killed
         call keeps what it committed. Locally on `workers` processes, or as Spark tasks with `spark`
-        (a SparkSession or a master URL). Raises `catalog.stats.StatsError` for an unknown run."""
-        from catalog.stats import compute_missing_stats
+        (a SparkSession or a master URL). Raises `catalog.missing_stats.StatsError` for an unknown run."""
+        from catalog.missing_stats import compute_missing_stats
 
         with self._lock:
             return compute_missing_stats(

@@ -3,7 +3,7 @@
 The pairs come from SQL (sql/queries/compare_pairs.sql: matched on rank, iteration, operator,
 io, slot and occurrence, through an optional name mapping; pairs already compared are left out).
 Their metrics are computed from the tensor data by `ingest.compare_metrics.compare_jobs` in helper
-processes, one streaming pass per pair (or, with `spark`, in Spark tasks: catalog/spark_jobs.py),
+processes, one streaming pass per pair (or, with `spark`, in Spark tasks: catalog/spark/jobs.py),
 and committed to the `comparisons` table in batches, so a killed compare keeps what it committed
 and a re-run continues from there.
 """
@@ -123,7 +123,7 @@ def compare_runs(
 
         workers_n = resolve_workers(workers)
         if spark is not None:
-            from catalog.spark_jobs import compare_on_spark
+            from catalog.spark.jobs import compare_on_spark
 
             results = compare_on_spark(spark, [job for batch in batches() for job in batch])
         elif workers_n > 1:

@@ -28,8 +28,7 @@ from pathlib import Path
 
 import duckdb
 
-from catalog.api import DUCKDB_CONFIG
-from catalog.views import USER_VIEWS, column_comments_sql, define_views
+from catalog.views import DUCKDB_CONFIG, USER_VIEWS, column_comments_sql, define_views
 from ingest.storage.schema import TABLES
 from ingest.storage.sql_views import quote_literal, view_sql_files
 from ingest.storage.store import CatalogStore, fsync_path

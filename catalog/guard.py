@@ -1,7 +1,7 @@
 """Statement policy: which SQL a client may run against the catalog, decided by DuckDB's parser.
 
 This is the second wall. The first is the engine the server runs client SQL on
-(`catalog.sandbox`): no file system access, a read-only catalog, a locked configuration, and a
+(`catalog.server.sandbox`): no file system access, a read-only catalog, a locked configuration, and a
 process with a memory limit. The guard turns what the engine would refuse anyway into clear
 errors and refuses what is harmless to the engine but not meant for clients (settings,
 file-reading table functions that would only fail later).
@@ -18,7 +18,7 @@ Every decision comes from a parser, never from patterns over the text:
 Parsing happens on a private DuckDB connection per thread that never executes client SQL. The
 PostgreSQL commands drivers send (SET, SHOW, RESET, BEGIN/COMMIT/ROLLBACK, SAVEPOINT, DISCARD,
 DEALLOCATE, LISTEN, DECLARE/FETCH, COPY ... TO STDOUT) are read from DuckDB's tokenizer by
-`catalog.pg_session` and answered by the server itself; they never reach DuckDB as written.
+`catalog.session_commands` and answered by the server itself; they never reach DuckDB as written.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from catalog import pg_session
+from catalog import session_commands
 from catalog.views import define_views
 
 SQLSTATE_PRIVILEGE = "42501"  # insufficient_privilege: reads of files, writes, settings, extensions
@@ -104,7 +104,7 @@ SYSTEM_RELATIONS = {
     "duckdb_temporary_files", "duckdb_memory", "duckdb_logs", "duckdb_log_contexts",
     "duckdb_external_file_cache", "duckdb_variables",
 }  # fmt: skip
-# The server's PostgreSQL emulation (catalog.pg_catalog) lives in these schemas: its macros,
+# The server's PostgreSQL emulation (catalog.server.pg_catalog) lives in these schemas: its macros,
 # `current_setting` among them, answer from fixed values and are always allowed.
 EMULATION_SCHEMAS = {"dumpcat_pg", "dumpcat_is"}
 
@@ -163,10 +163,10 @@ def parser_connection() -> duckdb.DuckDBPyConnection:
 
 def session_statement(text: str) -> Statement | None:
     """A PostgreSQL command the server answers itself (SET, SHOW, BEGIN, DECLARE, COPY ... read
-    from DuckDB's tokenizer by catalog.pg_session), or None for anything else."""
+    from DuckDB's tokenizer by catalog.session_commands), or None for anything else."""
     try:
-        cmd = pg_session.command(text)
-    except pg_session.CommandError as exc:
+        cmd = session_commands.command(text)
+    except session_commands.CommandError as exc:
         raise Refused(str(exc), exc.sqlstate) from exc
     return None if cmd is None else Statement(cmd.kind, text, cmd.args)
 

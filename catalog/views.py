@@ -15,6 +15,12 @@ from ingest.storage.flat_columns import FLAT_VIEWS, flat_view_sql
 from ingest.storage.schema import TABLES
 from ingest.storage.sql_views import define_raw_view, define_sql_views
 
+DUCKDB_CONFIG = {
+    # Only the extensions built into the wheel load here; never try to download others.
+    "autoinstall_known_extensions": "false",
+    "autoload_known_extensions": "false",
+}
+
 
 def column_comments_sql() -> list[str]:
     """The COMMENT ON COLUMN statements of sql/comments.sql (the user views' column descriptions),

@@ -18,11 +18,20 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("ingest", "catalog")
 STRUCTURE = ROOT / "docs" / "structure.md"
 
-# Layers from the bottom up: a module may import its own layer and the layers below it.
+# Layers from the bottom up: a module may import its own layer and the layers below it. The catalog
+# side: the query core (views, the guard) -> the operations a Catalog offers (compare, missing
+# statistics, export, the report, the Spark jobs), each taking what it needs as arguments -> the
+# `Catalog` API, a facade over them -> the front ends that serve a user (the CLI, the server).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("storage", ("ingest.storage",)),
     ("ingest", ("ingest",)),
-    ("query", ("catalog",)),
+    ("query", ("catalog.views", "catalog.guard", "catalog.session_commands", "catalog.tensor_index")),
+    (
+        "operations",
+        ("catalog.compare", "catalog.missing_stats", "catalog.export", "catalog.report", "catalog.spark"),
+    ),
+    ("api", ("catalog",)),
+    ("front ends", ("catalog.cli", "catalog.server")),
 ]
 
 

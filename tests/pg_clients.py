@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from catalog.server import Limits, Server
+from catalog.server.server import Limits, Server
 
 USER, PASSWORD, DBNAME = "analyst", "conformance-pw", "dumpcat"
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from catalog.server import Limits, Server
+from catalog.server.server import Limits, Server
 from tests.conftest import nan_log_catalog
 from tests.pg_clients import Endpoint
 from tests.superset import harness

@@ -195,7 +195,7 @@ def test_export_duckdb_command(cat, tmp_path):
 def test_serve_help_documents_every_flag_and_environment_variable():
     import click
 
-    from catalog.cli import serve
+    from catalog.cli.commands import serve
 
     undocumented = [p.name for p in serve.params if isinstance(p, click.Option) and not p.help]
     assert not undocumented

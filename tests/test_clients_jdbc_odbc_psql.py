@@ -29,7 +29,7 @@ import pyarrow as pa
 import pytest
 
 from catalog.api import Catalog
-from catalog.server import Server
+from catalog.server.server import Server
 from catalog.views import USER_VIEWS
 from tests.conftest import nan_log_catalog
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from catalog.cli import main as cli_main
+from catalog.cli.commands import main as cli_main
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"

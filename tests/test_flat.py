@@ -346,7 +346,7 @@ def test_contained_engine_reads_flat_and_old_catalogs(tmp_path, views_flat):
     """The server's contained engine answers the same as a Catalog on a catalog with flat files and
     on one from before them, whichever views database the server built (`flat` is decided when it
     starts; a catalog may gain flat files while it serves)."""
-    from catalog.sandbox import ContainedEngine, build_views_database
+    from catalog.server.sandbox import ContainedEngine, build_views_database
     from tests.conftest import as_written_before_flat_files
 
     path = tmp_path / "cat"
@@ -540,7 +540,7 @@ def test_a_one_shot_ingest_gives_back_its_writer_duckdb_after_each_batch(tmp_pat
 
 def _served_tensors(path: Path) -> list[dict]:
     """`tensors` as the server's engine (its own views database) gives it, by row id."""
-    from catalog.sandbox import ContainedEngine, build_views_database, private_folder
+    from catalog.server.sandbox import ContainedEngine, build_views_database, private_folder
 
     folder = private_folder()
     try:
@@ -559,7 +559,7 @@ def test_flat_tensors_store_file_name_and_path_only_where_rel_path_does_not_give
     `rel_path` (a narrower row for the writer's DuckDB to hold); DuckDB's views and the server's
     engine give them back, and a flat file that stores every name and path (written before)
     reads the same."""
-    from catalog.spark import SPARK_FILE_NAME_OF_REL_PATH
+    from catalog.spark.spark_sql import SPARK_FILE_NAME_OF_REL_PATH
     from ingest.storage.flat_columns import FILE_NAME_OF_REL_PATH, FLAT_STORED_COLUMNS, flat_select_list
 
     path = tmp_path / "cat"

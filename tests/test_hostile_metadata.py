@@ -230,7 +230,7 @@ def test_the_cap_through_a_real_dumpcat_ingest_and_its_environment(tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "catalog.cli",
+        "catalog.cli.commands",
         "ingest",
         str(tree),
         "-c",

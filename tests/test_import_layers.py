@@ -10,7 +10,7 @@ from tests.import_layers import STRUCTURE, cycles, import_graph, structure_markd
 # statistics shared by `dumpcat stats` and its Spark jobs (one statistics package). A cycle may
 # leave this list, not join it.
 KNOWN_CYCLES = [
-    ["catalog.spark_jobs", "catalog.stats"],
+    ["catalog.spark.jobs", "catalog.missing_stats"],
     [
         "ingest.pipeline", "ingest.readers.ascend_raw", "ingest.readers.ge_dump",
         "ingest.readers.mindspore_bin", "ingest.readers.mindspore_npy", "ingest.readers.msprobe",

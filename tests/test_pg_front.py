@@ -1,5 +1,5 @@
-"""The PostgreSQL front's parsing pieces: commands read from DuckDB's tokenizer (catalog.pg_session)
-and catalog queries translated with sqlglot (catalog.pg_translate), run on a real views database
+"""The PostgreSQL front's parsing pieces: commands read from DuckDB's tokenizer (catalog.session_commands)
+and catalog queries translated with sqlglot (catalog.server.pg_translate), run on a real views database
 built the way `dumpcat serve` builds it."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from catalog import pg_catalog, pg_session, pg_translate
-from catalog.sandbox import build_views_database
+from catalog import session_commands
+from catalog.server import pg_catalog, pg_translate
+from catalog.server.sandbox import build_views_database
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +72,7 @@ def run(con: duckdb.DuckDBPyConnection, query: str) -> list[tuple]:
     ],
 )
 def test_commands_are_read_from_tokens(text, kind, args):
-    cmd = pg_session.command(text)
+    cmd = session_commands.command(text)
     assert cmd is not None and (cmd.kind, cmd.args) == (kind, args)
 
 
@@ -80,7 +81,7 @@ def test_commands_are_read_from_tokens(text, kind, args):
     ["SELECT 1", "SHOW TABLES", "FROM stats SELECT op_name", "select 'SET x = 1'", "-- SET a = 1\nSELECT 2"],
 )
 def test_queries_are_not_commands(text):
-    assert pg_session.command(text) is None
+    assert session_commands.command(text) is None
 
 
 @pytest.mark.parametrize(
@@ -94,14 +95,14 @@ def test_queries_are_not_commands(text):
     ],
 )
 def test_copy_never_touches_a_file(text, sqlstate):
-    with pytest.raises(pg_session.CommandError) as info:
-        pg_session.command(text)
+    with pytest.raises(session_commands.CommandError) as info:
+        session_commands.command(text)
     assert info.value.sqlstate == sqlstate
 
 
 def test_split_at_top_level_semicolons_only():
     text = "SELECT ';' ; -- a; comment\nSELECT $$x;y$$; SHOW transaction isolation level;;"
-    assert pg_session.split(text) == [
+    assert session_commands.split(text) == [
         "SELECT ';'",
         "-- a; comment\nSELECT $$x;y$$",
         "SHOW transaction isolation level",
@@ -206,8 +207,8 @@ def test_settings_are_a_fixed_list(views):
 def test_hostile_texts_are_translated_or_refused_in_bounded_work(text):
     """The statements that took 12-22 s each in the old regex rewriter: each is split, read and
     translated (or refused as too complex) by parsers that are linear in the text."""
-    pg_session.split(text)
-    pg_session.command(text)
+    session_commands.split(text)
+    session_commands.command(text)
     if pg_translate.needs_translation(text):
         try:
             pg_translate.translate(text)

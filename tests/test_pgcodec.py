@@ -1,4 +1,4 @@
-"""catalog.pgcodec against real PostgreSQL codecs: psycopg's loaders read what we encode (DataRows,
+"""catalog.server.pgcodec against real PostgreSQL codecs: psycopg's loaders read what we encode (DataRows,
 COPY binary and text), psycopg's dumpers write what we decode, the text format is byte for byte
 the old per-value encoder's, COPY text/csv follow PostgreSQL's documented rules, and parameter
 decoding is bounded (ValueError, fast) on hostile input."""
@@ -24,7 +24,7 @@ from psycopg.adapt import PyFormat, Transformer
 from psycopg.pq import Format
 
 from bench.bench_pgcodec import old_encode_rows, old_text_value, stats_batch
-from catalog import pgcodec, pgwire
+from catalog.server import pgcodec, pgwire
 
 UTC = dt.UTC
 

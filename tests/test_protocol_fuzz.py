@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from catalog.server import Limits, Server
+from catalog.server.server import Limits, Server
 from tests.conftest import nan_log_catalog
 
 PROTOCOL_3 = 196608

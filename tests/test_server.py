@@ -13,8 +13,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from catalog import pg_catalog, pg_translate, pgwire
-from catalog.server import Limits, Server
+from catalog.server import pg_catalog, pg_translate, pgwire
+from catalog.server.server import Limits, Server
 from tests.conftest import nan_log_catalog
 from tests.hostile import RawClient
 

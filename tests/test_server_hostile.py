@@ -14,7 +14,7 @@ import pytest
 
 from catalog import guard
 from catalog.api import Catalog
-from catalog.sandbox import ContainedEngine, build_views_database
+from catalog.server.sandbox import ContainedEngine, build_views_database
 from tests.conftest import nan_log_catalog
 from tests.hostile import ServeProcess, fingerprint, prepared, statements
 

@@ -15,7 +15,7 @@ import psutil
 import psycopg
 import pytest
 
-from catalog.server import Limits, Server
+from catalog.server.server import Limits, Server
 from tests.conftest import nan_log_catalog
 from tests.hostile import RawClient, ServeProcess
 
@@ -293,9 +293,9 @@ def test_a_login_waits_briefly_for_a_slot_being_freed(cat, monkeypatch):
     logging in (a client that closes and reconnects at once races its old session's end): the new
     client gets that slot instead of 'too many clients'. (The wait is 1 s; 5 s here, so that a
     loaded machine's slow close does not decide the outcome.)"""
-    import catalog.server
+    import catalog.server.server
 
-    monkeypatch.setattr(catalog.server, "ROOM_WAIT", 5.0)
+    monkeypatch.setattr(catalog.server.server, "ROOM_WAIT", 5.0)
     limits = Limits(idle_timeout=600, max_connections=2, evict_idle_after=600, max_concurrent=1)
     with Server(cat, port=0, limits=limits) as srv:
         dsn = dict(host="127.0.0.1", port=srv.port, user="u", dbname="d", autocommit=True)
@@ -410,7 +410,7 @@ def test_cancel_reaches_a_describe(cat):
 def test_a_session_cannot_pile_up_prepared_statements_or_buffered_portals(cat, monkeypatch):
     import struct
 
-    import catalog.server as server_module
+    import catalog.server.server as server_module
 
     monkeypatch.setattr(server_module, "MAX_STATEMENTS", 5)
     limits = Limits(max_concurrent=2, max_result_bytes=300_000)

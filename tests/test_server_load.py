@@ -10,7 +10,7 @@ import psutil
 import psycopg
 
 from catalog.api import Catalog
-from catalog.server import Limits, Server
+from catalog.server.server import Limits, Server
 from tests.conftest import dump_of
 
 CLIENTS, SECONDS = 50, 6.0

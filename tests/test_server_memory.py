@@ -1,4 +1,4 @@
-"""The memory budgets of `dumpcat serve`'s main process (catalog/server_memory.py): what one
+"""The memory budgets of `dumpcat serve`'s main process (catalog/server/memory.py): what one
 session may hold in texts (--session-memory, counted as Python holds them, so 4-byte characters
 count 4 bytes), and one server-wide budget (--buffer-memory) for every session's texts, rows
 buffered for row-limited portals, and large protocol messages. Over budget is an error for the one
@@ -14,7 +14,7 @@ import psutil
 import psycopg
 import pytest
 
-from catalog.server import Limits, Server
+from catalog.server.server import Limits, Server
 from tests.conftest import nan_log_catalog
 from tests.hostile import RawClient, ServeProcess
 

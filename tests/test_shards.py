@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from catalog import Catalog
-from catalog.sandbox import ContainedEngine, build_views_database
+from catalog.server.sandbox import ContainedEngine, build_views_database
 from ingest.storage import flat
 from ingest.storage.store import CatalogError, CatalogStore, CatalogWarning, shard_path
 from ingest.watch import read_status, status_path

@@ -1,4 +1,4 @@
-"""Spark SQL over the catalog (catalog/spark.py): every view DuckDB defines gives the same rows in
+"""Spark SQL over the catalog (catalog/spark/spark_sql.py): every view DuckDB defines gives the same rows in
 Spark local mode, over one catalog holding a committed dump of every producer and layout
 (tests/test_flat.py SPARK_ROOTS). tests/test_spark_jobs.py runs Spark work on a standalone master +
 worker started on 127.0.0.1 from the pyspark package's own scripts.
@@ -214,7 +214,7 @@ def _duckdb_table_macros(cat: Catalog) -> set[str]:
 
 
 def _duckdb_call(name: str, args: tuple, kwargs: dict) -> str:
-    """The DuckDB call of a macro with the literals catalog.spark gives Spark."""
+    """The DuckDB call of a macro with the literals catalog.spark.spark_sql gives Spark."""
     parts = [dspark._literal(a).sql("duckdb") for a in args]
     parts += [f"{k} := {dspark._literal(v).sql('duckdb')}" for k, v in kwargs.items()]
     return f"SELECT * FROM {name}({', '.join(parts)})"

@@ -1,4 +1,4 @@
-"""Heavy work as Spark jobs (catalog/spark_jobs.py, catalog/stats.py): `dumpcat stats` and `dumpcat
+"""Heavy work as Spark jobs (catalog/spark/jobs.py, catalog/missing_stats.py): `dumpcat stats` and `dumpcat
 compare` give the same rows computed locally, as Spark tasks in local mode and on a standalone master
 + worker started on 127.0.0.1 (the `spark` fixture of conftest.py), over real committed dumps.
 
@@ -26,7 +26,7 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("Spark needs Java (openjdk-17-jre-headless)", allow_module_level=True)
 
 from catalog import Catalog
-from catalog.spark_jobs import check_master_url, pack_tasks, task_bounds
+from catalog.spark.jobs import check_master_url, pack_tasks, task_bounds
 from ingest.pipeline import ingest_dump
 from ingest.storage.store import CatalogStore
 from tests.compare import catalog_content
@@ -247,8 +247,8 @@ def test_cli_killed_then_resumed(spark, no_stats, expected):
     that batch; `dumpcat stats` then computes the rest, and the catalog ends as an ingest with
     statistics. Batches and tasks are made small here so that the kill lands half way."""
     code = (
-        "import sys; import catalog.stats as s; s._COMMIT_ROWS = 40; s._TASK_MAX_TENSORS = 40; "
-        "from catalog.cli import main; main(sys.argv[1:])"
+        "import sys; import catalog.missing_stats as s; s._COMMIT_ROWS = 40; s._TASK_MAX_TENSORS = 40; "
+        "from catalog.cli.commands import main; main(sys.argv[1:])"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1"}
     proc = subprocess.Popen(
@@ -348,7 +348,9 @@ def test_bad_master_and_missing_pyspark_are_one_line_errors(spark, no_stats, two
     )
     assert "cannot reach the Spark master" in _one_line_error(compare)
     assert _cli("compare", str(two_runs), "cast", "base").returncode == 0  # nothing was committed
-    without = "import sys; sys.modules['pyspark'] = None; from catalog.cli import main; main(sys.argv[1:])"
+    without = (
+        "import sys; sys.modules['pyspark'] = None; from catalog.cli.commands import main; main(sys.argv[1:])"
+    )
     proc = subprocess.run(
         [sys.executable, "-c", without, "stats", str(no_stats), "--spark", "local[2]"],
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -367,7 +369,7 @@ def test_a_mistyped_master_url_is_an_error_even_with_nothing_to_do(two_runs, tmp
     """A master URL that is no Spark master URL (a typo, a quote too many) is one error line before
     any work, also when there is nothing to compute and no session would start (it used to end
     in success then, the URL never looked at); `dumpcat stats` and `compare`, CLI and Python."""
-    from catalog.spark_jobs import SparkJobError
+    from catalog.spark.jobs import SparkJobError
 
     path = Path(shutil.copytree(two_runs, tmp_path / "cat"))  # ingested with statistics
     with Catalog.open(path) as cat:

@@ -51,7 +51,7 @@ def small_tree(tmp_path_factory) -> Path:
 
 def test_cli_imports_no_engine_before_a_command():
     out = _python(
-        "import sys, catalog.cli\n"
+        "import sys, catalog.cli.commands\n"
         "print(sorted(m for m in ('duckdb', 'numpy', 'pyarrow', 'catalog.api') if m in sys.modules))"
     )
     assert out.returncode == 0, out.stderr
@@ -71,7 +71,7 @@ def test_producer_names_are_the_registrys():
 
 
 def test_export_default_matches_the_cli():
-    from catalog.cli import export_duckdb_cmd
+    from catalog.cli.commands import export_duckdb_cmd
     from catalog.export import DEFAULT_STORAGE_VERSION
 
     option = next(p for p in export_duckdb_cmd.params if p.name == "storage_version")
@@ -100,7 +100,7 @@ def test_cli_ingest_uses_the_warm_connection_and_writes_what_a_cold_writer_does(
         "        if name.split('.')[0] == 'pandas':\n"
         "            raise ModuleNotFoundError(name)\n"
         "sys.meta_path.insert(0, NoPandas())\n"
-        "from catalog.cli import main\n"
+        "from catalog.cli.commands import main\n"
         "import ingest.storage.writer_warm_up as w\n"
         "try:\n"
         "    main(sys.argv[1:])\n"

@@ -1,4 +1,4 @@
-"""The statement worker's timeouts under its address-space cap (catalog.statement_worker.Deadline).
+"""The statement worker's timeouts under its address-space cap (catalog.server.statement_worker.Deadline).
 
 A worker caps its own address space (RLIMIT_AS). A thread started under that cap needs address space for
 its stack, so a statement timer started per statement failed once an earlier statement had left the
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 UNDER_A_TIGHT_CAP = """
 import resource, threading, time
-from catalog.statement_worker import Deadline
+from catalog.server.statement_worker import Deadline
 
 fired = []
 deadline = Deadline(fired.append)  # started before the cap, like the worker's
@@ -64,9 +64,9 @@ def test_an_interrupt_that_comes_before_its_request_stops_it(tmp_path) -> None:
     import json
     import time
 
-    from catalog.server import Server
-    from catalog.statement_worker import ERROR, HEADER
-    from catalog.worker_pool import read_frame
+    from catalog.server.server import Server
+    from catalog.server.statement_worker import ERROR, HEADER
+    from catalog.server.worker_pool import read_frame
     from tests.conftest import nan_log_catalog
 
     cross_join = "SELECT count(*) FROM range(1000000) a, range(1000000) b"

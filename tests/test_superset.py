@@ -31,7 +31,7 @@ def cat_path(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def dumpcat_uri(cat_path):
-    from catalog.server import Server
+    from catalog.server.server import Server
 
     srv = Server(cat_path, port=0, users={USER: PASSWORD}).start()
     try:

@@ -23,7 +23,7 @@ import pytest
 
 from catalog import guard
 from catalog.api import Catalog
-from catalog.server import Limits, Server
+from catalog.server.server import Limits, Server
 from tests.conftest import DATA, MS210
 
 MS_RUNS = ["nan_log", "control_flow", "iter_filter", "kernels_filter", "long_names", "outputs_only"]

@@ -2,7 +2,7 @@
 
 The writer (ingest/storage/flat.py) selects `FLAT_STORED_COLUMNS` when it writes a flat file; the
 query side's views read the files back with `flat_select_list` / `flat_view_sql` (DuckDB; Spark's
-reading is in catalog/spark.py). Encoding and decoding live here, side by side.
+reading is in catalog/spark/spark_sql.py). Encoding and decoding live here, side by side.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 -- Tensors whose statistics are still to be computed from their data (`dumpcat stats`,
--- catalog/stats.py), over the raw tables of one writer's shard: those the ingest path would have
+-- catalog/missing_stats.py), over the raw tables of one writer's shard: those the ingest path would have
 -- computed (ingest --stats) had it run with statistics. Left out: tensors with computed statistics;
 -- tensors with a producer's statistic row (statistic.csv, CANN stats CSV), except msprobe's dump.json
 -- rows, which have no counts (the `stats` view takes them from the computed row); raw-bytes slots

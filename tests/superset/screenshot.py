@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from catalog.server import Server  # noqa: E402
+from catalog.server.server import Server  # noqa: E402
 from tests.conftest import nan_log_catalog  # noqa: E402
 from tests.report_browser import Browser  # noqa: E402
 from tests.superset import harness  # noqa: E402

@@ -8,14 +8,14 @@ A DuckDB database that can do nothing but read the catalog:
   handed to DuckDB as Arrow datasets, registered as the `raw_<table>` relations the views in
   `sql/` read; DuckDB itself never opens a file.
 - **A read-only catalog.** The views (`sql/*.sql` and the PostgreSQL emulation of
-  `catalog.pg_catalog`) live in a small database file built once per server in a private
+  `catalog.server.pg_catalog`) live in a small database file built once per server in a private
   temporary folder and opened `read_only`: `CREATE`, `DROP`, `INSERT`, `CREATE MACRO` on it fail
   in the engine. Each client session gets its own cursor, so even temporary objects live and die
   with that one session.
 - **A configuration no client can change** (`lock_configuration`), a memory limit, no spilling
   to disk, an expression depth limit.
 
-The process this runs in (`catalog.statement_worker`) adds the address-space limit that bounds
+The process this runs in (`catalog.server.statement_worker`) adds the address-space limit that bounds
 what DuckDB's memory limit does not.
 """
 
@@ -33,8 +33,8 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from catalog import pg_catalog
 from catalog.guard import MAX_EXPRESSION_DEPTH
+from catalog.server import pg_catalog
 from ingest.storage.flat_columns import FLAT_ONLY_COLUMNS, FLAT_STORED_COLUMNS, FLAT_VIEWS, flat_select_list
 from ingest.storage.schema import TABLES
 from ingest.storage.sql_views import view_sql_files
@@ -153,7 +153,7 @@ class ContainedEngine:
         entry = self._cursors.pop(session, None)
         if entry is None:
             cur, token = self.con.cursor(), None
-            # what pg_backend_pid() and pg_stat_activity show this session (catalog.pg_catalog)
+            # what pg_backend_pid() and pg_stat_activity show this session (catalog.server.pg_catalog)
             cur.execute("SET VARIABLE dumpcat_backend_pid = ?", [session])
             cur.execute("SET VARIABLE dumpcat_started = ?", [self.started])
         else:

@@ -1,9 +1,9 @@
 """`dumpcat serve`: the catalog over the PostgreSQL wire protocol, read-only and contained.
 
-An asyncio server speaks protocol 3 (`catalog.pgwire`) and does nothing else with what clients
+An asyncio server speaks protocol 3 (`catalog.server.pgwire`) and does nothing else with what clients
 send: every statement — rewriting PostgreSQL catalog references, splitting, classifying,
-describing, running — happens in a pool of statement worker processes (`catalog.worker_pool`,
-`catalog.statement_worker`) running the contained engine of `catalog.sandbox`. So:
+describing, running — happens in a pool of statement worker processes (`catalog.server.worker_pool`,
+`catalog.server.statement_worker`) running the contained engine of `catalog.server.sandbox`. So:
 
 - the engine is the wall (no file access, a read-only catalog, locked settings), the statement
   policy of `catalog.guard` a second one;
@@ -41,9 +41,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from catalog import pg_catalog, pgcodec, pgwire
-from catalog.sandbox import build_views_database, private_folder
-from catalog.server_memory import (
+from catalog.server import pg_catalog, pgcodec, pgwire
+from catalog.server.memory import (
     BIG_MESSAGE,
     RETURN_AFTER,
     OverBudget,
@@ -51,9 +50,20 @@ from catalog.server_memory import (
     return_memory,
     text_bytes,
 )
-from catalog.statement_worker import COPYOUT, DATA, DONE, ERROR, LIST, NODATA, PARSED, ROWDESC, parse_size
+from catalog.server.sandbox import build_views_database, private_folder
+from catalog.server.statement_worker import (
+    COPYOUT,
+    DATA,
+    DONE,
+    ERROR,
+    LIST,
+    NODATA,
+    PARSED,
+    ROWDESC,
+    parse_size,
+)
+from catalog.server.worker_pool import Job, JobFailed, WorkerPool, error_of
 from catalog.views import USER_VIEWS
-from catalog.worker_pool import Job, JobFailed, WorkerPool, error_of
 from ingest.storage.store import CatalogStore
 
 log = logging.getLogger("dumpcat.server")
@@ -88,7 +98,7 @@ class Limits:
     login_timeout: float = 10.0  # seconds to finish startup and authentication
     max_pending: int = 64  # connections not logged in yet; the oldest is closed to make room
     session_memory: int = 16 << 20  # bytes of one session's prepared statements, settings and views
-    buffer_memory: int = 512 << 20  # bytes the main process holds for all sessions (catalog.server_memory)
+    buffer_memory: int = 512 << 20  # bytes the main process holds for all sessions (catalog.server.memory)
     threads: int | None = None  # DuckDB threads per worker (default: cores / workers, at least 1)
 
     def validate(self) -> None:

@@ -3,7 +3,7 @@
 Drivers, ORMs and BI tools read PostgreSQL's system catalogs (`pg_catalog.pg_class`,
 `information_schema.columns`, `'stats'::regclass`, `format_type(...)`, `OPERATOR(pg_catalog.~)`).
 The server emulates those catalogs as views and macros in the schemas `dumpcat_pg` and
-`dumpcat_is` of its read-only views database (`catalog.pg_catalog`). A statement that names any
+`dumpcat_is` of its read-only views database (`catalog.server.pg_catalog`). A statement that names any
 of them is parsed with sqlglot's PostgreSQL grammar, its syntax tree is rewritten node by node
 (table references, function calls, casts, operators, collations) and DuckDB SQL is generated from
 the tree. Nothing is done with patterns over the client's text.
@@ -30,8 +30,8 @@ from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
 
-from catalog import pg_catalog
-from catalog.pg_session import _IDENT, _KEYWORD, CommandError, tokens
+from catalog.server import pg_catalog
+from catalog.session_commands import _IDENT, _KEYWORD, CommandError, tokens
 
 MAX_TRANSLATED = 64 << 10  # bytes of a catalog query (real clients send < 10 KiB); larger ones are refused
 
@@ -475,7 +475,7 @@ def _expression_type(node: exp.Expression, columns: dict[str, int]) -> int:
 
 
 def _datatype_oid(to: exp.Expression | None) -> int:
-    from catalog import pgwire
+    from catalog.server import pgwire
 
     if not isinstance(to, exp.DataType):
         return 0
@@ -487,7 +487,7 @@ def _datatype_oid(to: exp.Expression | None) -> int:
 
 
 def _param_type(node: exp.Expression, columns: dict[str, int]) -> int:
-    from catalog import pgwire
+    from catalog.server import pgwire
 
     parent = node.parent
     while isinstance(parent, exp.Paren):

@@ -7,7 +7,7 @@ shard that holds it, where its rank's operators resolve them). The rows are made
 pipeline's own code (`computed_stats_rows`), with the same kernel; a tensor whose data cannot be
 read gets the same `ingest_errors` row as at ingest. Locally the statistics are computed by this
 process and helper processes (`--workers`, as ingest does); with `spark` each dump directory is a
-Spark task (catalog/spark_jobs.py). Either way batches are committed as results come, so a killed
+Spark task (catalog/spark/jobs.py). Either way batches are committed as results come, so a killed
 run keeps what it committed and the next one computes the rest.
 """
 
@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 import duckdb
 import pyarrow as pa
 
-from catalog.spark_jobs import check_master_url, pack_tasks
-from catalog.views import query_text
+from catalog.spark.jobs import check_master_url, pack_tasks
+from catalog.views import DUCKDB_CONFIG, query_text
 from ingest.helper_pool import resolve_workers
 from ingest.storage.schema import STAT_VALUE_FIELDS, TABLES
 from ingest.storage.sql_views import define_raw_view
@@ -50,7 +50,6 @@ _KEYS = TABLES["tensor_stats"].names[: -len(STAT_VALUE_FIELDS)]
 _TODO_COLUMNS = list(
     dict.fromkeys([*_KEYS, "rel_path", "data_offset", "stored_dtype", "format", "host_shape"])
 )
-_DUCKDB_CONFIG = {"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
 
 
 class StatsError(ValueError):
@@ -208,7 +207,7 @@ def compute_missing_stats(
         def session() -> SparkSession:
             """The Spark session, started when the first task is due (nothing to do: no Spark)."""
             if not sessions:
-                from catalog.spark_jobs import spark_session
+                from catalog.spark.jobs import spark_session
 
                 sessions.append(stack.enter_context(spark_session(spark, "dumpcat stats")))  # type: ignore[arg-type]
                 summary.where = f"Spark {sessions[0].sparkContext.master}"
@@ -253,7 +252,7 @@ def _shard_stats(
         snap = shard.snapshot()
         roots = {r: root for (_, r), root in shard.dump_roots(snap).items()}
         files, full = shard.table_files(snap), shard.full_schema_tables(snap)
-        con = duckdb.connect(":memory:", config=_DUCKDB_CONFIG)
+        con = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
         # the work list streams while the statistics are computed: no progress bar of DuckDB's
         con.execute("SET enable_progress_bar = false")
         try:
@@ -297,7 +296,7 @@ def _on_spark(
     progress: Callable[[int], None],
 ) -> None:
     """The work list as Spark tasks, one dump directory each (small ones packed, huge ones cut)."""
-    from catalog.spark_jobs import from_ipc, run_tasks, stats_partition, task_bounds, to_ipc
+    from catalog.spark.jobs import from_ipc, run_tasks, stats_partition, task_bounds, to_ipc
 
     items, nbytes = task_bounds(
         sum(c[1] for c in counts), sum(c[2] for c in counts), spark.sparkContext.defaultParallelism,

@@ -1,7 +1,7 @@
 """A statement worker: the process `dumpcat serve` runs client SQL in.
 
-The server keeps a pool of these (`catalog.worker_pool`). Each one opens the contained engine
-(`catalog.sandbox`), warms it up, then limits its own address space (`RLIMIT_AS`) so that no
+The server keeps a pool of these (`catalog.server.worker_pool`). Each one opens the contained engine
+(`catalog.server.sandbox`), warms it up, then limits its own address space (`RLIMIT_AS`) so that no
 statement can take more memory than `--memory-limit` plus a fixed headroom, whatever DuckDB's
 own accounting misses (list and string expressions are not bounded by `memory_limit`). A
 statement that hits the limit fails with an out-of-memory error; if the process dies instead, the
@@ -31,7 +31,7 @@ import threading
 import time
 from typing import Any
 
-from catalog import pgwire
+from catalog.server import pgwire
 
 HEADER = struct.Struct("!cI")
 
@@ -125,7 +125,7 @@ class Worker:
 
     def __init__(self, data: socket.socket, control: socket.socket, config: dict) -> None:
         from catalog import guard
-        from catalog.sandbox import ContainedEngine
+        from catalog.server.sandbox import ContainedEngine
 
         self.data, self.control = data, control
         self.config = config
@@ -160,7 +160,7 @@ class Worker:
             "SELECT c.relname FROM pg_catalog.pg_class c WHERE c.oid = 'stats'::regclass"
         )
         batch = cur.sql(catalog_query["text"]).to_arrow_table().to_batches()
-        from catalog import pgcodec
+        from catalog.server import pgcodec
 
         for b in batch:
             pgcodec.encode_datarows(b, [1] * b.num_columns)
@@ -324,7 +324,7 @@ class Worker:
         return StatementError(f"internal error: {type(exc).__name__}: {first_line(exc)}", "XX000")
 
     def decode_params(self, params: list) -> list:
-        from catalog import pgcodec
+        from catalog.server import pgcodec
 
         try:
             return [
@@ -338,8 +338,8 @@ class Worker:
 
     def query_text(self, text: str) -> str:
         """The DuckDB text of a client query: PostgreSQL catalog queries translated
-        (catalog.pg_translate), then classified by the guard (refused unless a harmless read)."""
-        from catalog import pg_translate
+        (catalog.server.pg_translate), then classified by the guard (refused unless a harmless read)."""
+        from catalog.server import pg_translate
 
         if pg_translate.needs_translation(text):
             try:
@@ -353,13 +353,14 @@ class Worker:
 
     def prepare(self, text: str) -> dict:
         """One statement as the server needs it: a query (DuckDB text and its parameters) or a
-        command the server answers (catalog.pg_session), whose inner query (DECLARE, COPY) is
+        command the server answers (catalog.session_commands), whose inner query (DECLARE, COPY) is
         prepared here too."""
-        from catalog import pg_session, pg_translate
+        from catalog import session_commands
+        from catalog.server import pg_translate
 
         try:
-            cmd = pg_session.command(text)
-        except pg_session.CommandError as exc:
+            cmd = session_commands.command(text)
+        except session_commands.CommandError as exc:
             raise StatementError(str(exc), exc.sqlstate) from exc
         if cmd is None:
             call = pg_translate.set_config_call(text)
@@ -392,7 +393,7 @@ class Worker:
     def parameters(self, query: str) -> dict:
         """How many $n parameters a query has, and the PostgreSQL type of each where it can be
         inferred (a client that asks, such as asyncpg, encodes its values by these)."""
-        from catalog import pg_translate
+        from catalog.server import pg_translate
 
         n = param_count(query)
         if n > MAX_PARAMETERS:  # ParameterDescription and Bind count them in 16 bits
@@ -425,9 +426,9 @@ class Worker:
     _applied: dict[int, tuple[Any, dict[str, str]]]
 
     def parse(self, text: str) -> dict:
-        from catalog import pg_session
+        from catalog import session_commands
 
-        stmts = pg_session.split(text)
+        stmts = session_commands.split(text)
         if not stmts:
             return {"kind": "empty", "text": "", "args": [], "nparams": 0, "param_types": []}
         if len(stmts) > 1:
@@ -435,9 +436,9 @@ class Worker:
         return self.prepare(stmts[0])
 
     def simple(self, request: dict) -> None:
-        from catalog import pg_session
+        from catalog import session_commands
 
-        stmts = pg_session.split(request["text"])
+        stmts = session_commands.split(request["text"])
         if len(stmts) > MAX_STATEMENTS_PER_QUERY:
             raise StatementError(
                 f"a query string of {len(stmts):,} statements: at most {MAX_STATEMENTS_PER_QUERY:,} at once",
@@ -486,7 +487,7 @@ class Worker:
     def describe(self, sid: int, text: str, nparams: int) -> None:
         import duckdb
 
-        from catalog import pgcodec
+        from catalog.server import pgcodec
 
         text, cur = self._start(sid, text, checked=True)
         params = [None] * nparams or None
@@ -512,7 +513,7 @@ class Worker:
 
     def run(self, sid: int, text: str, values: list, limits: dict, *, checked: bool = True) -> None:
         """Run a query and stream its rows as DataRow messages in the formats the client bound."""
-        from catalog import pgcodec
+        from catalog.server import pgcodec
 
         reader = self._reader(sid, text, values, checked=checked)
         if reader is None:
@@ -528,7 +529,7 @@ class Worker:
         """`COPY (query) TO STDOUT`: CopyOutResponse, one CopyData message per row (as PostgreSQL
         sends them; psycopg's row reader counts on it), CopyDone. Nothing is written anywhere but to
         the client."""
-        from catalog import pgcodec
+        from catalog.server import pgcodec
 
         reader = self._reader(sid, text, values, checked=True)
         fmt = options.get("format", "text")
@@ -654,7 +655,7 @@ _ERROR_CODES = [
 ]
 
 
-# Errors the PostgreSQL emulation raises (catalog.pg_catalog's macros) and PostgreSQL's SQLSTATE for each.
+# Errors the PostgreSQL emulation raises (pg_catalog.py's macros) and PostgreSQL's SQLSTATE for each.
 _EMULATION_ERRORS = [
     ("unrecognized configuration parameter", "42704"),
     ('relation "', "42P01"),

@@ -98,7 +98,7 @@ STATS_OPTION = click.option(
 
 def _spark_master(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """A mistyped master URL is an error before any work, even when there is nothing to do."""
-    from catalog.spark_jobs import SparkJobError, check_master_url
+    from catalog.spark.jobs import SparkJobError, check_master_url
 
     try:
         return None if value is None else check_master_url(value)
@@ -175,7 +175,7 @@ def _expected_errors() -> tuple[tuple[type[Exception], ...], type[Exception]]:
 
 
 def _print_table(result: pa.Table, fmt: str) -> None:
-    from catalog.output import write_table
+    from catalog.cli.output import write_table
 
     write_table(result, sys.stdout, fmt)
 
@@ -520,7 +520,7 @@ def anomalies(catalog_path: str, run: str | None, by_graph: bool, fmt: str) -> N
 
 def _note_dtype_mismatches(cat: Catalog, run: str | None, by_graph: bool) -> None:
     """Say when an answer's tensor file holds data of another dtype than its name says."""
-    from catalog.output import printable
+    from catalog.cli.output import printable
 
     view = "first_anomaly_by_graph" if by_graph else "first_anomaly"
     rows = cat.sql(
@@ -575,7 +575,7 @@ def compare(
     """Compare the tensors of RUN with those of BASELINE (two runs of one catalog): cosine, errors,
     KL divergence and more per pair, stored in `comparisons`; then print each step's first divergence."""
     from catalog.compare import CompareError
-    from catalog.spark_jobs import SparkJobError
+    from catalog.spark.jobs import SparkJobError
 
     if spark_master is not None and workers is not None:
         raise click.UsageError("--workers is for local processes; with --spark every executor core works")
@@ -601,7 +601,7 @@ def compare(
 def _say_first_difference(cat: Catalog, run: str, baseline: str) -> None:
     """An empty first_divergence is the usual fp16/bf16 drift below the tolerances: say so, and
     where the runs first differ at all, rather than leave the user with `(0 rows)`."""
-    from catalog.output import printable
+    from catalog.cli.output import printable
     from catalog.views import query_text
 
     rows = cat.sql(query_text("first_difference"), {"run": run, "baseline": baseline}).to_pylist()
@@ -645,8 +645,8 @@ def stats(
     with --no-stats) and commit them, as `ingest --stats` would have; a re-run does what is left."""
     from tqdm import tqdm
 
-    from catalog.spark_jobs import SparkJobError
-    from catalog.stats import StatsError
+    from catalog.missing_stats import StatsError
+    from catalog.spark.jobs import SparkJobError
 
     if spark_master is not None and workers is not None:
         raise click.UsageError("--workers is for local processes; with --spark every executor core works")
@@ -894,10 +894,10 @@ def serve(
     access, every phase under --query-timeout, memory capped per statement. The Docker image also
     reads DUMPCAT_TLS_CERT and DUMPCAT_TLS_KEY for --tls-cert and --tls-key.
     """
-    from catalog.server import Limits, parse_users
-    from catalog.server import serve as run_server
-    from catalog.statement_worker import parse_size
-    from catalog.worker_pool import WorkerStartError
+    from catalog.server.server import Limits, parse_users
+    from catalog.server.server import serve as run_server
+    from catalog.server.statement_worker import parse_size
+    from catalog.server.worker_pool import WorkerStartError
 
     if (tls_cert is None) != (tls_key is None):
         _fail("--tls-cert and --tls-key go together")

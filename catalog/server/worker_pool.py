@@ -1,6 +1,6 @@
 """The server's pool of statement worker processes, seen from its event loop.
 
-Each worker (`catalog.statement_worker`) is a separate Python process connected by two socket
+Each worker (`catalog.server.statement_worker`) is a separate Python process connected by two socket
 pairs: one for requests and replies, one for interrupts. A `Job` is one request on one worker;
 it reads reply frames under a hard deadline (the statement timeout plus a grace period). A worker
 that does not answer by then, or that died (out of its address space, a crash in the engine), is
@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from catalog.statement_worker import ERROR, HEADER, READY, TERMINAL
+from catalog.server.statement_worker import ERROR, HEADER, READY, TERMINAL
 
 log = logging.getLogger("dumpcat.server")
 
@@ -170,7 +170,7 @@ class WorkerPool:
         env = {**os.environ, "MALLOC_ARENA_MAX": "2", "PYTHONPATH": _import_path()}
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "catalog.statement_worker", json.dumps(config)],
+                [sys.executable, "-m", "catalog.server.statement_worker", json.dumps(config)],
                 pass_fds=(data_child.fileno(), control_child.fileno()),
                 stdin=subprocess.DEVNULL,
                 env=env,

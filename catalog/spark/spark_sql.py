@@ -1,6 +1,6 @@
 """Spark SQL over a dumpcat catalog: the views of sql/*.sql as temporary views of a SparkSession.
 
-    from catalog.spark import register_views
+    from catalog.spark.spark_sql import register_views
     register_views(spark, "path/to/cat")
     spark.sql("SELECT op_name FROM stats WHERE nan_count > 0").show()
 

@@ -3,7 +3,7 @@
 Message framing (parse frontend messages, build backend ones), SCRAM-SHA-256 (RFC 5802 / 7677)
 and MD5 password checks, the mapping from Arrow/DuckDB types to PostgreSQL type OIDs, and the
 text encoding of values (NaN/Infinity, arrays as `{1,2,3}`, timestamps) that clients parse.
-`catalog.server` does the I/O.
+`catalog.server.server` does the I/O.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from catalog import pgcodec
-from catalog.pgcodec import (  # noqa: F401 (re-exported: the OIDs live with the Arrow -> OID mapping)
+from catalog.server import pgcodec
+from catalog.server.pgcodec import (  # noqa: F401 (re-exported: the OIDs live with the Arrow -> OID mapping)
     ARRAY_OF,
     BOOL,
     BYTEA,
@@ -61,7 +61,7 @@ DUCK_TYPE_OIDS = {
 
 oid_of = pgcodec.oid_of  # PostgreSQL type OID of an Arrow column type
 
-# -- text encoding of values (catalog.pgcodec) --------------------------------------------------
+# -- text encoding of values (catalog.server.pgcodec) --------------------------------------------------
 
 text_value = pgcodec.text_value  # the PostgreSQL text of one Python value
 

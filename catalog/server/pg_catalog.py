@@ -3,7 +3,7 @@
 Drivers, ORMs and BI tools learn what a database holds from `pg_catalog` and
 `information_schema`. DuckDB ships a `pg_catalog` of its own, but with DuckDB's OIDs and without
 most of what clients read, so the server defines its own, in the schemas `dumpcat_pg` and
-`dumpcat_is` of its read-only views database, and `catalog.pg_translate` points client queries at
+`dumpcat_is` of its read-only views database, and `catalog.server.pg_translate` points client queries at
 them. Everything here is data: tables of rows (types, functions, access methods, collations,
 settings) written out as `VALUES`, views over DuckDB's own metadata for the relations and columns,
 and macros for the functions clients call.
@@ -26,7 +26,7 @@ import zlib
 
 import duckdb
 
-from catalog import pgwire
+from catalog.server import pgwire
 from catalog.views import USER_VIEWS
 
 PG_VERSION = "14.0"
