@@ -3,3 +3,12 @@
 Imports nothing heavy itself: each command imports what it needs when it runs, so that
 `dumpcat --help` answers at once.
 """
+
+from __future__ import annotations
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The `dumpcat` console script (pyproject.toml): the click group of commands.py."""
+    from catalog.cli.commands import main as run
+
+    run(argv)
