@@ -30,6 +30,7 @@ from catalog import Catalog
 from ingest.watch import status_path
 from tests.conftest import dump_of
 from tests.replay import WriteBudget, files_written, make_stat_csv_tree, replay, tensor_key, timestamp_of
+from tests.timing import ATTEMPTS, with_retries, within
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -569,7 +570,13 @@ def test_concurrent_reader_never_sees_duplicates_or_lost_rows(tmp_path, stat_tre
 @pytest.mark.parametrize("with_csv", [False, True], ids=["computed_stats", "statistic_csv"])
 def test_tensor_queryable_within_2s_while_its_iteration_is_written(tmp_path, with_csv):
     """Freshness: a complete file is queryable within 2 s even though its iteration directory (and
-    its statistic.csv) keeps growing for several more seconds."""
+    its statistic.csv) keeps growing for several more seconds. A latency: a busy machine may run it
+    again (tests/timing.py); a tensor that waits for a reconciliation scan misses every time."""
+    attempts = iter(range(ATTEMPTS))
+    with_retries(lambda: _freshness(tmp_path / f"attempt{next(attempts)}", with_csv))
+
+
+def _freshness(tmp_path: Path, with_csv: bool) -> None:
     src = dump_of("kernels_filter")  # 12 tensors per iteration
     if with_csv:
         src = make_stat_csv_tree(src, tmp_path / "src")
@@ -616,8 +623,9 @@ def test_tensor_queryable_within_2s_while_its_iteration_is_written(tmp_path, wit
     )
     # The target is p95 under 2 s; no tensor may be lost or wait for a reconciliation scan (30 s).
     p95 = late[math.ceil(0.95 * len(late)) - 1][0]
-    assert p95 < 2.0, f"{sum(x > 2 for x, _ in late)} of {len(late)} tensors took > 2 s: {late[-3:]}"
-    assert late[-1][0] < 5.0, f"slowest tensors: {late[-3:]}"
+    assert late[-1][0] < math.inf, f"a tensor never became queryable: {late[-3:]}"
+    within(p95, 2.0, f"(p95; {sum(x > 2 for x, _ in late)} of {len(late)} tensors took > 2 s: {late[-3:]})")
+    within(late[-1][0], 5.0, f"(the slowest tensors: {late[-3:]})")
 
 
 def test_poll_mode_and_status_command(tmp_path, stat_tree):

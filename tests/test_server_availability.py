@@ -20,6 +20,7 @@ import pytest
 
 from tests.conftest import nan_log_catalog
 from tests.hostile import RawClient, ServeProcess
+from tests.timing import latency_retried, within
 
 CROSS_JOIN = "SELECT count(*) FROM range(1000000) a, range(1000000) b"
 BOUND = 3.0  # seconds: what a bystander may wait at worst here (the design aims at well under 1 s)
@@ -102,7 +103,7 @@ class Bystander:
     def check(self) -> None:
         assert not self.errors, self.errors[:3]
         assert self.latencies, "the bystander never ran"
-        assert max(self.latencies) < BOUND, sorted(self.latencies)[-5:]
+        within(max(self.latencies), BOUND, f"(slowest rounds {sorted(self.latencies)[-5:]})")
 
 
 def _wait_all(threads: list[threading.Thread]) -> None:
@@ -112,6 +113,7 @@ def _wait_all(threads: list[threading.Thread]) -> None:
         t.join(120)
 
 
+@latency_retried
 def test_sessions_that_ran_a_quick_statement_cannot_take_the_reserve(serve):
     """The attack on earned trust: four sessions run SELECT 1, then a 10^12-row cross join."""
     states: list[str] = []
@@ -132,6 +134,7 @@ def test_sessions_that_ran_a_quick_statement_cannot_take_the_reserve(serve):
     assert states == ["57014"] * 4, states  # each cross join ran out its own timeout
 
 
+@latency_retried
 def test_pathological_parse_messages_leave_others_answered(serve):
     """Four raw clients send Parse messages of 16 KB statements that used to take the old regex
     rewrites 12-22 s each, over and over; a new login's SELECT 1 is still answered."""
@@ -156,6 +159,7 @@ def test_pathological_parse_messages_leave_others_answered(serve):
     assert replies and set(replies) <= {b"1", b"E"}, set(replies)  # ParseComplete or an error
 
 
+@latency_retried
 def test_sockets_that_never_log_in_take_no_login_slot(serve):
     """More silent sockets than --max-pending and --max-connections together (some after an
     SSLRequest), reopened as the server closes them: logins still succeed."""
@@ -194,6 +198,7 @@ def test_sockets_that_never_log_in_take_no_login_slot(serve):
     bystander.check()
 
 
+@latency_retried
 def test_clients_that_stop_reading_are_closed_and_make_room(serve):
     """Every session slot held by a client that asked for a big result and never reads it: a
     newcomer is let in (a session blocked on its client is evictable), and each blocked session is
@@ -219,7 +224,7 @@ def stop_reading_attack(serve: ServeProcess, sessions: int, *, check_outcomes: b
                 break
             except psycopg.OperationalError as exc:
                 assert "too many clients" in str(exc)
-                assert time.monotonic() - t < 5 + BOUND
+                within(time.monotonic() - t, 5 + BOUND, "for the newcomer to be let in")
                 time.sleep(0.2)
         # After --send-timeout every stuck session is gone: all four workers answer at once.
         time.sleep(3 + 1)
@@ -256,6 +261,7 @@ def _outcome(c: RawClient) -> str:
     return "complete" if replies[-2][0] == b"C" else "incomplete"
 
 
+@latency_retried
 def test_portals_described_and_left_hold_no_worker_past_the_deadline(serve):
     """Four raw clients Parse, Bind and Describe a heavy portal (the query starts), then go silent
     without Sync. The bystander is answered meanwhile, and after the statement timeout the workers
@@ -284,7 +290,7 @@ def test_portals_described_and_left_hold_no_worker_past_the_deadline(serve):
         started = time.monotonic()
         _wait_all([threading.Thread(target=reader) for _ in range(4)])
         assert results == [[(3000000,)]] * 4
-        assert time.monotonic() - started < 6  # none of them waited out a held worker's timeout
+        within(time.monotonic() - started, 6, "(none of them may wait out a held worker's timeout)")
     finally:
         for c in clients:
             c.close()

@@ -18,6 +18,7 @@ import pytest
 from catalog.server.server import Limits, Server
 from tests.conftest import nan_log_catalog
 from tests.hostile import RawClient, ServeProcess
+from tests.timing import latency_retried, within
 
 GIB = 1 << 30
 ATTACKS = [
@@ -96,6 +97,7 @@ class Watch:
             t.join(30)
 
 
+@latency_retried
 def test_resource_attacks_fail_alone(serve):
     outcomes = {}
     with Watch(serve) as watch, psycopg.connect(**serve.dsn()) as attacker:
@@ -108,8 +110,8 @@ def test_resource_attacks_fail_alone(serve):
             outcomes[sql[:40]] = (err.value.sqlstate, round(time.monotonic() - t, 1))
             assert attacker.execute("SELECT 1").fetchall() == [(1,)]  # the attacker's session goes on
     assert not watch.errors, watch.errors[:3]
-    assert max(watch.latencies) < BYSTANDER_BOUND, (max(watch.latencies), outcomes)
     assert watch.peak_rss < 4 * GIB, (watch.peak_rss / GIB, outcomes)
+    within(max(watch.latencies), BYSTANDER_BOUND, outcomes)
 
 
 def _wait(pg) -> list:
@@ -142,6 +144,7 @@ def _describe(srv: ServeProcess, results: list, times: int = 1) -> None:
         assert c.execute("SELECT 1").fetchall() == [(1,)]
 
 
+@latency_retried
 def test_heavy_describe_is_bounded_and_others_are_answered(serve):
     results: list = []
     with Watch(serve) as watch:
@@ -150,12 +153,13 @@ def test_heavy_describe_is_bounded_and_others_are_answered(serve):
     # (57014), or, on a machine fast enough to sort 20M strings within the timeout, it finishes
     # inside it; nothing runs past the timeout.
     assert {state for state, _ in results} <= {"57014", "ok"}, results
-    assert all(took < 5 + 3 + 2 for _, took in results), results
-    assert all(took < 5 + 1 for state, took in results if state == "ok"), results
     assert not watch.errors, watch.errors[:3]
-    assert max(watch.latencies) < BYSTANDER_BOUND, max(watch.latencies)
+    within(max(took for _, took in results), 5 + 3 + 2, results)
+    within(max([took for state, took in results if state == "ok"], default=0), 5 + 1, results)
+    within(max(watch.latencies), BYSTANDER_BOUND, "(the bystander)")
 
 
+@latency_retried
 def test_eight_heavy_describes_at_once_leave_the_reserve_free(serve):
     """Eight new sessions Describe heavy statements at once. They may hold 3 of the 4 workers; on the
     reserved one the bystander (a session known as cheap) comes first, and a heavy Describe that
@@ -171,9 +175,9 @@ def test_eight_heavy_describes_at_once_leave_the_reserve_free(serve):
             t.join(180)
     assert len(results) == 8
     assert all(state in ("ok", "57014") for state, _ in results), results
-    assert all(took < 3 * (5 + 3) + 12 for _, took in results), results
     assert not watch.errors, watch.errors[:3]
-    assert max(watch.latencies) < BYSTANDER_BOUND, max(watch.latencies)
+    within(max(took for _, took in results), 3 * (5 + 3) + 12, results)
+    within(max(watch.latencies), BYSTANDER_BOUND, "(the bystander)")
 
 
 def test_fifty_clients_are_served_during_an_attack(serve):
@@ -387,6 +391,7 @@ def test_portal_row_limits_and_describe_before_execute(cat):
         assert (b"D", b"\x00\x01\x00\x00\x00\x0242") in replies
 
 
+@latency_retried
 def test_cancel_reaches_a_describe(cat):
     """A cancel request stops a statement in its Describe phase too (here one DuckDB cannot
     interrupt: its worker is replaced after the grace period), and the session goes on."""
@@ -403,7 +408,7 @@ def test_cancel_reaches_a_describe(cat):
             took = time.monotonic() - t
             assert res.error_field(psycopg.pq.DiagnosticField.SQLSTATE) == b"57014"
             assert b"user request" in res.error_message
-            assert took < 1 + 3 + 3, took
+            within(took, 1 + 3 + 3, "(cancel of a Describe)")
             assert c.execute("SELECT 1").fetchall() == [(1,)]
 
 
