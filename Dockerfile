@@ -6,7 +6,7 @@
 #       -e DUMPCAT_USER=analyst -e DUMPCAT_PASSWORD=secret dumpcat
 #
 # Optional: DUMPCAT_TLS_CERT / DUMPCAT_TLS_KEY (paths inside the container, e.g. on a third volume).
-# Build stage: compile dumpcat's optional C kernel (ingest/_fused_stats.c, fused statistics) into a
+# Build stage: compile dumpcat's optional C kernel (ingest/statistics/_fused_stats.c, fused statistics) into a
 # wheel, so that the final image needs no compiler.
 FROM python:3.11-slim AS build
 
@@ -34,7 +34,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 COPY --from=build /wheels /wheels
 # The import fails the build if the wheel came out without the C kernel.
 RUN pip install /wheels/*.whl && rm -rf /wheels \
-    && python -c "from ingest import _fused_stats, tensor_stats; print(tensor_stats.stats_backend())"
+    && python -c "from ingest.statistics import _fused_stats, kernel; print(kernel.stats_backend())"
 
 WORKDIR /
 ENV DUMPCAT_USER="" \

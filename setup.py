@@ -1,7 +1,7 @@
-"""Build hook for the optional C kernel of ingest.tensor_stats; pyproject.toml holds the configuration.
+"""Build hook for the optional C kernel of ingest.statistics.kernel; pyproject.toml holds the configuration.
 
 The extension is optional: without a C compiler (or Python headers) the install still succeeds and
-ingest.tensor_stats uses its pure-numpy fallback, which gives bit-identical results, only slower.
+ingest.statistics.kernel uses its pure-numpy fallback, which gives bit-identical results, only slower.
 """
 
 import sys
@@ -32,7 +32,8 @@ class _BuildExt(build_ext):
 
 def _skipped(exc: BaseException) -> None:
     print(
-        f"NOTE: ingest._fused_stats (optional C kernel) was not built ({type(exc).__name__}: {exc}); "
+        f"NOTE: ingest.statistics._fused_stats (optional C kernel) was not built "
+        f"({type(exc).__name__}: {exc}); "
         "dumpcat works without it and computes statistics with numpy, bit-identically but slower.",
         file=sys.stderr,
     )
@@ -40,7 +41,12 @@ def _skipped(exc: BaseException) -> None:
 
 setup(
     ext_modules=[
-        Extension("ingest._fused_stats", ["ingest/_fused_stats.c"], extra_compile_args=_FLAGS, optional=True)
+        Extension(
+            "ingest.statistics._fused_stats",
+            ["ingest/statistics/_fused_stats.c"],
+            extra_compile_args=_FLAGS,
+            optional=True,
+        )
     ],
     cmdclass={"build_ext": _BuildExt},
 )

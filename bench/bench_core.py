@@ -306,7 +306,7 @@ def bench_stats(rep: Report, work: Path, n: int, size_bytes: int | None, label: 
     )
 
     from ingest.npy_header import read_npy_header
-    from ingest.tensor_stats import StatJob, compute_stats_many
+    from ingest.statistics.kernel import StatJob, compute_stats_many
 
     jobs = []
     for i, p in enumerate(paths):

@@ -74,8 +74,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ingest import helper_pool
-from ingest import tensor_stats as ts
-from ingest.tensor_stats import StatJob, compute_stats, compute_stats_many, open_tensor
+from ingest.statistics import kernel as ts
+from ingest.statistics.kernel import StatJob, compute_stats, compute_stats_many, open_tensor
 
 
 def write_tree(root: Path, n_files: int, min_kib: int, max_kib: int, seed: int) -> list[StatJob]:

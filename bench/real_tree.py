@@ -197,7 +197,7 @@ def stats_vs_read(cat: Path, repeat: int) -> tuple[float, float, int]:
     from bench_stats import _best, _nbytes_of, many, read_files
 
     from catalog import Catalog
-    from ingest.tensor_stats import StatJob
+    from ingest.statistics.kernel import StatJob
 
     with Catalog.open(cat) as c:
         t = c.sql("SELECT row_id, path, data_offset, stored_dtype, shape, format, host_shape FROM tensors")

@@ -223,8 +223,8 @@ class Catalog:
         device format (NC1HWC0, FRACTAL_Z, ...), in the host layout (`host_shape`) unless
         `layout="device"` asks for the dumped layout (`shape`).
         """
+        from ingest.statistics.kernel import open_tensor
         from ingest.tensor_data import is_plain, read_tensor
-        from ingest.tensor_stats import open_tensor
 
         path, loc = self.locate(row_id)
         try:

@@ -3,8 +3,8 @@ ingested with `--no-stats`, or whose statistics were left for a bigger machine),
 catalog batches: the `tensor_stats` rows `dumpcat ingest --stats` would have written.
 
 Which tensors: `sql/queries/stats_todo.sql`, per writer's shard (a tensor's statistics go to the
-shard that holds it, where its rank's operators resolve them). The rows are made by the ingest
-pipeline's own code (`computed_stats_rows`), with the same kernel; a tensor whose data cannot be
+shard that holds it, where its rank's operators resolve them). The rows are made by
+`computed_stats_rows` (ingest/statistics/rows.py), as ingest's are; a tensor whose data cannot be
 read gets the same `ingest_errors` row as at ingest. Locally the statistics are computed by this
 process and helper processes (`--workers`, as ingest does); with `spark` each dump directory is a
 Spark task (catalog/spark/jobs.py). Either way batches are committed as results come, so a killed
@@ -17,7 +17,6 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -26,7 +25,7 @@ import pyarrow as pa
 from catalog.spark.jobs import check_master_url, pack_tasks
 from catalog.views import DUCKDB_CONFIG, query_text
 from ingest.helper_pool import resolve_workers
-from ingest.storage.schema import STAT_VALUE_FIELDS, TABLES
+from ingest.statistics.rows import STATS_INPUT_COLUMNS, computed_stats_rows
 from ingest.storage.sql_views import define_raw_view
 from ingest.storage.store import SNAPSHOT, CatalogError, CatalogStore
 
@@ -35,7 +34,7 @@ if TYPE_CHECKING:
 
     from catalog.api import Catalog
 
-__all__ = ["RunStats", "StatsError", "StatsSummary", "compute_missing_stats", "computed_stats_rows"]
+__all__ = ["RunStats", "StatsError", "StatsSummary", "compute_missing_stats"]
 
 # Tensors per committed batch (ingest's batch size): what a killed run can lose.
 _COMMIT_ROWS = 50_000
@@ -46,10 +45,7 @@ _TASK_MAX_BYTES = 256 << 20
 _READ_ROWS = 8_192
 # The columns of a `tensors` row that statistics need: the keys `tensor_stats` repeats, and where
 # the data is.
-_KEYS = TABLES["tensor_stats"].names[: -len(STAT_VALUE_FIELDS)]
-_TODO_COLUMNS = list(
-    dict.fromkeys([*_KEYS, "rel_path", "data_offset", "stored_dtype", "format", "host_shape"])
-)
+_TODO_COLUMNS = list(STATS_INPUT_COLUMNS)
 
 
 class StatsError(ValueError):
@@ -93,25 +89,6 @@ class StatsSummary:
         """The commits, the time and where the work ran."""
         batches = f"{self.batches} batch" + ("" if self.batches == 1 else "es")
         return f"committed {batches} in {self.seconds:.2f} s ({self.where})"
-
-
-def computed_stats_rows(
-    todo: pa.Table, run: str, dump_root: str, *, md5: bool = False, workers: int | None = None
-) -> tuple[pa.Table, pa.Table | None]:
-    """The `tensor_stats` rows of the tensors in `todo` (their `tensors` rows, or the columns
-    `_TODO_COLUMNS`) and the `ingest_errors` rows of those whose data could not be read.
-
-    Made by the ingest pipeline itself (`Ingester._computed_stats_table`: the same jobs, kernel,
-    helper processes and row building as `dumpcat ingest --stats`), so that the rows are the ones an
-    ingest with statistics writes; runs on Spark executors too."""
-    from ingest.pipeline import Ingester
-
-    # An Ingester that is never walked nor committed: only its statistics step runs (no store).
-    ing = Ingester(None, run, Path(dump_root), compute_stats=True, md5=md5, workers=workers)  # type: ignore[arg-type]
-    ing.pending.stat_ids.extend(todo.column("row_id").to_pylist())
-    stats = ing._computed_stats_table(todo)
-    assert stats is not None
-    return stats, ing._pending_table("ingest_errors")
 
 
 def _shards(store: CatalogStore, run: str | None) -> list[CatalogStore]:

@@ -34,11 +34,11 @@ from ingest.helper_pool import start_helpers, stop_idle_helpers
 from ingest.ids import TensorIdHasher
 from ingest.limits import MetadataCaps
 from ingest.row_id_set import RowIdSet
+from ingest.statistics.rows import computed_stats_rows
 from ingest.storage.flat import writer_memory_limit
 from ingest.storage.memory import tune_for_ingest
-from ingest.storage.schema import STAT_VALUE_FIELDS, TABLES
+from ingest.storage.schema import TABLES, rows_to_table
 from ingest.storage.store import CatalogError, CatalogStore, check_writer_name
-from ingest.tensor_stats import StatJob, compute_stats_many
 
 if TYPE_CHECKING:
     from ingest.readers.base import Detection, Reader
@@ -151,13 +151,6 @@ def concat_pending(tables: list[pa.Table]) -> pa.Table:
         target = pa.schema([fields.get(f.name, f) for f in tables[0].schema])
         tables = [t if t.schema.equals(target) else t.cast(target) for t in tables]
     return pa.concat_tables(tables)
-
-
-def rows_to_table(rows: list[tuple], schema: pa.Schema) -> pa.Table:
-    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
-    return pa.Table.from_arrays(
-        [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)], schema=schema
-    )
 
 
 def now() -> datetime:
@@ -493,41 +486,19 @@ class Ingester:
     # -- commit ----------------------------------------------------------------------------
 
     def _computed_stats_table(self, tensors: pa.Table) -> pa.Table | None:
-        """`tensor_stats` rows for the pending tensors that have no statistic.csv row: computed from
-        their data (where their `tensors` row says it is), with their keys from that row."""
+        """`tensor_stats` rows for the pending tensors that have no statistic.csv row, computed from
+        their data (ingest/statistics/rows.py); a tensor whose data cannot be read is an error row."""
         if not self.pending.stat_ids:
             return None
         wanted = np.isin(tensors.column("row_id").to_numpy(), np.asarray(self.pending.stat_ids, np.int64))
         # usually every pending tensor (pyarrow.compute, which filter needs, takes ~40 ms to import)
         todo = tensors if wanted.all() else tensors.filter(pa.array(wanted))
-        names = ("row_id", "rel_path", "data_offset", "stored_dtype", "shape", "format", "host_shape")
-        cols = [todo.column(c).to_pylist() for c in names]
-        root = str(self.root) + os.sep
-        jobs = (
-            StatJob(row_id, root + rel, offset, stored, tuple(shape), fmt, host)
-            for row_id, rel, offset, stored, shape, fmt, host in zip(*cols, strict=True)
-        )
-        computed: list[bool] = []
-        chunks: list[pa.Table] = []
-        rows: list[tuple] = []
-        for i, (_, stats, error) in enumerate(compute_stats_many(jobs, md5=self.md5, workers=self.workers)):
-            computed.append(error is None)
-            if error is not None:
-                self.error(cols[1][i], "tensor_stats", error)
-                continue
-            rows.append(tuple(stats.get(k) for k in _STAT_VALUES.names))
-            if len(rows) >= _ARROW_CHUNK_ROWS:  # as Arrow columns, a row takes a fraction of a tuple
-                chunks.append(rows_to_table(rows, _STAT_VALUES))
-                rows = []
-        chunks.append(rows_to_table(rows, _STAT_VALUES))
-        self.summary.computed_stats += sum(computed)
-        keys = todo.select(_STAT_KEY_COLUMNS)
-        if not keys.schema.equals(_STAT_KEYS):  # dictionary-encoded while pending
-            keys = keys.cast(_STAT_KEYS)
-        if not all(computed):
-            keys = keys.filter(pa.array(computed, pa.bool_()))
-        values = pa.concat_tables(chunks)
-        return pa.Table.from_arrays([*keys.columns, *values.columns], schema=TABLES["tensor_stats"])
+        stats, errors = computed_stats_rows(todo, self.run, self.root, md5=self.md5, workers=self.workers)
+        if errors is not None:
+            self.pending.add_table("ingest_errors", errors)
+            self.summary.errors += errors.num_rows
+        self.summary.computed_stats += stats.num_rows
+        return stats
 
     def _pending_table(self, name: str) -> pa.Table | None:
         rows, tables = self.pending.rows[name], self.pending.tables[name]
@@ -568,10 +539,6 @@ class Ingester:
         return tables
 
 
-# `tensor_stats` = a tensor's keys (from its `tensors` row) + the statistics computed from its data.
-_STAT_KEY_COLUMNS = TABLES["tensor_stats"].names[: -len(STAT_VALUE_FIELDS)]
-_STAT_VALUES = pa.schema(STAT_VALUE_FIELDS)
-_STAT_KEYS = pa.schema([TABLES["tensor_stats"].field(name) for name in _STAT_KEY_COLUMNS])
 _entry_name = operator.attrgetter("name")
 
 

@@ -123,7 +123,8 @@ def test_unreadable_directory(copy_dump):
         # Import everything first, then drop privileges (root's Python lives under /root).
         code = (
             "import os, sys; from ingest.pipeline import ingest_dump; "
-            "import ingest.tensor_stats, ingest.statistic_csv, ingest.readers.registry, pyarrow.parquet; "
+            "import ingest.statistics.kernel, ingest.statistic_csv, ingest.readers.registry; "
+            "import pyarrow.parquet; "
             "import ingest.graph_pb, ingest.formats.dump_data_pb2, google.protobuf.message; "
             "import duckdb, ingest.storage.sql_views, ingest.storage.flat; "
             "ingest.storage.sql_views.view_sql_files(); "

@@ -1,6 +1,6 @@
-"""The one-pass statistics kernel (ingest/_fused_stats.c) and its pure-numpy fallback.
+"""The one-pass statistics kernel (ingest/statistics/_fused_stats.c) and its pure-numpy fallback.
 
-Both must follow the summation order ingest/tensor_stats.py defines (8 lanes by global element index,
+Both must follow the summation order ingest/statistics/kernel.py defines (8 lanes by global element index,
 each lane in storage order, lanes combined 0..7; float16/bfloat16: 16 lanes with float32 partials over
 blocks of 256 elements, bfloat16 outside [2^-60, 2^60) straight to float64) and so give bit-identical
 results on every dtype and size. Tensors are real npy files written with np.save into tmp_path and read
@@ -26,8 +26,8 @@ import numpy as np
 import pytest
 
 from ingest import helper_pool as hp
-from ingest import tensor_stats as ts
-from ingest.tensor_stats import (
+from ingest.statistics import kernel as ts
+from ingest.statistics.kernel import (
     BLOCK_ELEMS,
     HALF_BLOCK,
     HALF_LANES,
@@ -38,7 +38,7 @@ from ingest.tensor_stats import (
     open_tensor,
 )
 
-ROOT = Path(ts.__file__).resolve().parents[1]
+ROOT = Path(ts.__file__).resolve().parents[2]
 FLOAT_KEYS = ("max", "min", "avg", "l2norm")
 
 
@@ -661,7 +661,7 @@ def test_bfloat16_direct_read_equals_the_decoded_path(tmp_path: Path) -> None:
 
 def test_the_c_kernel_is_built_and_used_here() -> None:
     """CI builds the extension (pip install -e '.[test]' with gcc): its absence is a failure."""
-    from ingest import _fused_stats
+    from ingest.statistics import _fused_stats
 
     assert ts._c_kernel is _fused_stats
     assert tuple(_fused_stats.KINDS) == ts._KINDS and _fused_stats.LANES == LANES
@@ -670,7 +670,7 @@ def test_the_c_kernel_is_built_and_used_here() -> None:
         assert ts._kernel is _fused_stats
         assert ts.stats_backend().startswith("C kernel")
     # a fresh interpreter (like a helper process) picks it up by itself
-    code = "from ingest import tensor_stats as ts; print(ts.stats_backend())"
+    code = "from ingest.statistics import kernel as ts; print(ts.stats_backend())"
     env = {k: v for k, v in os.environ.items() if k != "DUMPCAT_PURE_NUMPY_STATS"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
     assert out.returncode == 0 and out.stdout.startswith("C kernel ("), out.stdout + out.stderr
@@ -699,8 +699,8 @@ def test_portable_kernels_give_the_same_bits(tmp_path: Path) -> None:
         want = [{k: bits(v) for k, v in stats.items()} for _, stats, _ in compute_stats_many(jobs, workers=1)]
     code = (
         "import json, sys\n"
-        "from ingest import tensor_stats as ts\n"
-        "from ingest import _fused_stats\n"
+        "from ingest.statistics import kernel as ts\n"
+        "from ingest.statistics import _fused_stats\n"
         "from tests.test_fused_stats import bits\n"
         "jobs = [ts.StatJob(*j) for j in json.load(sys.stdin)]\n"
         "got = [{k: bits(v) for k, v in s.items()} for _, s, _ in ts.compute_stats_many(jobs, workers=1)]\n"
@@ -738,7 +738,7 @@ def test_env_var_forces_the_fallback_in_helpers_too(tmp_path: Path, monkeypatch:
     for (_, g, ge), (_, w, we) in zip(got, want, strict=True):
         assert ge is None and we is None
         assert_identical(g, w)
-    code = "from ingest import tensor_stats as ts; print(ts.stats_backend())"
+    code = "from ingest.statistics import kernel as ts; print(ts.stats_backend())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "numpy fallback (DUMPCAT_PURE_NUMPY_STATS is set)"
 
@@ -750,8 +750,8 @@ def test_without_the_module_the_fallback_is_used_quietly(tmp_path: Path) -> None
     with backend(True):
         want = via_file(job)
     code = (
-        "import sys, json; sys.modules['ingest._fused_stats'] = None\n"  # `import` now fails
-        "from ingest import tensor_stats as ts\n"
+        "import sys, json; sys.modules['ingest.statistics._fused_stats'] = None\n"  # `import` now fails
+        "from ingest.statistics import kernel as ts\n"
         f"[(_, s, e)] = ts.compute_stats_many([ts.StatJob(1, {job.path!r}, {job.data_offset}, "
         f"{job.stored_dtype!r}, {job.shape!r})], workers=1)\n"
         "print(ts.stats_backend()); print(json.dumps(s))\n"
@@ -762,7 +762,7 @@ def test_without_the_module_the_fallback_is_used_quietly(tmp_path: Path) -> None
     )
     assert out.returncode == 0 and out.stderr == "", out.stderr
     note, stats = out.stdout.splitlines()
-    assert note == "numpy fallback (the C kernel ingest._fused_stats is not built)"
+    assert note == "numpy fallback (the C kernel ingest.statistics._fused_stats is not built)"
     assert_identical(json.loads(stats), want)
 
 

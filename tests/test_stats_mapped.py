@@ -1,4 +1,4 @@
-"""Big tensors are read through mappings of the page cache (ingest/_fused_stats.c: mapped).
+"""Big tensors are read through mappings of the page cache (ingest/statistics/_fused_stats.c: mapped).
 
 A mapped file that shrinks under its reader raises SIGBUS on the missing pages. These tests make that
 happen for real (a file shorter than the mapping; files truncated by another thread and another process
@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 
 from ingest import helper_pool as hp
-from ingest import tensor_stats as ts
-from ingest.tensor_stats import StatJob, compute_stats_many
+from ingest.statistics import kernel as ts
+from ingest.statistics.kernel import StatJob, compute_stats_many
 from tests.test_fused_stats import assert_identical, backend, save, via_file
 
-ROOT = Path(ts.__file__).resolve().parents[1]
+ROOT = Path(ts.__file__).resolve().parents[2]
 F32 = ts._KINDS.index("float32")
 
 
@@ -124,7 +124,7 @@ def test_other_sigbus_keeps_its_old_meaning() -> None:
     code = (
         "import os, signal, sys, tempfile\n"
         "{setup}"
-        "from ingest import tensor_stats as ts\n"
+        "from ingest.statistics import kernel as ts\n"
         "f = tempfile.NamedTemporaryFile(); f.write(b'\\0' * 4096); f.flush()\n"
         "fd = os.open(f.name, os.O_RDONLY)\n"
         "try:\n"

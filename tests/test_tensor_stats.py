@@ -1,4 +1,4 @@
-"""Computed tensor statistics (ingest/tensor_stats.py) against a straightforward float64 reference.
+"""Computed tensor statistics (ingest/statistics/kernel.py) against a straightforward float64 reference.
 
 Every tensor is a real npy file written by numpy into tmp_path (plus the committed MindSpore samples)
 and read back through `open_tensor` / `compute_stats_many` with the offset, dtype and shape the catalog
@@ -21,9 +21,8 @@ import psutil
 import pytest
 
 from ingest import helper_pool as hp
-from ingest import tensor_stats as ts
-from ingest.storage.schema import STAT_VALUE_FIELDS
-from ingest.tensor_stats import (
+from ingest.statistics import kernel as ts
+from ingest.statistics.kernel import (
     BLOCK_ELEMS,
     StatJob,
     TruncatedTensorError,
@@ -31,6 +30,7 @@ from ingest.tensor_stats import (
     compute_stats_many,
     open_tensor,
 )
+from ingest.storage.schema import STAT_VALUE_FIELDS
 from tests.conftest import SAMPLES
 
 KEYS = [name for name, _ in STAT_VALUE_FIELDS]
@@ -155,7 +155,7 @@ def test_float64_matches_reference(tmp_path: Path) -> None:
 def test_float16_sums_in_float64(tmp_path: Path) -> None:
     # 100k elements near float16's max: the sum and the squares overflow float16. They are summed
     # in float32 partials of 16 elements per lane, then in float64: within 2^-20 of the exact sum
-    # (see ingest/tensor_stats.py), and nothing overflows.
+    # (see ingest/statistics/kernel.py), and nothing overflows.
     a = np.full(100_000, 65504.0, dtype=np.float16)
     a[::3] = -60000.0
     a[1::7] = np.float16(1e-4)
@@ -537,9 +537,9 @@ def test_helpers_do_not_rerun_an_unguarded_main_script(tmp_path: Path) -> None:
     script = tmp_path / "unguarded.py"
     script.write_text(
         "import sys\n"
-        f"sys.path.insert(0, {str(Path(ts.__file__).parents[1])!r})\n"
+        f"sys.path.insert(0, {str(Path(ts.__file__).parents[2])!r})\n"
         "from pathlib import Path\n"
-        "from ingest import tensor_stats as ts\n"
+        "from ingest.statistics import kernel as ts\n"
         f"d = Path({str(tmp_path)!r})\n"
         "with open(d / 'runs.log', 'a') as f:\n"
         "    f.write('ran\\n')\n"

@@ -12,7 +12,7 @@ The split of work between the driver and Spark:
   a bound (`task_bounds`) and there are enough tasks for every executor core.
 - A task reads the tensor files itself, at the paths the catalog holds: the executors must see the
   dump at the same paths as the driver (shared storage). It computes with the functions the local
-  path uses (`catalog.missing_stats.computed_stats_rows`: the ingest pipeline's statistics rows;
+  path uses (`ingest.statistics.rows.computed_stats_rows`: the ingest pipeline's statistics rows;
   `ingest.compare_metrics.compare_jobs`) and returns plain rows (Arrow IPC bytes, or tuples).
 - Results stream back: each task is its own Spark job over one partition of a parallelized wave of
   tasks (`SparkContext.runJob`), a few jobs per executor core in flight, and the driver takes each
@@ -406,8 +406,8 @@ def stats_partition(
 ) -> Iterator[tuple[str, bytes, bytes | None, int]]:
     """Executor side of `dumpcat stats --spark`: each task is `(run, dump root, md5, tensors rows as
     Arrow IPC)`; yields `(run, tensor_stats rows, ingest_errors rows or None, tensors done)`, the
-    rows as Arrow IPC, built by the ingest path's code (`catalog.missing_stats.computed_stats_rows`)."""
-    from catalog.missing_stats import computed_stats_rows
+    rows as Arrow IPC, built by the ingest path's code (`ingest.statistics.rows.computed_stats_rows`)."""
+    from ingest.statistics.rows import computed_stats_rows
 
     for run, root, md5, payload in tasks:
         todo = from_ipc(payload)

@@ -392,6 +392,14 @@ TABLES: dict[str, pa.Schema] = {
 }
 
 
+def rows_to_table(rows: list[tuple], schema: pa.Schema) -> pa.Table:
+    """Rows (tuples in the schema's column order) as an Arrow table of that schema."""
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
+    return pa.Table.from_arrays(
+        [pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)], schema=schema
+    )
+
+
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """`table` with `schema`'s columns in order: columns it lacks are NULL, types are cast."""
     n = table.num_rows

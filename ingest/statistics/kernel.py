@@ -53,8 +53,8 @@ within a relative ``2^-20`` (l2norm ``2^-21``), plus the float64 rounding of the
 16 * 2^-53`` at most (the other kinds have only that, about ``count / 8 * 2^-53``). float16 itself is
 precise to ``2^-11``, bfloat16 to ``2^-8``: 512 and 4096 times coarser than the bound.
 
-The C kernel (``ingest/_fused_stats.c``, built with ``-ffp-contract=off`` and without fast-math) and
-the pure-numpy fallback both follow this definition and give bit-identical results
+The C kernel (``ingest/statistics/_fused_stats.c``, built with ``-ffp-contract=off`` and without
+fast-math) and the pure-numpy fallback both follow this definition and give bit-identical results
 (``tests/test_fused_stats.py``); the fallback is used when the extension is not built or
 ``DUMPCAT_PURE_NUMPY_STATS=1`` is set at import (``STATS_BACKEND`` says which).
 
@@ -225,14 +225,17 @@ _BF16_BITS = np.dtype("<u2")  # how bfloat16 data is read: its 16-bit patterns, 
 def _load_kernel():
     """The C module (None if it is not built or out of date) and a note saying which backend is used."""
     try:
-        from ingest import _fused_stats
+        from ingest.statistics import _fused_stats
     except ImportError:
-        return None, "numpy fallback (the C kernel ingest._fused_stats is not built)"
+        return None, "numpy fallback (the C kernel ingest.statistics._fused_stats is not built)"
     layout = tuple(
         getattr(_fused_stats, name, None) for name in ("LANES", "HALF_LANES", "HALF_BLOCK", "STATE")
     )
     if tuple(_fused_stats.KINDS) != _KINDS or layout != (LANES, HALF_LANES, HALF_BLOCK, _STATE):
-        return None, "numpy fallback (ingest._fused_stats is out of date: reinstall dumpcat to rebuild it)"
+        return (
+            None,
+            "numpy fallback (ingest.statistics._fused_stats is out of date: reinstall dumpcat to rebuild it)",
+        )
     return _fused_stats, f"C kernel ({_fused_stats.ISA})"
 
 
@@ -1078,7 +1081,7 @@ def compute_stats_many(
     elif backend == "thread":
         yield from _run_threads(all_batches, md5, workers)
     else:
-        for results in run_ordered("ingest.tensor_stats:_run_batch", all_batches, workers - 1, md5):
+        for results in run_ordered("ingest.statistics.kernel:_run_batch", all_batches, workers - 1, md5):
             yield from results
 
 

@@ -1,7 +1,7 @@
 /*
  * _fused_stats: the statistics of one block of tensor elements in a single pass.
  *
- * ingest/tensor_stats.py defines the semantics and has a pure-numpy fallback that gives bit-identical
+ * ingest/statistics/kernel.py defines the semantics and has a pure-numpy fallback that gives bit-identical
  * results; this file only makes the same arithmetic fast. One call folds one block into running state:
  *
  *   block(buf, kind, phase, lanes) -> (neg, zero, nan, ninf, pinf, max, min)
@@ -366,7 +366,7 @@ static kernel_fn kernels[K_COUNT] = {NULL,  NULL,  k_f32, k_f64, k_i8,  k_i16,
                                      k_i32, k_i64, k_u8,  k_u16, k_u32, k_u64};
 
 /*
- * float16 and bfloat16: 16 lanes and float32 blocks (ingest/tensor_stats.py defines the arithmetic).
+ * float16 and bfloat16: 16 lanes and float32 blocks (ingest/statistics/kernel.py defines the arithmetic).
  *
  * Element i of the tensor (global index) goes to lane i % 16. Within each block of HBLOCK elements
  * (global indices [k * HBLOCK, (k + 1) * HBLOCK)), lane l keeps two float32 partials, P[l] (x) and
@@ -1961,7 +1961,7 @@ static PyMethodDef fs_methods[] = {
 
 static struct PyModuleDef fs_module = {
     PyModuleDef_HEAD_INIT, "_fused_stats",
-    "One-pass tensor statistics kernels for ingest.tensor_stats (see its module docstring).", -1,
+    "One-pass tensor statistics kernels for ingest.statistics.kernel (see its module docstring).", -1,
     fs_methods,
 };
 

@@ -1,0 +1,71 @@
+"""`tensor_stats` rows of `tensors` rows: the statistics of each tensor computed from its data,
+where its row says the data is (file, offset, stored dtype, device shape and format), with its
+keys copied from the row.
+
+One pure function for every caller: the ingest pipeline (new tensors without statistic.csv rows),
+`dumpcat stats` (tensors a `--no-stats` ingest left), and its Spark tasks. A tensor whose data
+cannot be read gets an `ingest_errors` row instead, the same at each of them.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+
+import pyarrow as pa
+
+from ingest.statistics.kernel import StatJob, compute_stats_many
+from ingest.storage.schema import STAT_VALUE_FIELDS, TABLES, rows_to_table
+
+__all__ = ["STATS_INPUT_COLUMNS", "computed_stats_rows"]
+
+_ARROW_CHUNK_ROWS = 16_384  # rows built in Python become Arrow columns this many at a time
+# `tensor_stats` = a tensor's keys (from its `tensors` row) + the statistics computed from its data.
+_KEY_COLUMNS = TABLES["tensor_stats"].names[: -len(STAT_VALUE_FIELDS)]
+_VALUES = pa.schema(STAT_VALUE_FIELDS)
+_KEYS = pa.schema([TABLES["tensor_stats"].field(name) for name in _KEY_COLUMNS])
+_WHERE = ("row_id", "rel_path", "data_offset", "stored_dtype", "shape", "format", "host_shape")
+# The columns of a `tensors` row that statistics need: the keys `tensor_stats` repeats, and where
+# the data is.
+STATS_INPUT_COLUMNS: tuple[str, ...] = tuple(dict.fromkeys([*_KEY_COLUMNS, *_WHERE]))
+
+
+def computed_stats_rows(
+    tensors: pa.Table,
+    run: str,
+    dump_root: str | os.PathLike,
+    *,
+    md5: bool = False,
+    workers: int | None = None,
+) -> tuple[pa.Table, pa.Table | None]:
+    """The `tensor_stats` rows of `tensors` (their `tensors` rows, or at least STATS_INPUT_COLUMNS;
+    text columns may be dictionary-encoded), and the `ingest_errors` rows (None when there are
+    none) of the tensors whose data could not be read, which get no statistics row."""
+    cols = [tensors.column(c).to_pylist() for c in _WHERE]
+    root = os.fspath(dump_root) + os.sep
+    jobs = (
+        StatJob(row_id, root + rel, offset, stored, tuple(shape), fmt, host)
+        for row_id, rel, offset, stored, shape, fmt, host in zip(*cols, strict=True)
+    )
+    computed: list[bool] = []
+    errors: list[tuple] = []
+    chunks: list[pa.Table] = []
+    rows: list[tuple] = []
+    for i, (_, stats, error) in enumerate(compute_stats_many(jobs, md5=md5, workers=workers)):
+        computed.append(error is None)
+        if error is not None:
+            errors.append((run, cols[1][i], "tensor_stats", error, None, datetime.now(UTC)))
+            continue
+        rows.append(tuple(stats.get(k) for k in _VALUES.names))
+        if len(rows) >= _ARROW_CHUNK_ROWS:  # as Arrow columns, a row takes a fraction of a tuple
+            chunks.append(rows_to_table(rows, _VALUES))
+            rows = []
+    chunks.append(rows_to_table(rows, _VALUES))
+    keys = tensors.select(list(_KEY_COLUMNS))
+    if not keys.schema.equals(_KEYS):  # dictionary-encoded while pending
+        keys = keys.cast(_KEYS)
+    if not all(computed):
+        keys = keys.filter(pa.array(computed, pa.bool_()))
+    values = pa.concat_tables(chunks)
+    stats_table = pa.Table.from_arrays([*keys.columns, *values.columns], schema=TABLES["tensor_stats"])
+    return stats_table, rows_to_table(errors, TABLES["ingest_errors"]) if errors else None
