@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-DATA = Path(__file__).parent / "data"
+TESTS = Path(__file__).parent  # tests/: its subfolders mirror the packages (tests/ingest/, ...)
+REPO = TESTS.parent
+DATA = TESTS / "data"
 SAMPLES = DATA / "samples" / "mindspore-2.10-cpu"
 MS210 = DATA / "ms210"
 

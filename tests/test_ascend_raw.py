@@ -19,10 +19,10 @@ from ingest.formats.overflow import AI_CORE, DHA, L2, OverflowBlock, encode_opde
 from ingest.npy_name import parse_tensor_name
 from ingest.pipeline import detect_dump
 from ingest.watch import Watcher
+from tests.conftest import DATA
 from tests.writers.ascend_raw import SlotSpec, build_raw_dump
 from tests.writers.ascend_tree import device_format_for, write_tree
 
-DATA = Path(__file__).parent / "data"
 RAW = DATA / "ascend_raw"
 SOURCES = {
     "nan_log_rank": DATA / "ms210/nan_log/dump",

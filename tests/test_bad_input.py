@@ -16,6 +16,7 @@ from catalog import Catalog
 from ingest.pipeline import DumpRootError, ingest_dump
 from ingest.readers.registry import READERS
 from ingest.storage.store import CatalogError
+from tests.conftest import REPO
 
 ITER0 = "rank_0/Net/0/0"
 
@@ -134,7 +135,7 @@ def test_unreadable_directory(copy_dump):
         out = subprocess.run(
             [sys.executable, "-c", code, str(work / "cat"), str(dump)],
             capture_output=True, text=True, check=True,
-            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+            env={**os.environ, "PYTHONPATH": str(REPO)},
         )  # fmt: skip
         tensors, errors = map(int, out.stdout.split())
         assert errors == 1 and tensors == 162  # iterations 0 and 2 of 243 tensors in 3 iterations

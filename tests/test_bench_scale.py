@@ -17,9 +17,9 @@ import pytest
 
 from catalog.api import Catalog
 from ingest.storage.store import CatalogStore
-from tests.conftest import as_written_before_flat_files
+from tests.conftest import REPO, as_written_before_flat_files
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(REPO / "bench"))
 import bench_scale
 
 ROWS, STEP_ROWS, ITERATIONS = 10_000, 250, 10  # 40 steps: 4 ranks of 10 iterations

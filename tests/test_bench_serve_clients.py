@@ -7,9 +7,10 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
-BENCH = Path(__file__).parents[1] / "bench"
+from tests.conftest import REPO
+
+BENCH = REPO / "bench"
 ROWS = 20_000
 
 CLIENTS = [

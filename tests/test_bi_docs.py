@@ -27,11 +27,11 @@ from pathlib import Path
 import pytest
 
 from catalog.server.server import Limits, Server
-from tests.conftest import nan_log_catalog
+from tests.conftest import REPO, nan_log_catalog
 from tests.pg_clients import Endpoint
 from tests.superset import harness
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "bi-tools.md"
+DOC = REPO / "docs" / "bi-tools.md"
 MARKER = re.compile(r"^<!-- recipe: ([a-z0-9-]+) -->$")
 FENCE = re.compile(r"^```(\S*)\s*$")
 PLACEHOLDER = re.compile(r"\b(HOST|USER|PASSWORD|5433)\b")

@@ -22,8 +22,8 @@ from ingest.formats.cann_stats_csv import (
 )
 from ingest.formats.raw_dump import parse_raw_name
 from ingest.npy_name import parse_tensor_name
+from tests.conftest import DATA
 
-DATA = Path(__file__).parent / "data"
 STATS = DATA / "ge" / "ge_stats"
 SOURCE = DATA / "ms210" / "nan_log" / "dump" / "rank_0" / "Net" / "0"
 HEADER = (

@@ -31,7 +31,7 @@ import pytest
 from catalog.api import Catalog
 from catalog.server.server import Server
 from catalog.views import USER_VIEWS
-from tests.conftest import nan_log_catalog
+from tests.conftest import TESTS, nan_log_catalog
 
 USER, PASSWORD = "alice", "conformance pw"
 DATABASE = "dumpcat"
@@ -209,7 +209,7 @@ def jdbc(server, tmp_path_factory) -> JdbcRun:
             "JDK or libpostgresql-jdbc-java not installed: install the Debian packages .ci/run installs"
         )
     tmp = tmp_path_factory.mktemp("jdbc")
-    src = Path(__file__).parent / "jdbc" / "MetadataProbe.java"
+    src = TESTS / "jdbc" / "MetadataProbe.java"
     built = subprocess.run(["javac", "-d", tmp, src], capture_output=True, text=True, timeout=180)
     assert built.returncode == 0, f"javac MetadataProbe.java failed:\n{built.stderr}"
     log = tmp / "pgjdbc.log"

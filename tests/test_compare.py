@@ -10,15 +10,14 @@ import math
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from catalog import Catalog
 from catalog.compare import CompareError
+from tests.conftest import DATA
 
-DATA = Path(__file__).parent / "data"
 MS = DATA / "ms210" / "compare"
 MSPROBE = DATA / "msprobe"
 FC2 = "Default/network-WithLossCell/_backbone-Net/fc2-Dense/MatMul-op0"

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from ingest.compare_metrics import METRIC_FIELDS, PairJob, PairMetrics, compare_arrays, compare_jobs
+from tests.conftest import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 NPY_DUMP = ROOT / "tests/data/ms210/nan_log/dump"
 RAW_DUMP = ROOT / "tests/data/ascend_raw/nan_log_rank"
 

@@ -28,8 +28,9 @@ import pytest
 from click.testing import CliRunner
 
 from catalog.cli.commands import main as cli_main
+from tests.conftest import REPO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO
 DOCKERFILE = ROOT / "Dockerfile"
 
 

@@ -20,9 +20,9 @@ import pytest
 
 from catalog import Catalog
 from ingest.formats.dtypes import DATA_TYPE_NAMES, stored_dtype_of
+from tests.conftest import DATA
 from tests.writers.ascend_raw import SlotSpec, build_raw_dump
 
-DATA = Path(__file__).parent / "data"
 TREES = {
     "msprobe_bf16": DATA / "msprobe/cnn/cnn_bf16_tensor",
     "msprobe_stats": DATA / "msprobe/cnn/cnn_bf16_statistics",

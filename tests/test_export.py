@@ -26,7 +26,7 @@ from catalog.export import export_duckdb
 from catalog.views import USER_VIEWS
 from ingest.storage.schema import TABLES
 from ingest.storage.store import CatalogError
-from tests.conftest import dump_of
+from tests.conftest import REPO, dump_of
 
 DUCKDB_1X = "duckdb==1.4.5"  # 1.4 is DuckDB's long-term-support line
 SQLALCHEMY_14 = "sqlalchemy==1.4.54"  # the line Superset pins
@@ -54,7 +54,7 @@ def _engine(path: Path) -> sa.Engine:
     return sa.create_engine(f"duckdb:///{path.absolute()}", connect_args={"read_only": True})
 
 
-LEGACY = Path(__file__).resolve().parents[1] / ".legacy"
+LEGACY = REPO / ".legacy"
 
 
 def _legacy(spec: str) -> Path:

@@ -22,9 +22,9 @@ from ingest import pipeline
 from ingest.pipeline import ingest_dump
 from ingest.storage import flat
 from ingest.storage.store import CatalogStore
+from tests.conftest import DATA, REPO
 
-DATA = Path(__file__).parent / "data"
-sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
+sys.path.insert(0, str(REPO / "bench"))
 
 
 def _dump_roots() -> list[Path]:

@@ -26,9 +26,9 @@ import pytest
 from catalog.api import Catalog
 from ingest.storage import flat
 from ingest.storage.store import CatalogStore
-from tests.conftest import as_written_before_flat_files, dump_of
+from tests.conftest import REPO, as_written_before_flat_files, dump_of
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+sys.path.insert(0, str(REPO / "bench"))
 import bench_scale
 
 ROWS, STEP_ROWS, ITERATIONS = 100_000, 2_500, 10  # 4 ranks; 2 commits of 50,000 rows

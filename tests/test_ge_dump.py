@@ -16,8 +16,8 @@ from catalog import Catalog
 from ingest.formats.cann_stats_csv import read_cann_stats_csv
 from ingest.npy_name import parse_tensor_name
 from ingest.pipeline import detect_dump
+from tests.conftest import DATA
 
-DATA = Path(__file__).parent / "data"
 GE = DATA / "ge"
 SOURCE = DATA / "ms210" / "nan_log" / "dump" / "rank_0" / "Net" / "0"
 LOG = "Default/network-WithLossCell/_backbone-Net/Log-op0"

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from ingest.formats.ge_graph import GeGraphError, parse_ge_graph, read_ge_graph
+from tests.conftest import DATA
 from tests.writers import torchair_fx as fx
 
-TORCHAIR = Path(__file__).parent / "data" / "ge" / "torchair"
+TORCHAIR = DATA / "ge" / "torchair"
 FX_MODEL = TORCHAIR / "msprobe_fx_dump" / fx.RANK_DIR / fx.MODEL_NAME
 
 

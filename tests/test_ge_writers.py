@@ -17,10 +17,10 @@ from ingest.formats import dump_data_pb2
 from ingest.formats.ge_graph import read_ge_graph
 from ingest.formats.raw_dump import parse_raw_name, read_raw_dump
 from ingest.npy_name import parse_tensor_name, sanitize_v23
+from tests.conftest import DATA
 from tests.writers import ge_tree
 from tests.writers import torchair_fx as fx
 
-DATA = Path(__file__).parent / "data"
 GE = DATA / "ge"
 SOURCE = DATA / "ms210" / "nan_log" / "dump" / "rank_0" / "Net" / "0"
 NUMPY = {"DT_FLOAT": "<f4", "DT_INT32": "<i4", "DT_INT64": "<i8", "DT_BOOL": "?"}

@@ -15,8 +15,8 @@ from ingest import debug_graph_pb2 as pb
 from ingest.graph_model import innermost_user_frame
 from ingest.graph_pb import frames_from_source_address, parse_graph_pb, parse_graph_pb_file, value_text
 from ingest.ir_text import parse_ir_file
+from tests.conftest import DATA, TESTS
 
-DATA = Path(__file__).parent / "data"
 REAL_PBS = sorted(DATA.glob("**/dump/rank_0/graphs/*.pb"))
 NAN_LOG = DATA / "ms210/nan_log/dump/rank_0/graphs/ms_output_trace_code_graph_0.pb"
 SCOPE = "Default/network-WithLossCell/_backbone-Net"
@@ -198,7 +198,7 @@ def test_batchnorm_outputs_are_flattened_into_slots():
 def _line_of(source_file: str, line: int) -> str:
     """The line of a sample's train.py (committed beside its dump), or of a writer in
     tests/writers/ that ran as the training script (lowp), that a node's trace names."""
-    writer = Path(__file__).parent / "writers" / source_file.rsplit("/", 1)[-1]
+    writer = TESTS / "writers" / source_file.rsplit("/", 1)[-1]
     sample = (
         writer
         if writer.exists()

@@ -21,9 +21,8 @@ from pathlib import Path
 import pytest
 
 from catalog import Catalog
-from tests.conftest import DATA, dump_of
+from tests.conftest import DATA, REPO, dump_of
 
-REPO = Path(__file__).parents[1]
 OUTSIDE = "a symlink out of the dump root: not followed (--follow-symlinks to allow it)"
 
 

@@ -24,9 +24,8 @@ import pytest
 
 from catalog import Catalog
 from ingest.limits import DEFAULT_CAPS, ENV, MetadataCaps, format_size
-from tests.conftest import DATA, dump_of
+from tests.conftest import DATA, REPO, dump_of
 
-REPO = Path(__file__).parents[1]
 MSPROBE = DATA / "msprobe" / "pt_mix_tensor"
 COUNTED = ("tensors", "stats", "ops", "ir_nodes", "source_lines", "rank_metadata", "kernel_args", "modules")
 

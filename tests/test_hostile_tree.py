@@ -17,10 +17,9 @@ from pathlib import Path
 import pytest
 
 from catalog import Catalog
-from tests.conftest import dump_of
+from tests.conftest import REPO, dump_of
 from tests.hostile_tree import LEAF, GrowingNpy, HostileTree, _npy_name, build_hostile_tree
 
-REPO = Path(__file__).parents[1]
 # The ingest of the clean tree peaks near 220 MiB alone (Python, DuckDB, Arrow), and once reached
 # 512 MiB inside the full test suite (wait4 reports the largest of the process and its helpers);
 # reading the 16 GiB sparse tensor or /dev/zero would take far more. (The 64 MiB json is checked by

@@ -16,6 +16,7 @@ import pytest
 
 from catalog import Catalog
 from tests.compare import catalog_content
+from tests.conftest import REPO
 
 COMPARE = (
     "SELECT row_id, rel_path, op_name, shape, dtype FROM tensors ORDER BY row_id",
@@ -132,7 +133,7 @@ ingest_dump(sys.argv[1], sys.argv[2], batch_rows=int(sys.argv[3]), on_progress=t
 
 def _start_ingest(cat_dir: Path, dump: Path) -> subprocess.Popen:
     """An ingest in its own process that prints a line as it reaches each leaf directory."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-c", _KILL_SCRIPT, str(cat_dir), str(dump), "25"]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
 

@@ -22,8 +22,8 @@ from ingest.graph_model import (
     parse_frame_line,
 )
 from ingest.ir_text import parse_host_type, parse_ir_file, parse_ir_text
+from tests.conftest import DATA
 
-DATA = Path(__file__).parent / "data"
 IR = DATA / "ir"
 REAL_IRS = sorted(DATA.glob("**/dump/rank_0/graphs/*.ir"))
 SCOPE = "Default/network-WithLossCell/_backbone-Net"

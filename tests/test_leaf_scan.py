@@ -25,7 +25,7 @@ from ingest.npy_name import parse_tensor_name
 from ingest.readers import registry
 from ingest.storage.schema import TENSORS
 from tests.compare import catalog_content
-from tests.conftest import dump_of
+from tests.conftest import REPO, dump_of
 
 COMPARE = (
     "SELECT * FROM raw_tensors ORDER BY row_id",
@@ -263,7 +263,7 @@ def test_default_workers_follow_the_usable_cores(tmp_path):
         "t.join()\n"
         "print(default_workers(), seen[0])\n"
     )
-    repo = str(Path(__file__).parents[1])
+    repo = str(REPO)
     cmd = [sys.executable, "-c", code, str(tmp_path / "cat"), str(dump_of("simple"))]
     one = subprocess.run(["taskset", "-c", "0", *cmd], capture_output=True, text=True, cwd=repo, check=True)
     assert one.stdout.split() == ["1", "0"]
@@ -315,7 +315,7 @@ def test_helpers_scan_without_pyarrow_or_numpy(tmp_path):
 
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, env=helper_environment(), timeout=120,
-        cwd=Path(__file__).parents[1],
+        cwd=REPO,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["[]", "[]", str(len(names))]

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,8 +14,9 @@ from ingest.formats.legacy_names import (
     parse_converted_name,
     parse_legacy_bin_name,
 )
+from tests.conftest import DATA
 
-MS210 = Path(__file__).parent / "data" / "ms210"
+MS210 = DATA / "ms210"
 
 
 def test_reference_example_verbatim():

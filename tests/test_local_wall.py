@@ -13,9 +13,8 @@ import duckdb
 import pytest
 
 from catalog import Catalog, QueryRefused
-from tests.conftest import dump_of
+from tests.conftest import REPO, dump_of
 
-REPO = Path(__file__).parents[1]
 PASSWD_BY_PLAN = (
     "SELECT regexp_extract(json_serialize_plan('SELECT * FROM read_csv(''{path}'', sep=''\x01'', "
     "header=true, max_line_size=4)'), 'Original Line: ([^\\\\]*)', 1) AS line"

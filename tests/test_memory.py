@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).parents[1]
+from tests.conftest import REPO
+
+ROOT = REPO
 sys.path.insert(0, str(ROOT / "bench"))  # synth, the tree generator
 
 _PROBE = (

@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
-BENCH = Path(__file__).parents[1] / "bench"
+from tests.conftest import REPO
+
+BENCH = REPO / "bench"
 sys.path.insert(0, str(BENCH))
 
 

@@ -21,9 +21,9 @@ from ingest.npy_name import parse_tensor_name, sanitize_v23
 from ingest.pipeline import DumpRootError, Ingester, detect_dump
 from ingest.readers.mindspore_bin import op_type_of_kernel
 from ingest.storage.store import CatalogStore
+from tests.conftest import DATA
 from tests.writers.mindspore_bin_tree import SOURCES, bin_name, write_tree
 
-DATA = Path(__file__).parent / "data"
 TREES = DATA / "mindspore_bin"
 SRC = DATA / "ms210/kernels_filter/dump"
 STAT_COLUMNS = ("count", "nan_count", "zero_count", "neg_count", "pos_count")

@@ -17,8 +17,9 @@ import pytest
 from catalog import Catalog
 from ingest.formats.msprobe_json import parse_dump_json, parse_stack_json, split_data_name
 from ingest.pipeline import detect_dump
+from tests.conftest import DATA as TEST_DATA
 
-DATA = Path(__file__).parent / "data" / "msprobe"
+DATA = TEST_DATA / "msprobe"
 TREES = ("pt_mix_tensor", "pt_L0_statistics", "pt_l1_statistics_2ranks", "pt_md5", "pt_pkl_legacy")
 SQRT_LINE = "root = torch.sqrt(h + offset)  # NaN where h + offset < 0"
 
@@ -272,7 +273,7 @@ def test_tensor_file_names(name, expected):
 def test_saved_transposes_and_views_come_back_right(tmp_path):
     """msprobe saves whatever tensor the API returned: a transpose (column-major strides) is served
     through its layout, a view of a bigger storage from its offset; both equal what torch saved."""
-    torch_pt = Path(__file__).parent / "data" / "torch_pt"
+    torch_pt = DATA / "torch_pt"
     dump = tmp_path / "dump"
     shutil.copytree(DATA / "pt_mix_tensor" / "step0", dump / "step0")
     data_dir = dump / "step0/rank0/dump_tensor_data"

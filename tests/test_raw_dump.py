@@ -22,7 +22,7 @@ from ingest.formats.raw_dump import (
     parse_raw_name,
     read_raw_dump,
 )
-from tests.conftest import dump_of
+from tests.conftest import DATA, dump_of
 from tests.writers.ascend_raw import (
     SlotSpec,
     build_raw_dump,
@@ -464,7 +464,7 @@ def test_protobuf_fast_path_and_walker_agree():
     """Big-dump headers are parsed by dump_data_pb2 when that works and the sizes add up, else by
     the wire walker: both give the same RawDump (or the same error) for every committed raw file
     and every corruption of one."""
-    trees = Path(__file__).parent / "data" / "ascend_raw"
+    trees = DATA / "ascend_raw"
     committed = [p for p in trees.rglob("*") if p.is_file() and parse_raw_name(p.name)]
     assert len(committed) > 100
     big = 0

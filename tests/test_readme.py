@@ -11,9 +11,10 @@ import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import REPO
+
+ROOT = REPO
 README = ROOT / "README.md"
 CLI = [sys.executable, "-m", "catalog.cli"]
 # Commands that run until they are stopped: the page shows them, the test does not run them.

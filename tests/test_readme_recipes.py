@@ -17,13 +17,13 @@ import importlib.util
 import json
 import re
 import shlex
-from pathlib import Path
 
 from catalog.views import USER_VIEWS
 from ingest.pipeline import detect_dump
 from ingest.readers import PRODUCER_NAMES
+from tests.conftest import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 DATA = ROOT / "tests" / "data"
 

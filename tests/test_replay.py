@@ -28,11 +28,10 @@ import pytest
 
 from catalog import Catalog
 from ingest.watch import status_path
-from tests.conftest import dump_of
+from tests.conftest import REPO, dump_of
 from tests.replay import WriteBudget, files_written, make_stat_csv_tree, replay, tensor_key, timestamp_of
 from tests.timing import ATTEMPTS, with_retries, within
 
-REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 RUN = "live"
 

@@ -28,10 +28,10 @@ import pytest
 
 from catalog.api import Catalog
 from catalog.report import Limits, ReportError, gather, write_report
-from tests.conftest import DATA, MS210, dump_of
+from tests.conftest import DATA, MS210, REPO, dump_of
 from tests.report_browser import Browser
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 CLI = [sys.executable, "-m", "catalog.cli"]
 PREFIX = "Default/network-WithLossCell/_backbone-Net/"
 

@@ -15,7 +15,7 @@ import pytest
 
 from catalog.server import pg_catalog, pg_translate, pgwire
 from catalog.server.server import Limits, Server
-from tests.conftest import nan_log_catalog
+from tests.conftest import TESTS, nan_log_catalog
 from tests.hostile import RawClient
 
 USER, PASSWORD = "alice", "s3cret pw"
@@ -287,7 +287,7 @@ def test_jdbc_metadata_and_query(trust_server, tmp_path):
         pytest.fail(
             "JDK or libpostgresql-jdbc-java not installed: install the Debian packages .ci/run installs"
         )
-    src = Path(__file__).parent / "jdbc" / "CatalogProbe.java"
+    src = TESTS / "jdbc" / "CatalogProbe.java"
     subprocess.run(["javac", "-d", tmp_path, src], check=True, timeout=120)
     url = f"jdbc:postgresql://127.0.0.1:{trust_server.port}/dumpcat"
     out = subprocess.run(["java", "-cp", f"{tmp_path}:{jar}", "CatalogProbe", url, "u", "p"],

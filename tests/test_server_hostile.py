@@ -15,7 +15,7 @@ import pytest
 from catalog import guard
 from catalog.api import Catalog
 from catalog.server.sandbox import ContainedEngine, build_views_database
-from tests.conftest import nan_log_catalog
+from tests.conftest import TESTS, nan_log_catalog
 from tests.hostile import ServeProcess, fingerprint, prepared, statements
 
 # What a refused or failed statement may answer: refusals (42501, 0A000), syntax (42601), too
@@ -199,7 +199,7 @@ def test_jdbc_every_statement_fails(cat, serve, tmp_path):
     stmts = [s for s in statements(cat, cwd)]
     listing = tmp_path / "statements.hex"
     listing.write_text("\n".join(s.encode().hex() for s in stmts) + "\n")
-    src = Path(__file__).parent / "jdbc" / "HostileProbe.java"
+    src = TESTS / "jdbc" / "HostileProbe.java"
     subprocess.run(["javac", "-d", tmp_path, src], check=True, timeout=120)
     url = f"jdbc:postgresql://127.0.0.1:{srv.port}/dumpcat"
     out = subprocess.run(["java", "-cp", f"{tmp_path}:{jar}", "HostileProbe", url, "u", "p", str(listing)],

@@ -29,11 +29,10 @@ from catalog.server.sandbox import ContainedEngine, build_views_database
 from ingest.storage import flat
 from ingest.storage.store import CatalogError, CatalogStore, CatalogWarning, shard_path
 from ingest.watch import read_status, status_path
-from tests.conftest import dump_of
+from tests.conftest import REPO, dump_of
 from tests.replay import WriteBudget, files_written, make_stat_csv_tree, replay
 from tests.test_replay import COMPARE, DUPLICATES, _norm
 
-REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 RUN = "multi"
 HOSTS = 3

@@ -30,11 +30,11 @@ from catalog.spark.jobs import check_master_url, pack_tasks, task_bounds
 from ingest.pipeline import ingest_dump
 from ingest.storage.store import CatalogStore
 from tests.compare import catalog_content
-from tests.conftest import DATA, _free_port, dump_of
+from tests.conftest import DATA, REPO, _free_port, dump_of
 from tests.replay import make_stat_csv_tree
 from tests.test_flat import SPARK_ROOTS, _run_name
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 COMPARE = DATA / "ms210" / "compare"
 
 # What must be equal: every statistic users see, dumpcat's rows behind them, and the errors.

@@ -27,9 +27,9 @@ import pytest
 from catalog.api import Catalog
 from ingest.pipeline import ingest_dump
 from ingest.storage import flat
+from tests.conftest import DATA, REPO
 
-ROOT = Path(__file__).parents[1]
-DATA = Path(__file__).parent / "data"
+ROOT = REPO
 sys.path.insert(0, str(ROOT / "bench"))
 
 import synth  # noqa: E402

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import REPO
+
+ROOT = REPO
 
 UNDER_A_TIGHT_CAP = """
 import resource, threading, time
 from catalog.server.statement_worker import Deadline
+from tests.conftest import REPO
 
 fired = []
 deadline = Deadline(fired.append)  # started before the cap, like the worker's

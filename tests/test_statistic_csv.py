@@ -21,8 +21,9 @@ from ingest.statistic_csv import (
     read_statistic_csv,
 )
 from ingest.storage.schema import STAT_ROWS
+from tests.conftest import DATA as TEST_DATA
 
-DATA = Path(__file__).parent / "data" / "statistic_csv"
+DATA = TEST_DATA / "statistic_csv"
 V23_HEADER = (
     "Op Type,Op Name,Task ID,Stream ID,Timestamp,IO,Slot,Data Size,Data Type,Shape,"
     "Max Value,Min Value,L2Norm Value\n"

@@ -11,8 +11,9 @@ import pytest
 
 from catalog import Catalog
 from ingest.tensor_data import TensorDataError, read_tensor
+from tests.conftest import DATA
 
-RAW = Path(__file__).parent / "data" / "ascend_raw" / "nan_log_rank"
+RAW = DATA / "ascend_raw" / "nan_log_rank"
 
 
 @pytest.fixture(scope="module")

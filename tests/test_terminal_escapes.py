@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 
 from catalog import Catalog
-from tests.conftest import dump_of
+from tests.conftest import REPO, dump_of
 
-REPO = Path(__file__).parents[1]
 HOSTILE = "Evil\x1b]0;pwned\x07\x1b[2J\x9b31m-op0"
 
 

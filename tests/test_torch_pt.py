@@ -21,8 +21,9 @@ import pytest
 
 from ingest.formats import dtypes, torch_pt
 from ingest.formats.torch_pt import PtError, load_pt, read_pt_header
+from tests.conftest import DATA as TEST_DATA
 
-DATA = Path(__file__).parent / "data" / "torch_pt"
+DATA = TEST_DATA / "torch_pt"
 MANIFEST: dict[str, dict] = json.loads((DATA / "manifest.json").read_text())
 READABLE = sorted(n for n, e in MANIFEST.items() if "refused" not in e)
 REFUSED = sorted(n for n, e in MANIFEST.items() if "refused" in e)
@@ -142,7 +143,7 @@ def test_refused_real_files(name):
 
 def test_real_msprobe_dump_files():
     """Every .pt msprobe wrote for the committed dumps reads, and its header agrees with the values."""
-    files = sorted((Path(__file__).parent / "data" / "msprobe").rglob("*.pt"))
+    files = sorted((DATA / "msprobe").rglob("*.pt"))
     if not files:
         pytest.skip("no msprobe dumps committed")
     for path in files:

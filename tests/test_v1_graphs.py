@@ -18,9 +18,9 @@ import pytest
 from catalog import Catalog
 from ingest.pipeline import Ingester, detect_dump
 from ingest.storage.store import CatalogStore
+from tests.conftest import DATA
 from tests.writers.mindspore_v1_graphs import check_v1_graphs
 
-DATA = Path(__file__).parent / "data"
 SYNC = DATA / "mindspore_bin/kernels_filter_device"
 ASYNC = DATA / "ascend_raw/nan_log_v12"
 SOURCES = {SYNC: DATA / "ms210/kernels_filter/dump", ASYNC: DATA / "ms210/nan_log/dump"}
