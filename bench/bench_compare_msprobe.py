@@ -6,7 +6,7 @@ with fresh call counts, the same in both). msprobe's side is its CLI on the two 
 (`msprobe compare -tp … -gp … -o …`, statistics mode), run from a Python where msprobe is installed
 (`--msprobe PATH` to its executable); dumpcat's side is ingesting both dumps into a fresh catalog
 and reading `compare_stats(run, baseline)` in full, in this process. Rounds interleave, best of
-`--rounds`. Both produce the same numbers (tests/test_compare.py checks them against msprobe's CSV).
+`--rounds`. Both produce the same numbers (tests/catalog/test_compare.py checks them against msprobe's CSV).
 
     python bench/bench_compare_msprobe.py --msprobe <producer venv>/bin/msprobe
     python bench/bench_compare_msprobe.py --msprobe <producer venv>/bin/msprobe --repeat-entries 200

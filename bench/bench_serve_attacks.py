@@ -1,7 +1,7 @@
 """A bystander's latency and the server's memory under each availability attack (issue 33).
 
 Starts a real `dumpcat serve` (4 workers, 6 s statement timeout, --send-timeout 3, 12 connections)
-on the committed nan_log dump and runs each attack of tests/test_server_availability.py in turn
+on the committed nan_log dump and runs each attack of tests/catalog/server/test_server_availability.py in turn
 while a bystander logs in anew and runs `SELECT 1` every 0.2 s (the stop-reading attack with 11
 sessions: the 12th slot is the bystander's). Prints, per attack, the bystander's median and worst
 latency beside its latency on the idle server (the baseline, same run), and the peak resident memory

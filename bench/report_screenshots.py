@@ -1,4 +1,4 @@
-"""Screenshots of `dumpcat report` for docs/report.md: one PNG per sample of tests/test_report.py.
+"""Screenshots of `dumpcat report` for docs/report.md: one PNG per sample of test_report.py.
 
 Each sample is ingested (and the compare pair compared) in a temp dir, its report written by the
 CLI and opened in headless Chromium (tests/report_browser.py), and the whole page captured at 75%
@@ -22,8 +22,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
+from tests.catalog.report.test_report import SAMPLES, build_sample  # noqa: E402
 from tests.report_browser import Browser  # noqa: E402
-from tests.test_report import SAMPLES, build_sample  # noqa: E402
 
 OUT = ROOT / "docs" / "report"
 

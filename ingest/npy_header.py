@@ -65,7 +65,7 @@ def _header(descr: object, shape: tuple[int, ...], fortran: bool, data_offset: i
 def _plain_dtypes() -> dict[str, tuple[int, str]]:
     """descr -> (itemsize, dtype name) of the plain dtypes, as numpy names them: `dtype.name` in
     the native byte order (or none, for one byte), `dtype.str` ('>f4') in the other.
-    tests/test_npy_header.py checks every entry against numpy."""
+    tests/ingest/formats/test_npy_header.py checks every entry against numpy."""
     native, other = ("<", ">") if sys.byteorder == "little" else (">", "<")
     kinds = {"b": ("bool", (1,)), "i": ("int", (1, 2, 4, 8)), "u": ("uint", (1, 2, 4, 8)),
              "f": ("float", (2, 4, 8)), "c": ("complex", (8, 16))}  # fmt: skip

@@ -195,7 +195,7 @@ def _session(master: str, tmp: Path):
 @pytest.fixture(scope="module", params=["local", "standalone"])
 def spark(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """One SparkSession per mode and test module: local[2], then a standalone master + worker on
-    127.0.0.1 (tests/test_spark.py, tests/test_spark_jobs.py)."""
+    127.0.0.1 (tests/catalog/spark/test_spark.py, tests/catalog/spark/test_spark_jobs.py)."""
     tmp = tmp_path_factory.mktemp(f"spark_{request.param}")
     saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON")}
     os.environ.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)

@@ -1,7 +1,7 @@
 """A hostile dump tree, made from a real one (issue 33 point 6): everything an attacker or a broken
 producer can leave in a dump root, in one tree, each entry with the outcome dumpcat promises.
 
-Used by tests/test_hostile_tree.py (a real `dumpcat ingest` and `dumpcat watch` of it, in CI) and
+Used by tests/ingest/test_hostile_tree.py (a real `dumpcat ingest` and `dumpcat watch` of it, in CI) and
 by bench/bench_hostile_ingest.py (time and peak RSS against the clean tree). `build_hostile_tree`
 copies the real MindSpore 2.10 `nan_log` dump and plants, beside its 180 real tensors:
 

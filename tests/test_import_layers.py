@@ -48,3 +48,18 @@ def test_every_package_is_shipped():
     }
     assert found <= listed, found - listed  # (sql.queries holds SQL files only: no __init__.py)
     assert all((ROOT / name.replace(".", "/")).is_dir() for name in listed)
+
+
+def test_tests_mirror_the_packages():
+    """A test file lives in the folder of the package it tests (tests/ingest/storage/ tests
+    ingest/storage/), or at the top of tests/ when it tests the project as a whole (the README,
+    the structure, the benchmarks' scripts, the Dockerfile)."""
+    from tests.import_layers import ROOT
+
+    tests = ROOT / "tests"
+    folders = {p.parent for p in tests.rglob("test_*.py") if "data" not in p.relative_to(tests).parts}
+    assert len(folders) > 5, folders
+    for folder in folders - {tests}:
+        package = ROOT / folder.relative_to(tests)
+        assert (package / "__init__.py").is_file(), f"{folder} mirrors no package"
+        assert (folder / "__init__.py").is_file(), f"{folder} lacks __init__.py"

@@ -722,7 +722,7 @@ def views(catalog_path: str) -> None:
 )
 @click.option(
     "--storage-version",
-    default="v1.0.0",  # catalog.export.DEFAULT_STORAGE_VERSION (tests/test_cli.py checks)
+    default="v1.0.0",  # catalog.export.DEFAULT_STORAGE_VERSION (tests/catalog/cli/test_cli.py checks)
     show_default=True,
     help="DuckDB storage format; v1.0.0 opens in DuckDB 1.0+, 'latest' only in DuckDB 2.",
 )

@@ -8,7 +8,7 @@ There is one source of truth for what a view means: sql/*.sql, written for DuckD
 translated to Spark SQL with sqlglot when the views are registered, so a view changed or added there
 is the same view in Spark without touching this module. Where sqlglot gives Spark SQL that is wrong
 or that Spark lacks, a small rewrite of the syntax tree below (`_FIXUPS`, each documented) supplies
-the DuckDB meaning; tests/test_spark.py runs every view in both engines and compares the rows.
+the DuckDB meaning; tests/catalog/spark/test_spark.py runs every view in both engines and compares the rows.
 
 The `raw_<table>` views read exactly the parquet files the catalog's snapshot commits (the union of
 every writer's shard), with the table's full schema from ingest/storage/schema.py (a column older files
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 # Spark's reading of the flat files' stored columns (ingest/storage/flat_columns.py has DuckDB's):
-# Spark has no parse_filename; this regular expression gives the same text (tests/test_flat.py).
+# Spark has no parse_filename; this regular expression gives the same text (test_flat.py).
 SPARK_FILE_NAME_OF_REL_PATH = "regexp_extract(rel_path, '([^/]*)$', 1)"
 SPARK_FLAT_READ_FILE_NAME = f"coalesce(file_name, {SPARK_FILE_NAME_OF_REL_PATH})"
 SPARK_FLAT_READ_PATH = "coalesce(path, concat(dump_root, '/', rel_path))"

@@ -55,7 +55,7 @@ precise to ``2^-11``, bfloat16 to ``2^-8``: 512 and 4096 times coarser than the 
 
 The C kernel (``ingest/statistics/_fused_stats.c``, built with ``-ffp-contract=off`` and without
 fast-math) and the pure-numpy fallback both follow this definition and give bit-identical results
-(``tests/test_fused_stats.py``); the fallback is used when the extension is not built or
+(``tests/ingest/statistics/test_fused_stats.py``); the fallback is used when the extension is not built or
 ``DUMPCAT_PURE_NUMPY_STATS=1`` is set at import (``STATS_BACKEND`` says which).
 
 Speed (figures in ``bench/bench_stats.py``): data is processed in cache-sized blocks (``BLOCK_ELEMS``);
@@ -115,7 +115,7 @@ __all__ = [
 ]
 
 # The names of schema.STAT_VALUE_FIELDS, spelled out so that this module needs only numpy (a helper
-# that computes statistics alone starts fast); tests/test_tensor_stats.py checks the two agree.
+# that computes statistics alone starts fast); test_tensor_stats.py checks the two agree.
 STAT_KEYS = (
     "max",
     "min",
@@ -310,7 +310,7 @@ def _np_lane_sums(v: np.ndarray, phase: int, lanes: np.ndarray) -> None:
     elements and imaginary parts their squares; row 0 holds the running lanes (sum + i * squares).
     ``np.add.reduce`` over axis 0 adds row after row into each column (a reduction over a non-innermost
     axis runs row by row; complex addition is two independent IEEE additions), which is the kernel's
-    order, sums and squares in one numpy call. tests/test_fused_stats.py checks that this numpy does so.
+    order, sums and squares in one numpy call. test_fused_stats.py checks that this numpy does so.
     """
     m = v.shape[0]
     head = min((LANES - phase) & (LANES - 1), m)

@@ -67,7 +67,7 @@ log = logging.getLogger("dumpcat.ingest")
 # Flat table -> (query-time view, its source tables: the raw tables whose rows it resolves).
 FLAT_SOURCES: dict[str, tuple[str, ...]] = {"tensors": ("tensors",), "stats": ("stat_rows", "tensor_stats")}
 # Raw tables the resolution reads besides the sources: a batch with rows in any of them may change
-# how earlier rows of the same (run, rank) resolve. tests/test_flat.py checks this against sql/.
+# how earlier rows of the same (run, rank) resolve. test_flat.py checks this against sql/.
 RESOLUTION_INPUTS = ("ops", "ir_nodes", "source_lines", "runs")
 # sql/ files that define the query-time views (the writer needs nothing else), and what they read.
 RESOLUTION_SQL = ("00_op_keys.sql", "01_dtypes.sql", "05_graph.sql", "30_tensors.sql", "40_stats.sql")

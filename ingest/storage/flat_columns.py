@@ -22,7 +22,7 @@ FLAT_VIEWS = ("tensors", "stats")
 # ingest/storage/flat.py); readers put both back. Files that store every name and path (written before)
 # read the same. DuckDB's parse_filename binds faster than a regular expression (a view's
 # expressions are bound by every query, `count(*)` too); Spark has no parse_filename: its regular
-# expression gives the same text (tests/test_flat.py).
+# expression gives the same text (tests/ingest/storage/test_flat.py).
 FILE_NAME_OF_REL_PATH = "parse_filename(rel_path, false, 'forward_slash')"
 _ROOT_OF_PATH = "left(path, length(path) - length(rel_path) - 1)"
 _PATH_UNDER_ROOT = f"{_ROOT_OF_PATH} || '/' || rel_path = path"  # NULL (not true) when either is NULL

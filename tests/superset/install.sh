@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the virtual environment Apache Superset runs from in tests/test_superset.py: its own, apart
+# Build the virtual environment Apache Superset runs from in tests/catalog/server/test_superset.py: its own, apart
 # from the project's .venv (Superset pins many libraries, SQLAlchemy 1.4 and pandas 2.1 among them,
 # that would clash with dumpcat's). Idempotent: a venv that already holds these pins is left as it is.
 # Where: $DUMPCAT_SUPERSET_VENV, default <repo>/.superset-venv (the test looks in the same place).

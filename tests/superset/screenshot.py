@@ -1,6 +1,6 @@
 """Screenshot of a Superset chart over `dumpcat serve`, for the docs: docs/superset-chart.png.
 
-Does what tests/test_superset.py does, in a temp dir: a catalog of the committed nan_log dump served
+Does what test_superset.py does, in a temp dir: a catalog of the committed nan_log dump served
 by `dumpcat serve` (in-process, password login), Superset from its own venv (tests/superset/install.sh
 builds it), the database added and a dataset on `stats` made through Superset's REST API, the chart
 of harness.chart_form_data saved, then logged in through the login form in headless Chromium and the

@@ -30,8 +30,8 @@ from ingest.storage import flat
 from ingest.storage.store import CatalogError, CatalogStore, CatalogWarning, shard_path
 from ingest.watch import read_status, status_path
 from tests.conftest import REPO, dump_of
+from tests.ingest.test_replay import COMPARE, DUPLICATES, _norm
 from tests.replay import WriteBudget, files_written, make_stat_csv_tree, replay
-from tests.test_replay import COMPARE, DUPLICATES, _norm
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 RUN = "multi"

@@ -1,6 +1,6 @@
 """Spark SQL over the catalog (catalog/spark/spark_sql.py): every view DuckDB defines gives the same rows in
 Spark local mode, over one catalog holding a committed dump of every producer and layout
-(tests/test_flat.py SPARK_ROOTS). tests/test_spark_jobs.py runs Spark work on a standalone master +
+(tests/ingest/storage/test_flat.py SPARK_ROOTS). test_spark_jobs.py runs Spark work on a standalone master +
 worker started on 127.0.0.1 from the pyspark package's own scripts.
 
 Rows are compared as multisets (order-insensitive), column names in order, values exactly after
@@ -37,7 +37,7 @@ from catalog.api import Catalog  # noqa: E402
 from ingest.pipeline import ingest_dump  # noqa: E402
 from ingest.storage.store import CatalogStore, CatalogWarning, shard_path  # noqa: E402
 from tests.conftest import DATA, as_written_before_flat_files, dump_of  # noqa: E402
-from tests.test_flat import SPARK_ROOTS, _run_name  # noqa: E402
+from tests.ingest.storage.test_flat import SPARK_ROOTS, _run_name  # noqa: E402
 from tests.writers.ascend_tree import write_tree  # noqa: E402
 
 # DuckDB views Spark does not get, and why.
@@ -82,7 +82,7 @@ CALLS: dict[str, list[tuple[tuple, dict]]] = {
 
 def _with_kernel_args(dest: Path) -> Path:
     """The `simple` sample with a kernel-args file and one that is not an object (as in
-    tests/test_bad_input.py): kernel_args rows and an ingest_errors row."""
+    tests/ingest/test_bad_input.py): kernel_args rows and an ingest_errors row."""
     shutil.copytree(dump_of("simple"), dest)
     for p in [dest, *dest.rglob("*")]:
         p.chmod(0o755 if p.is_dir() else 0o644)
@@ -95,7 +95,7 @@ def _with_kernel_args(dest: Path) -> Path:
 
 def _with_overflow(dest: Path) -> Path:
     """A raw Ascend tree with an overflow record naming its Conv2D launch and a garbled one
-    (tests/test_ascend_raw.py): overflows rows joined to an operator, and an ingest_errors row."""
+    (test_ascend_raw.py): overflows rows joined to an operator, and an ingest_errors row."""
     write_tree(DATA / "ms210" / "kernels_filter" / "dump", dest)
     leaf = next(p for p in dest.glob("rank_0/Net/*/*") if p.is_dir())
     conv = next(p for p in leaf.iterdir() if p.name.startswith("Conv2D"))
@@ -115,7 +115,7 @@ def _with_overflow(dest: Path) -> Path:
 
 
 def _hosts(base: Path) -> list[Path]:
-    """Two host roots of one run, each with one rank of the nan_log sample (tests/test_shards.py):
+    """Two host roots of one run, each with one rank of the nan_log sample (tests/ingest/test_shards.py):
     written by two named writers, so the catalog holds shards and a run with two dump roots."""
     roots = []
     for rank in (0, 1):
@@ -129,7 +129,7 @@ def _hosts(base: Path) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One catalog: every committed dump tree (as tests/test_flat.py ingests them), the trees
+    """One catalog: every committed dump tree (as tests/ingest/storage/test_flat.py ingests them), the trees
     above (the last run by two writers: shards), and `dumpcat compare` of the cast/base pair."""
     tmp = tmp_path_factory.mktemp("spark_catalog")
     path = tmp / "cat"
@@ -147,7 +147,7 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # The `spark` fixture (local[2], then a standalone master + worker on 127.0.0.1) is in conftest.py,
-# shared with tests/test_spark_jobs.py.
+# shared with tests/catalog/spark/test_spark_jobs.py.
 
 
 @pytest.fixture(scope="module")
@@ -224,7 +224,7 @@ def _duckdb_call(name: str, args: tuple, kwargs: dict) -> str:
 
 
 # Local mode only: the standalone cluster (executors without dumpcat, reading the catalog's files
-# themselves) is exercised by tests/test_spark_jobs.py, whose statistics and comparisons run there;
+# themselves) is exercised by test_spark_jobs.py, whose statistics and comparisons run there;
 # every view again on the cluster cost two minutes of CI and no other code path.
 @pytest.mark.parametrize("spark", ["local"], indirect=True)
 def test_every_view_gives_the_rows_duckdb_gives(spark, registered, catalog):

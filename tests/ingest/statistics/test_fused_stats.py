@@ -701,7 +701,7 @@ def test_portable_kernels_give_the_same_bits(tmp_path: Path) -> None:
         "import json, sys\n"
         "from ingest.statistics import kernel as ts\n"
         "from ingest.statistics import _fused_stats\n"
-        "from tests.test_fused_stats import bits\n"
+        "from tests.ingest.statistics.test_fused_stats import bits\n"
         "jobs = [ts.StatJob(*j) for j in json.load(sys.stdin)]\n"
         "got = [{k: bits(v) for k, v in s.items()} for _, s, _ in ts.compute_stats_many(jobs, workers=1)]\n"
         "print(json.dumps([_fused_stats.ISA, ts.stats_backend(), got]))\n"

@@ -404,7 +404,7 @@ def test_reingest_adds_nothing_and_sigkill_then_rerun_equals_one_shot(tmp_path):
     import shutil
     import signal
 
-    from tests.test_incremental import _content, _start_ingest
+    from tests.ingest.test_incremental import _content, _start_ingest
 
     dump = tmp_path / "dump"
     for r in range(16):

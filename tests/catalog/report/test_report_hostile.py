@@ -26,9 +26,9 @@ import pytest
 from catalog.api import Catalog
 from catalog.report.figures import AXIS_TEXT, label, short_name
 from catalog.report.page import MAX_TEXT
+from tests.catalog.report.test_report import figure_data, not_blank
 from tests.conftest import DATA
 from tests.report_browser import Browser
-from tests.test_report import figure_data, not_blank
 
 CLI = [sys.executable, "-m", "catalog.cli"]
 SOURCE = DATA / "msprobe" / "pt_l1_statistics_2ranks"

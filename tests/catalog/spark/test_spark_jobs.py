@@ -31,8 +31,8 @@ from ingest.pipeline import ingest_dump
 from ingest.storage.store import CatalogStore
 from tests.compare import catalog_content
 from tests.conftest import DATA, REPO, _free_port, dump_of
+from tests.ingest.storage.test_flat import SPARK_ROOTS, _run_name
 from tests.replay import make_stat_csv_tree
-from tests.test_flat import SPARK_ROOTS, _run_name
 
 ROOT = REPO
 COMPARE = DATA / "ms210" / "compare"
@@ -74,7 +74,7 @@ def _batches(path: Path, table: str) -> int:
 
 @pytest.fixture(scope="module")
 def trees(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Path, str]]:
-    """Every committed dump tree (tests/test_flat.py's list: each producer and layout), plus the
+    """Every committed dump tree (test_flat.py's list: each producer and layout), plus the
     nan_log dump with a statistic.csv in each iteration folder whose rows of one folder stop half
     way: tensors with a producer's row and tensors without, side by side."""
     tree = make_stat_csv_tree(dump_of("nan_log"), tmp_path_factory.mktemp("statcsv") / "dump")

@@ -27,8 +27,8 @@ from ingest.pipeline import Ingester
 from ingest.readers.registry import detect
 from ingest.storage.store import CatalogStore
 from tests.conftest import dump_of
+from tests.ingest.test_replay import RUN, content, diff, one_shot
 from tests.replay import make_stat_csv_tree, timestamp_of
-from tests.test_replay import RUN, content, diff, one_shot
 
 
 def _age_tree(root: Path, seconds: float) -> None:

@@ -22,7 +22,7 @@ import pytest
 from ingest import helper_pool as hp
 from ingest.statistics import kernel as ts
 from ingest.statistics.kernel import StatJob, compute_stats_many
-from tests.test_fused_stats import assert_identical, backend, save, via_file
+from tests.ingest.statistics.test_fused_stats import assert_identical, backend, save, via_file
 
 ROOT = Path(ts.__file__).resolve().parents[2]
 F32 = ts._KINDS.index("float32")

@@ -12,7 +12,7 @@ from catalog import Catalog
 from ingest.pipeline import ingest_dump
 from ingest.storage.store import CatalogStore
 from tests.conftest import as_written_before_flat_files, dump_of
-from tests.test_incremental import _content
+from tests.ingest.test_incremental import _content
 
 
 def test_compaction_keeps_content_and_readers_see_no_change(tmp_path, copy_dump):
