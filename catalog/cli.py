@@ -168,7 +168,7 @@ def _expected_errors() -> tuple[tuple[type[Exception], ...], type[Exception]]:
     import duckdb
 
     from catalog.api import QueryRefused, TensorNotFoundError
-    from ingest.pipeline import DumpRootError
+    from ingest.errors import DumpRootError
     from ingest.storage.store import CatalogError
 
     return (CatalogError, DumpRootError, TensorNotFoundError, duckdb.Error), QueryRefused
@@ -258,7 +258,7 @@ def ingest(
             s = cat.ingest(
                 dump_dir, run, producer=detection.reader.name, compute_stats=compute_stats, md5=md5,
                 workers=workers, on_progress=on_progress, writer=writer, follow_symlinks=follow_symlinks,
-                max_metadata_size=max_metadata_size,
+                max_metadata_size=max_metadata_size, detection=detection,
             )  # fmt: skip
         rate = s.files_seen / s.seconds if s.seconds > 0 else 0.0
         click.echo(

@@ -6,17 +6,12 @@ from __future__ import annotations
 
 from tests.import_layers import STRUCTURE, cycles, import_graph, structure_markdown, upward_imports
 
-# Cycles still to be broken (issue 34): the readers and the pipeline (a reader contract), the
-# statistics shared by `dumpcat stats` and its Spark jobs (one statistics package). A cycle may
-# leave this list, not join it.
+# Cycles still to be broken (issue 34): the statistics shared by `dumpcat stats` and its Spark jobs
+# (one statistics package). A cycle may leave this list, not join it. (The readers and the pipeline
+# left it: readers see the pipeline through ingest/readers/sink.py only.)
 KNOWN_CYCLES = [
     ["catalog.spark_jobs", "catalog.stats"],
-    [
-        "ingest.pipeline", "ingest.readers.ascend_raw", "ingest.readers.ge_dump",
-        "ingest.readers.mindspore_bin", "ingest.readers.mindspore_npy", "ingest.readers.msprobe",
-        "ingest.readers.rank_layout", "ingest.readers.registry",
-    ],
-]  # fmt: skip
+]
 
 
 def test_no_module_imports_a_layer_above_its_own():
@@ -28,6 +23,13 @@ def test_no_new_import_cycle_and_none_in_storage():
     assert not any(m.startswith("ingest.storage") for c in found for m in c), found
     new = [c for c in found if not any(set(c) <= set(known) for known in KNOWN_CYCLES)]
     assert not new, new
+
+
+def test_known_cycles_still_exist():
+    """A cycle that was broken leaves KNOWN_CYCLES, so that it cannot come back unnoticed."""
+    found = cycles(import_graph())
+    gone = [known for known in KNOWN_CYCLES if not any(set(c) <= set(known) for c in found)]
+    assert not gone, gone
 
 
 def test_the_structure_picture_is_current():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ingest.pipeline import DumpRootError
+from ingest.errors import DumpRootError
 from ingest.readers.ascend_raw import AscendRawReader, AscendRawV12Reader
 from ingest.readers.base import Detection, Reader
 from ingest.readers.ge_dump import GeDumpReader, OmDumpReader
