@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from catalog.compare import CompareSummary
     from catalog.missing_stats import StatsSummary
     from catalog.report import ReportSummary
+    from ingest.readers.base import Detection
 from catalog.views import DUCKDB_CONFIG, define_views, query_text
 from ingest.pipeline import IngestSummary, ingest_dump
 from ingest.storage.store import CatalogError, CatalogStore
@@ -300,9 +301,11 @@ class Catalog:
         writer: str | None = None,
         follow_symlinks: bool = False,
         max_metadata_size: str | int | None = None,
+        detection: Detection | None = None,
     ) -> IngestSummary:
         """Ingest (or incrementally re-ingest) a dump tree into this catalog. Its producer is
-        detected (`summary.detected` says what was found) unless `producer` names a reader.
+        detected (`summary.detected` says what was found) unless `producer` names a reader, or
+        `detection` is the claim `ingest.pipeline.detect_dump(dump_dir)` made already.
         `writer` names the run's shard to write (one per host of a multi-host run). Symlinks out
         of the dump root are error rows unless `follow_symlinks`. `max_metadata_size` caps the
         metadata files read whole (`"1GiB"` for every kind, or `"graph=1GiB,json=128MiB"`; default
@@ -310,7 +313,7 @@ class Catalog:
         summary = ingest_dump(
             self.path, dump_dir, run, producer=producer, compute_stats=compute_stats, md5=md5,
             workers=workers, on_progress=on_progress, writer=writer, follow_symlinks=follow_symlinks,
-            max_metadata_size=max_metadata_size,
+            max_metadata_size=max_metadata_size, detection=detection,
         )  # fmt: skip
         return summary
 

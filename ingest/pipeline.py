@@ -1,12 +1,13 @@
 """The producer-agnostic ingest pipeline: catalog state, batching, commits, errors, statistics.
 
 A reader (`ingest.readers`, one module per producer and layout) walks a dump root and calls the
-services of `Ingester`: `add` rows, `add_tensor_table`, record a file in the manifest, record an
-`ingest_errors` row, ask whether a file may still be written (live mode), `maybe_flush`. The
-pipeline batches rows and commits a batch atomically with its manifest whenever enough are pending,
-so memory stays bounded however large the dump is, and computes statistics for every new tensor
-that has none from the dump, reading its bytes where its `tensors` row says they are (whatever the
-producer: npy, raw protobuf dump, device format).
+services of its `IngestSink` (ingest/readers/sink.py; here `ReaderSink`, over an `Ingester`): queue
+rows and tensor rows, record a file in the manifest, record an `ingest_errors` row, ask whether a
+file may still be written (live mode), `flush_if_full`. The pipeline batches rows and commits a
+batch atomically with its manifest whenever enough are pending, so memory stays bounded however
+large the dump is, and computes statistics for every new tensor that has none from the dump,
+reading its bytes where its `tensors` row says they are (whatever the producer: npy, raw protobuf
+dump, device format).
 
 Re-ingest is incremental: a tensor file whose row id is already in the catalog is skipped, and
 append-only files (statistic.csv, the execution-order csvs) resume after the last complete line
@@ -15,6 +16,7 @@ already ingested.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import operator
 import os
@@ -22,7 +24,6 @@ import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,9 +31,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ingest.errors import DumpRootError
+from ingest.files import age, fresh_age, now, size_or_none
 from ingest.helper_pool import start_helpers, stop_idle_helpers
 from ingest.ids import TensorIdHasher
 from ingest.limits import MetadataCaps
+from ingest.readers.sink import IngestOptions, ManifestEntry
 from ingest.row_id_set import RowIdSet
 from ingest.statistics.rows import computed_stats_rows
 from ingest.storage.flat import writer_memory_limit
@@ -42,6 +46,13 @@ from ingest.storage.store import CatalogError, CatalogStore, check_writer_name
 
 if TYPE_CHECKING:
     from ingest.readers.base import Detection, Reader
+
+# DumpRootError (ingest/errors.py) and the file helpers (ingest/files.py) live below the readers,
+# which must not import this module; they are still importable from here.
+__all__ = [
+    "DumpRootError", "IngestSummary", "Ingester", "ReaderSink", "age", "default_run_name", "detect_dump",
+    "fresh_age", "ingest_dump", "ingest_many", "now", "resolve_dump_dir", "size_or_none",
+]  # fmt: skip
 
 VERSION = "0.1.0"
 _ARROW_CHUNK_ROWS = 16_384  # pending rows built in Python become Arrow tables this many at a time
@@ -55,10 +66,7 @@ _DICTIONARY_COLUMNS = {
     "stat_rows": ("run", "net", "csv_path", "op_type", "file_op_name", "file_op_base", "io", "data_type"),
 }  # fmt: skip
 _DICTIONARY_MIN_ROWS = 4096  # (smaller chunks stay plain: encoding imports pyarrow.compute, ~40 ms)
-
-
-class DumpRootError(Exception):
-    """The dump directory cannot be ingested at all (missing, unreadable, not a dump)."""
+_COUNTED_TABLES = frozenset({"ops", "ir_nodes"})  # IngestSummary counts the rows queued of these
 
 
 @dataclass
@@ -153,10 +161,6 @@ def concat_pending(tables: list[pa.Table]) -> pa.Table:
     return pa.concat_tables(tables)
 
 
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
 def resolve_dump_dir(path: str | os.PathLike) -> Path:
     """The absolute dump directory, or DumpRootError when it is missing, not a folder or not UTF-8."""
     p = Path(path)
@@ -173,13 +177,38 @@ def resolve_dump_dir(path: str | os.PathLike) -> Path:
     return p
 
 
+def _option(name: str) -> property:
+    """An Ingester attribute kept in its `options` (what its reader reads, IngestOptions): setting
+    it (the watcher switches live mode on) replaces the frozen options."""
+
+    def get(self: Ingester):
+        return getattr(self.options, name)
+
+    def set_(self: Ingester, value) -> None:
+        self.options = dataclasses.replace(self.options, **{name: value})
+
+    return property(get, set_, doc=f"`options.{name}` (ingest.readers.sink.IngestOptions)")
+
+
 class Ingester:
     """One ingest of one dump root into one run of a catalog, walked by the root's reader.
 
     Use `ingest_dump` for a one-shot ingest; the watcher drives `begin`, `scan_all`, `scan_path`
     and `commit` itself. The reader is found by detection (or forced with `producer`); a watcher
-    started on an empty root detects it once the producer has written something.
+    started on an empty root detects it once the producer has written something. The reader gets a
+    `ReaderSink` of this Ingester, never the Ingester itself.
     """
+
+    run = _option("run")
+    row_id_of = _option("row_id_of")
+    caps = _option("caps")
+    compute_stats = _option("compute_stats")
+    workers = _option("workers")
+    # Live mode (the watcher): a file that may still be written is retried, never an error.
+    live = _option("live")
+    grace = _option("grace")  # seconds a file may stay incomplete before it is judged as it is
+    settle = _option("settle")  # seconds a rewritten-once file (metadata, graphs) must be unchanged
+    catalog_had_tensors = _option("catalog_had_tensors")  # set by _load_state
 
     def __init__(
         self,
@@ -198,38 +227,34 @@ class Ingester:
         max_metadata_size: str | int | MetadataCaps | None = None,
     ) -> None:
         tune_for_ingest()  # glibc gives freed buffers back as the walk goes (ingest/storage/memory.py)
+        # The largest metadata file of each kind read whole (ingest/limits.py): a bigger one is an
+        # ingest_errors row, never an allocation. None: DUMPCAT_MAX_METADATA_SIZE, else the defaults.
+        self.options = IngestOptions(
+            run=run, row_id_of=TensorIdHasher(run), caps=MetadataCaps.parse(max_metadata_size),
+            compute_stats=compute_stats, workers=workers,
+        )  # fmt: skip
         self.store = store
-        self.run = run
         self.root = dump_root
         self._root_len = len(str(dump_root)) + 1
         self._root_real = os.path.realpath(dump_root)
         # Symlinks whose target is outside the dump root are not followed unless asked for
         # (`--follow-symlinks`): a dump is input from anyone, and must not catalog other files.
         self.follow_symlinks = follow_symlinks
-        # The largest metadata file of each kind read whole (ingest/limits.py): a bigger one is an
-        # ingest_errors row, never an allocation. None: DUMPCAT_MAX_METADATA_SIZE, else the defaults.
-        self.caps = MetadataCaps.parse(max_metadata_size)
-        self.row_id_of = TensorIdHasher(run)
         self.producer = producer
-        self.compute_stats = compute_stats
         self.md5 = md5
-        self.workers = workers
         self.batch_rows = batch_rows
         self.on_progress = on_progress or (lambda n: None)
         self.summary = IngestSummary(run=run, dump_root=str(dump_root))
         self.pending = _Pending()
         self.known_tensors = RowIdSet()  # 8 bytes per tensor, not a set's ~70
-        self.manifest: dict[str, tuple] = {}  # rel_path -> (size, consumed_bytes, consumed_lines, status)
-        # Live mode (the watcher): a file that may still be written is retried, never an error.
-        self.live = False
-        self.grace = 10.0  # seconds a file may stay incomplete before it is judged as it is
-        self.settle = 1.0  # seconds a rewritten-once file (metadata, graphs) must be unchanged
+        self.manifest: dict[
+            str, ManifestEntry
+        ] = {}  # rel_path -> (size, consumed_bytes, consumed_lines, status)
         self.pending_files: dict[str, str] = {}  # rel path -> directory to rescan
-        self.catalog_had_tensors = False  # set by _load_state
         self.reader: Reader | None = None
         self._helpers_started = False
         if detection is not None:
-            self.reader = detection.reader(self, detection)
+            self.reader = detection.reader(ReaderSink(self), detection)
 
     # -- catalog state ---------------------------------------------------------------------
 
@@ -277,19 +302,86 @@ class Ingester:
         if len(rows) >= _ARROW_CHUNK_ROWS:
             self.pending.add_table(table, rows_to_table(rows, TABLES[table]))
             self.pending.rows[table] = []
+        if table in _COUNTED_TABLES:
+            setattr(self.summary, table, getattr(self.summary, table) + 1)
 
-    def add_tensor_table(self, table: pa.Table, needs_stats: list[int] | None = None) -> None:
-        """Queue `tensors` rows built as an Arrow table; `needs_stats` lists the row ids whose
-        statistics are computed from the data (default: all of them)."""
+    def add_rows(self, table: str, rows: Iterable[tuple]) -> None:
+        """Queue rows (tuples in the table's schema order)."""
+        pending = self.pending.rows[table]
+        before = len(pending)
+        pending.extend(rows)
+        if table in _COUNTED_TABLES:
+            setattr(self.summary, table, getattr(self.summary, table) + len(pending) - before)
+        if len(pending) >= _ARROW_CHUNK_ROWS:
+            self.pending.add_table(table, rows_to_table(pending, TABLES[table]))
+            self.pending.rows[table] = []
+
+    def add_table(self, table: str, rows: pa.Table) -> None:
+        """Queue rows built as an Arrow table."""
+        self.pending.add_table(table, rows)
+        if table in _COUNTED_TABLES:
+            setattr(self.summary, table, getattr(self.summary, table) + rows.num_rows)
+
+    def add_tensor_rows(self, rel: str, rows: list[tuple], needs_stats: Iterable[int] | None = None) -> None:
+        """Queue the `tensors` rows of one new file `rel` (judged: no longer waited on); their ids
+        become known, and `needs_stats` (default: all) get statistics computed from the data."""
+        self.pending_files.pop(rel, None)
+        add = self.add
+        for row in rows:
+            add("tensors", row)
+        row_ids = [row[0] for row in rows]
+        self.known_tensors.update(row_ids)
+        self.summary.tensors += len(rows)
+        self.summary.files_new += 1
+        if self.compute_stats:
+            self.pending.stat_ids.extend(row_ids if needs_stats is None else needs_stats)
+
+    def add_tensor_table(
+        self, table: pa.Table, needs_stats: Iterable[int] | None = None, *, new_files: int = 0
+    ) -> None:
+        """Queue `tensors` rows built as an Arrow table, read from `new_files` new files;
+        `needs_stats` lists the row ids whose statistics are computed from the data (default: all
+        of them)."""
         n = table.num_rows
         if not n:
             return
-        row_ids = table.column("row_id").to_pylist()
         self.pending.add_table("tensors", table)
-        self.known_tensors.update(row_ids)
+        self.known_tensors.update(table.column("row_id").to_numpy())
         self.summary.tensors += n
+        self.summary.files_new += new_files
         if self.compute_stats:
-            self.pending.stat_ids.extend(row_ids if needs_stats is None else needs_stats)
+            self.pending.stat_ids.extend(
+                table.column("row_id").to_pylist() if needs_stats is None else needs_stats
+            )
+
+    def add_stat_chunk(self, table: pa.Table) -> None:
+        """Queue a chunk of a statistics file's rows (`stat_rows`)."""
+        self.pending.add_stat_chunk(table)
+        self.summary.stat_rows += table.num_rows
+
+    def is_known(self, row_id: int) -> bool:
+        """Is this tensor row cataloged (before, or queued by this ingest)?"""
+        return row_id in self.known_tensors
+
+    def known_many(self, row_ids: list[int]) -> np.ndarray:
+        """`is_known` of each of `row_ids` (a bool array)."""
+        return self.known_tensors.contains_many(row_ids)
+
+    def saw_files(self, n: int, *, progress: bool = False) -> None:
+        """Count `n` files as seen; `progress`: advance the progress bar too."""
+        self.summary.files_seen += n
+        if progress:
+            self.on_progress(n)
+
+    def previous(self, rel: str) -> ManifestEntry | None:
+        """The manifest entry of `rel`, or None when it was never read."""
+        return self.manifest.get(rel)
+
+    def judged(self, *rels: str) -> None:
+        """These files are no longer waited on (live mode)."""
+        if self.pending_files:
+            for rel in rels:
+                self.pending_files.pop(rel, None)
 
     def rel(self, path: str) -> str:
         """Path relative to the dump root; every walked path starts with the root (no relpath:
@@ -402,7 +494,7 @@ class Ingester:
             # the scan uses `workers` helpers, statistics one less
             start_helpers(self.workers, caller_computes=False, task=task)
 
-    def maybe_flush(self) -> None:
+    def flush_if_full(self) -> None:
         """Commit when enough rows are pending (bounded memory)."""
         if self.pending.size() >= self.batch_rows:
             self.flush()
@@ -458,7 +550,7 @@ class Ingester:
             except DumpRootError:
                 return self.reader  # nothing written yet (a watcher started before training)
             if self.reader is None or detection.reader is not type(self.reader) or not detection.provisional:
-                self.reader = detection.reader(self, detection)
+                self.reader = detection.reader(ReaderSink(self), detection)
         return self.reader
 
     def scan_all(self) -> None:
@@ -539,30 +631,99 @@ class Ingester:
         return tables
 
 
+class ReaderSink:
+    """An Ingester as its reader sees it (`ingest.readers.sink.IngestSink`): the services of the
+    pipeline and its options, and nothing else. A reader holds this, never the Ingester, so that
+    its pending rows, manifest, summary and store stay the pipeline's own."""
+
+    __slots__ = ("_ingester",)
+
+    def __init__(self, ingester: Ingester) -> None:
+        self._ingester = ingester
+
+    @property
+    def options(self) -> IngestOptions:
+        return self._ingester.options
+
+    def rel(self, path: str) -> str:
+        return self._ingester.rel(path)
+
+    def scandir(self, path: str, *, sort: bool = True) -> list[os.DirEntry] | None:
+        return self._ingester.scandir(path, sort=sort)
+
+    def saw_files(self, n: int, *, progress: bool = False) -> None:
+        self._ingester.saw_files(n, progress=progress)
+
+    def warm_helpers(self, task: str | None = None) -> None:
+        self._ingester.warm_helpers(task)
+
+    def previous(self, rel: str) -> ManifestEntry | None:
+        return self._ingester.manifest.get(rel)
+
+    def is_unchanged(self, rel: str, size: int) -> bool:
+        return self._ingester.is_unchanged(rel, size)
+
+    def record(self, rel: str, kind: str, size: int, consumed: int, lines: int, status: str) -> None:
+        self._ingester.record(rel, kind, size, consumed, lines, status)
+
+    def still_written(
+        self, entry: os.DirEntry, rel: str, window: float | None = None, *, fresh: bool = False
+    ) -> bool:
+        return self._ingester.still_written(entry, rel, window, fresh=fresh)
+
+    def judged(self, *rels: str) -> None:
+        self._ingester.judged(*rels)
+
+    def add(self, table: str, row: tuple) -> None:
+        _not_reader_table(table)
+        self._ingester.add(table, row)
+
+    def add_rows(self, table: str, rows: Iterable[tuple]) -> None:
+        _not_reader_table(table)
+        self._ingester.add_rows(table, rows)
+
+    def add_table(self, table: str, rows: pa.Table) -> None:
+        _not_reader_table(table)
+        self._ingester.add_table(table, rows)
+
+    def add_tensor_rows(self, rel: str, rows: list[tuple], needs_stats: Iterable[int] | None = None) -> None:
+        self._ingester.add_tensor_rows(rel, rows, needs_stats)
+
+    def add_tensor_table(
+        self, table: pa.Table, needs_stats: Iterable[int] | None = None, *, new_files: int = 0
+    ) -> None:
+        self._ingester.add_tensor_table(table, needs_stats, new_files=new_files)
+
+    def add_stat_chunk(self, table: pa.Table) -> None:
+        self._ingester.add_stat_chunk(table)
+
+    def is_known(self, row_id: int) -> bool:
+        return row_id in self._ingester.known_tensors
+
+    def known_many(self, row_ids: list[int]) -> np.ndarray:
+        return self._ingester.known_many(row_ids)
+
+    def error(self, rel: str, stage: str, reason: str, size: int | None = None) -> None:
+        self._ingester.error(rel, stage, reason, size)
+
+    def file_error(self, rel: str, kind: str, stage: str, reason: str, size: int | None = None) -> None:
+        self._ingester.file_error(rel, kind, stage, reason, size)
+
+    def flush_if_full(self) -> None:
+        self._ingester.flush_if_full()
+
+
+# Tables whose rows a reader queues with their bookkeeping (add_tensor_rows, add_tensor_table,
+# add_stat_chunk), or that only the pipeline writes.
+_PIPELINE_TABLES = frozenset({"tensors", "stat_rows", "tensor_stats", "manifest", "ingest_errors", "runs"})
+
+
+def _not_reader_table(table: str) -> None:
+    if table in _PIPELINE_TABLES:
+        raise ValueError(f"readers do not queue {table!r} rows with add/add_rows/add_table")
+
+
 _entry_name = operator.attrgetter("name")
-
-
-def age(entry: os.DirEntry) -> float:
-    """Seconds since the file was last modified (infinite when it cannot be stat'ed)."""
-    try:
-        return time.time() - entry.stat().st_mtime
-    except OSError:
-        return float("inf")
-
-
-def fresh_age(path: str) -> float:
-    """Seconds since `path` was last modified, stat'ed now (a DirEntry keeps its first stat)."""
-    try:
-        return time.time() - os.stat(path).st_mtime
-    except OSError:
-        return float("inf")
-
-
-def size_or_none(entry: os.DirEntry) -> int | None:
-    try:
-        return entry.stat().st_size
-    except OSError:
-        return None
 
 
 def detect_dump(dump_dir: str | os.PathLike, producer: str | None = None) -> Detection:
@@ -601,8 +762,12 @@ def ingest_dump(
     writer: str | None = None,
     follow_symlinks: bool = False,
     max_metadata_size: str | int | MetadataCaps | None = None,
+    detection: Detection | None = None,
 ) -> IngestSummary:
     """Ingest one dump tree into a catalog (created if missing) under a run name.
+
+    `detection` is the claim `detect_dump(dump_dir, producer)` made, when the caller has it already
+    (the command line shows it before ingesting): the dump is then not detected a second time.
 
     `writer` names the shard to write (ingest/storage/store.py): writers of different names ingest
     different ranks of one run at the same time (one per host); None is the default shard.
@@ -616,7 +781,8 @@ def ingest_dump(
         check_writer_name(writer)  # before anything is created
     writer_memory_limit()  # a mistyped DUMPCAT_WRITER_MEMORY, too
     caps = MetadataCaps.parse(max_metadata_size)  # and a mistyped cap
-    detection = detect_dump(dump_dir, producer)
+    if detection is None:
+        detection = detect_dump(dump_dir, producer)
     run_name = run or default_run_name(detection.root)
     store = CatalogStore(catalog, create=True).shard(run_name, writer)
     ingester = Ingester(

@@ -17,8 +17,6 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
-from ingest.readers import PRODUCER_NAMES
-
 # No command multiplies matrices: without this, numpy's OpenBLAS starts a spinning thread per core at
 # import (in every helper process too), which takes CPU from the ingest (~10 ms of a small one).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -42,9 +40,30 @@ CATALOG_OPTION = click.option(
     help="Catalog directory (created if missing).",
 )
 RUN_OPTION = click.option("--run", "run", default=None, help="Run name (default: the dump folder's name).")
+
+
+class _ProducerChoice(click.Choice):
+    """The `--producer` values, listed when first asked for (a value given, the help shown): the
+    built-in names need no reader import, but the plug-ins' need an entry-point lookup
+    (importlib.metadata), which every other command would pay for at start-up."""
+
+    def __init__(self) -> None:
+        super().__init__(())
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        from ingest.readers.registry import reader_names
+
+        return tuple(reader_names())
+
+    @choices.setter
+    def choices(self, value: tuple[str, ...]) -> None:
+        pass  # click.Choice.__init__ sets them: they are the registry's
+
+
 PRODUCER_OPTION = click.option(
     "--producer",
-    type=click.Choice(PRODUCER_NAMES),
+    type=_ProducerChoice(),
     default=None,
     help="Read the dump as this producer's layout instead of detecting it.",
 )
@@ -168,7 +187,7 @@ def _expected_errors() -> tuple[tuple[type[Exception], ...], type[Exception]]:
     import duckdb
 
     from catalog.api import QueryRefused, TensorNotFoundError
-    from ingest.pipeline import DumpRootError
+    from ingest.errors import DumpRootError
     from ingest.storage.store import CatalogError
 
     return (CatalogError, DumpRootError, TensorNotFoundError, duckdb.Error), QueryRefused
@@ -258,7 +277,7 @@ def ingest(
             s = cat.ingest(
                 dump_dir, run, producer=detection.reader.name, compute_stats=compute_stats, md5=md5,
                 workers=workers, on_progress=on_progress, writer=writer, follow_symlinks=follow_symlinks,
-                max_metadata_size=max_metadata_size,
+                max_metadata_size=max_metadata_size, detection=detection,
             )  # fmt: skip
         rate = s.files_seen / s.seconds if s.seconds > 0 else 0.0
         click.echo(

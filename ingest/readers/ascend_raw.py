@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
+from ingest.files import now, size_or_none
 from ingest.formats.legacy_names import ConvertedName, parse_converted_name
 from ingest.formats.overflow import (
     OPDEBUG_FILE,
@@ -50,11 +52,11 @@ from ingest.formats.raw_dump import (
 from ingest.limits import open_text_capped
 from ingest.npy_header import NpyHeaderError, read_npy_header
 from ingest.npy_name import without_op_index
-from ingest.pipeline import Ingester, now, size_or_none
 from ingest.raw_scan import PRODUCER, raw_slot_rows, slot_key
 from ingest.readers.base import Detection, Place, Reader, first_file, list_dir
 from ingest.readers.mindspore_npy import MindSporeNpyReader
 from ingest.readers.rank_layout import rank_root, read_execution_order_dir, read_graphs_dir
+from ingest.readers.sink import IngestSink
 from ingest.storage.schema import TENSORS
 
 CONVERTED = "msaccucmp"
@@ -67,18 +69,18 @@ def is_raw_name(name: str) -> bool:
     return not name.endswith((".npy", ".csv", ".json")) and parse_raw_name(name) is not None
 
 
-def slot_row_id(ing: Ingester, rel: str, io: str, index: int) -> int:
-    """The row id of one input/output slot of a raw file: a function of the run, the file's path
-    and the slot, like every tensor row id."""
-    return ing.row_id_of(rel + slot_key(io, index))
+def slot_row_id(row_id_of: Callable[[str], int], rel: str, io: str, index: int) -> int:
+    """The row id of one input/output slot of a raw file: a function of the run (`row_id_of`, the
+    ingest's), the file's path and the slot, like every tensor row id."""
+    return row_id_of(rel + slot_key(io, index))
 
 
 class RawFiles:
     """Catalogs raw dump files, their msaccucmp conversions and overflow files of one leaf
     directory: the part both raw layouts share."""
 
-    def __init__(self, ing: Ingester) -> None:
-        self.ing = ing
+    def __init__(self, sink: IngestSink) -> None:
+        self.sink = sink
 
     def handle(self, place: Place, entry: os.DirEntry) -> bool:
         """Catalog `entry` if it is a file this module reads; True when it was."""
@@ -99,82 +101,73 @@ class RawFiles:
     # -- raw files -----------------------------------------------------------------------------
 
     def _raw(self, place: Place, entry: os.DirEntry, name: RawName) -> None:
-        ing = self.ing
-        rel = ing.rel(entry.path)
+        sink = self.sink
+        rel = sink.rel(entry.path)
         size = size_or_none(entry)
-        prev = ing.manifest.get(rel)
+        prev = sink.previous(rel)
         if prev is not None and prev[3] == "ok" and prev[0] == size:
             return  # cataloged before, unchanged
         try:
             dump = read_raw_dump(entry.path)
         except RawDumpIncomplete as exc:
-            if not ing.still_written(entry, rel):
-                ing.file_error(rel, "raw_dump", "raw_dump", f"incomplete: {exc}", size)
+            if not sink.still_written(entry, rel):
+                sink.file_error(rel, "raw_dump", "raw_dump", f"incomplete: {exc}", size)
             return
         except RawDumpError as exc:
-            if not ing.still_written(entry, rel):
-                ing.file_error(rel, "raw_dump", "raw_dump", str(exc), size)
+            if not sink.still_written(entry, rel):
+                sink.file_error(rel, "raw_dump", "raw_dump", str(exc), size)
             return
         except OSError as exc:
-            ing.file_error(rel, "raw_dump", "raw_dump", f"unreadable: {exc.strerror}", size)
+            sink.file_error(rel, "raw_dump", "raw_dump", f"unreadable: {exc.strerror}", size)
             return
-        ing.pending_files.pop(rel, None)
         rows, needs_stats = self._slot_rows(place, entry, rel, name, dump, size or 0)
-        for row in rows:
-            ing.add("tensors", row)
-        ing.known_tensors.update(r[0] for r in rows)
-        ing.summary.tensors += len(rows)
-        ing.summary.files_new += 1
-        if ing.compute_stats:
-            ing.pending.stat_ids.extend(needs_stats)
+        sink.add_tensor_rows(rel, rows, needs_stats)
         if OPDEBUG_FILE.match(entry.name):
             self._opdebug(place, entry, rel, name, dump)
-        ing.record(rel, "raw_dump", size or 0, size or 0, 0, "ok")
-        ing.maybe_flush()
+        sink.record(rel, "raw_dump", size or 0, size or 0, 0, "ok")
+        sink.flush_if_full()
 
     def _slot_rows(
         self, place: Place, entry: os.DirEntry, rel: str, name: RawName, dump: RawDump, size: int
     ) -> tuple[list[tuple], list[int]]:
-        ing = self.ing
-        ctx = (ing.run, place.rank, place.net, place.graph_id, place.iteration, place.dir_kind)
+        sink = self.sink
+        ctx = (sink.options.run, place.rank, place.net, place.graph_id, place.iteration, place.dir_kind)
         rows = [
             r
-            for r in raw_slot_rows(ing.row_id_of, ctx, rel, entry.name, name, dump, size)
-            if r[0] not in ing.known_tensors
+            for r in raw_slot_rows(sink.options.row_id_of, ctx, rel, entry.name, name, dump, size)
+            if not sink.is_known(r[0])
         ]
         return rows, [r[0] for r in rows if r[_STORED] != "raw"]
 
     def add_scanned(self, table: pa.Table) -> None:
         """Queue the rows `raw_scan` made of complete raw files, with the bookkeeping `_raw` does
         per file (manifest, summary, statistics to compute), once per table."""
-        ing = self.ing
+        sink = self.sink
         if not table.num_rows:
             return
-        ing.pending.add_table("tensors", table)
-        ing.known_tensors.update(table.column("row_id").to_pylist())
-        ing.summary.tensors += table.num_rows
-        files = table.select(["rel_path", "file_size"]).group_by(["rel_path", "file_size"]).aggregate([])
-        ing.summary.files_new += files.num_rows
-        rels, sizes = files.column("rel_path").to_pylist(), files.column("file_size").to_pylist()
-        for rel, size in zip(rels, sizes, strict=True):
-            ing.pending_files.pop(rel, None)
-            ing.record(rel, "raw_dump", size, size, 0, "ok")
-        if ing.compute_stats:
+        needs_stats: list[int] = []
+        if sink.options.compute_stats:
             import pyarrow.compute as pc  # here, not at start-up: most dumps never need it
 
             decodable = pc.not_equal(table.column("stored_dtype"), "raw")
-            ing.pending.stat_ids.extend(table.column("row_id").filter(decodable).to_pylist())
+            needs_stats = table.column("row_id").filter(decodable).to_pylist()
+        files = table.select(["rel_path", "file_size"]).group_by(["rel_path", "file_size"]).aggregate([])
+        sink.add_tensor_table(table, needs_stats, new_files=files.num_rows)
+        rels, sizes = files.column("rel_path").to_pylist(), files.column("file_size").to_pylist()
+        for rel, size in zip(rels, sizes, strict=True):
+            sink.judged(rel)
+            sink.record(rel, "raw_dump", size, size, 0, "ok")
 
     # -- overflow debug files ------------------------------------------------------------------
 
     def _opdebug(self, place: Place, entry: os.DirEntry, rel: str, name: RawName, dump: RawDump) -> None:
         outputs = [s for s in dump.slots if s.io == "output"]
         if not outputs:
-            self.ing.error(rel, "overflow", "overflow debug file has no output to decode")
+            self.sink.error(rel, "overflow", "overflow debug file has no output to decode")
             return
         slot = outputs[0]
         if slot.size > _MAX_OPDEBUG_BYTES:  # the record is 1024 or 1048 bytes: never buffer a huge slot
-            self.ing.error(rel, "overflow", f"overflow record of {slot.size:,} bytes (one is 1024 or 1048)")
+            self.sink.error(rel, "overflow", f"overflow record of {slot.size:,} bytes (one is 1024 or 1048)")
             return
         try:
             with open(entry.path, "rb") as f:
@@ -182,27 +175,27 @@ class RawFiles:
                 data = f.read(slot.size)
             blocks = decode_opdebug(data)
         except (OSError, OverflowDecodeError) as exc:
-            self.ing.error(rel, "overflow", f"cannot decode the overflow record: {exc}")
+            self.sink.error(rel, "overflow", f"cannot decode the overflow record: {exc}")
             return
         self._add_overflows(place, rel, name.task_id, name.stream_id, name.timestamp_us, blocks)
 
     def _overflow_json(self, place: Place, entry: os.DirEntry) -> None:
-        ing = self.ing
-        rel = ing.rel(entry.path)
+        sink = self.sink
+        rel = sink.rel(entry.path)
         size = size_or_none(entry) or 0
-        if ing.is_unchanged(rel, size):
+        if sink.is_unchanged(rel, size):
             return
         m = OPDEBUG_JSON_FILE.match(entry.name)
         try:
-            blocks = read_overflow_json(entry.path, ing.caps)
+            blocks = read_overflow_json(entry.path, sink.options.caps)
         except (OSError, OverflowDecodeError, UnicodeDecodeError) as exc:
-            if not ing.still_written(entry, rel):
-                ing.file_error(rel, "overflow", "overflow", str(exc), size)
+            if not sink.still_written(entry, rel):
+                sink.file_error(rel, "overflow", "overflow", str(exc), size)
             return
         task, stream, timestamp = m.group("task", "stream", "timestamp")
         stream_id = None if stream is None else int(stream)
         self._add_overflows(place, rel, int(task), stream_id, int(timestamp), blocks)
-        ing.record(rel, "overflow", size, size, 0, "ok")
+        sink.record(rel, "overflow", size, size, 0, "ok")
 
     def _add_overflows(
         self,
@@ -216,9 +209,9 @@ class RawFiles:
         for b in blocks:
             words = (b.model_id, b.stream_id, b.task_id, b.task_type, b.pc_start, b.para_base, b.status,
                      b.kernel_code, b.block_idx)  # fmt: skip
-            self.ing.add(
+            self.sink.add(
                 "overflows",
-                (self.ing.run, place.rank, place.net, place.graph_id, place.iteration, rel, task_id,
+                (self.sink.options.run, place.rank, place.net, place.graph_id, place.iteration, rel, task_id,
                  stream_id, timestamp_us, b.kind, *(_int64(w) for w in words)),
             )  # fmt: skip
 
@@ -227,16 +220,16 @@ class RawFiles:
     def _converted(self, place: Place, entry: os.DirEntry, conv: ConvertedName) -> None:
         """A file msaccucmp converted from a raw slot: its values in the host layout, linked to
         the slot. It gets statistics only when its raw file is not in the directory."""
-        ing = self.ing
-        rel = ing.rel(entry.path)
-        row_id = ing.row_id_of(rel)
-        if row_id in ing.known_tensors:
+        sink = self.sink
+        rel = sink.rel(entry.path)
+        row_id = sink.options.row_id_of(rel)
+        if sink.is_known(row_id):
             return
         size = size_or_none(entry) or 0
         rel_dir = rel.rsplit("/", 1)[0]
         raw = parse_raw_name(conv.raw_name)
         if raw is None:
-            ing.file_error(rel, "tensor", "name", f"converted from {conv.raw_name!r}, not a raw dump name")
+            sink.file_error(rel, "tensor", "name", f"converted from {conv.raw_name!r}, not a raw dump name")
             return
         try:
             if conv.kind == "bin":
@@ -250,30 +243,22 @@ class RawFiles:
                     header.nbytes,
                 )
         except (NpyHeaderError, OSError, ValueError) as exc:
-            if not ing.still_written(entry, rel):
+            if not sink.still_written(entry, rel):
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-                ing.file_error(rel, "tensor", "converted", reason, size)
+                sink.file_error(rel, "tensor", "converted", reason, size)
             return
         source_exists = os.path.exists(os.path.join(os.path.dirname(entry.path), conv.raw_name))
-        source = slot_row_id(ing, f"{rel_dir}/{conv.raw_name}", conv.io, conv.slot)
-        ing.pending_files.pop(rel, None)
-        ing.add(
-            "tensors",
-            (
-                row_id, ing.run, place.rank, place.net, place.graph_id, place.iteration, place.dir_kind, rel,
-                entry.name, None, raw.op_type, raw.op_name, without_op_index(raw.op_name), raw.task_id,
-                raw.stream_id, raw.timestamp_us, conv.io, conv.slot, conv.format or "host",
-                conv.dtype_token or stored, stored, shape, offset, nbytes, size, "msaccucmp", CONVERTED,
-                None, None, source if source_exists else None,
-            ),
+        source = slot_row_id(sink.options.row_id_of, f"{rel_dir}/{conv.raw_name}", conv.io, conv.slot)
+        row = (
+            row_id, sink.options.run, place.rank, place.net, place.graph_id, place.iteration, place.dir_kind,
+            rel, entry.name, None, raw.op_type, raw.op_name, without_op_index(raw.op_name), raw.task_id,
+            raw.stream_id, raw.timestamp_us, conv.io, conv.slot, conv.format or "host",
+            conv.dtype_token or stored, stored, shape, offset, nbytes, size, "msaccucmp", CONVERTED,
+            None, None, source if source_exists else None,
         )  # fmt: skip
-        ing.known_tensors.add(row_id)
-        ing.summary.tensors += 1
-        ing.summary.files_new += 1
-        if ing.compute_stats and not source_exists:
-            ing.pending.stat_ids.append(row_id)
-        if rel in ing.manifest:
-            ing.record(rel, "tensor", size, size, 0, "ok")
+        sink.add_tensor_rows(rel, [row], () if source_exists else None)
+        if sink.previous(rel) is not None:  # an earlier error for this file is now resolved
+            sink.record(rel, "tensor", size, size, 0, "ok")
 
 
 def _int64(word: int | None) -> int | None:
@@ -317,9 +302,9 @@ class AscendRawReader(MindSporeNpyReader):
         "full op name), overflows, msaccucmp conversions linked to their slot; rank-level files as for npy"
     )
 
-    def __init__(self, ingester, detection: Detection) -> None:
-        super().__init__(ingester, detection)
-        self.raw_files = RawFiles(ingester)
+    def __init__(self, sink: IngestSink, detection: Detection) -> None:
+        super().__init__(sink, detection)
+        self.raw_files = RawFiles(sink)
 
     @classmethod
     def detect(cls, path: Path) -> Detection | None:
@@ -358,18 +343,17 @@ class AscendRawReader(MindSporeNpyReader):
     def is_cataloged(self, rel: str) -> bool:
         if rel.endswith(".npy"):
             return super().is_cataloged(rel)
-        prev = self.ing.manifest.get(rel)
+        prev = self.sink.previous(rel)
         return prev is not None and prev[3] == "ok"
 
-    def _add_scanned_tensors(self, leaf, table: pa.Table, row_ids: list[int], matched: set[int]) -> None:
+    def _add_scanned_tensors(self, table: pa.Table, matched: set[int]) -> None:
         import pyarrow.compute as pc
 
         is_raw = pc.equal(table.column("name_era"), "raw")
         if not pc.any(is_raw).as_py():
-            super()._add_scanned_tensors(leaf, table, row_ids, matched)
+            super()._add_scanned_tensors(table, matched)
             return
-        npy = table.filter(pc.invert(is_raw))
-        super()._add_scanned_tensors(leaf, npy, npy.column("row_id").to_pylist(), matched)
+        super()._add_scanned_tensors(table.filter(pc.invert(is_raw)), matched)
         self.raw_files.add_scanned(table.filter(is_raw))
 
 
@@ -389,9 +373,9 @@ class AscendRawV12Reader(Reader):
         "(device_N/ or {net}/device_N/); .metadata/data_dump.json as rank metadata"
     )
 
-    def __init__(self, ingester, detection: Detection) -> None:
-        super().__init__(ingester, detection)
-        self.raw_files = RawFiles(ingester)
+    def __init__(self, sink: IngestSink, detection: Detection) -> None:
+        super().__init__(sink, detection)
+        self.raw_files = RawFiles(sink)
 
     @classmethod
     def detect(cls, path: Path) -> Detection | None:
@@ -408,12 +392,12 @@ class AscendRawV12Reader(Reader):
         return None
 
     def walk(self) -> None:
-        ing = self.ing
+        sink = self.sink
         config = None
-        for entry in ing.scandir(str(self.root)) or []:
+        for entry in sink.scandir(str(self.root)) or []:
             if entry.name == ".metadata" and entry.is_dir():
                 config = self._metadata(entry.path)
-        entries = ing.scandir(str(self.root)) or []
+        entries = sink.scandir(str(self.root)) or []
         # MindSpore's own folders first (see _device): tensors commit with their operators.
         for entry in sorted(entries, key=lambda e: bool(_DEVICE_DIR.match(e.name))):
             m = _DEVICE_DIR.match(entry.name)
@@ -422,80 +406,83 @@ class AscendRawV12Reader(Reader):
             elif entry.is_dir() and entry.name != ".metadata" and self._net_operators(entry.path):
                 continue
             elif entry.name != ".metadata":
-                ing.summary.files_seen += 1
+                sink.saw_files(1)
                 reason = "expected device_N/, {net}/device_N/ or .metadata/"
-                ing.file_error(ing.rel(entry.path), "unknown", "walk", reason)
+                sink.file_error(sink.rel(entry.path), "unknown", "walk", reason)
 
     def _net_operators(self, path: str) -> bool:
         """`{net}/device_N/execution_order/` and `{net}/device_N/graphs/`: where v1.2's session
         writes them beside the runtime's `device_N/` tensor folders (reference §2.1). False when
         `path` holds nothing of the kind (it is then reported as not belonging to the dump)."""
-        devices = [e for e in self.ing.scandir(path) or [] if _DEVICE_DIR.match(e.name) and e.is_dir()]
+        devices = [e for e in self.sink.scandir(path) or [] if _DEVICE_DIR.match(e.name) and e.is_dir()]
         found = False
         for device in devices:
             rank = int(_DEVICE_DIR.match(device.name).group(1))
-            for entry in self.ing.scandir(device.path) or []:
+            for entry in self.sink.scandir(device.path) or []:
                 found |= self._operator_folder(rank, entry)
         return found
 
     def _operator_folder(self, rank: int, entry: os.DirEntry) -> bool:
         """Read `entry` when it is an execution_order/ or graphs/ folder of device `rank`."""
         if entry.name == "execution_order" and entry.is_dir():
-            read_execution_order_dir(self.ing, rank, entry.path)
+            read_execution_order_dir(self.sink, rank, entry.path)
         elif entry.name == "graphs" and entry.is_dir():
-            read_graphs_dir(self.ing, rank, entry.path)
+            read_graphs_dir(self.sink, rank, entry.path)
         else:
             return False
         return True
 
     def _metadata(self, path: str) -> str | None:
-        ing = self.ing
-        for entry in ing.scandir(path) or []:
-            ing.summary.files_seen += 1
+        sink = self.sink
+        for entry in sink.scandir(path) or []:
+            sink.saw_files(1)
             if entry.name != "data_dump.json":
                 continue
             try:
-                with open_text_capped(entry.path, "json", ing.caps, encoding="utf-8") as f:
+                with open_text_capped(entry.path, "json", sink.options.caps, encoding="utf-8") as f:
                     return f.read()
             except (OSError, UnicodeDecodeError) as exc:
-                ing.file_error(ing.rel(entry.path), "metadata", "metadata", str(exc), size_or_none(entry))
+                sink.file_error(sink.rel(entry.path), "metadata", "metadata", str(exc), size_or_none(entry))
         return None
 
     def _device(self, rank: int, path: str, config: str | None) -> None:
-        ing = self.ing
-        rel = ing.rel(path)
-        if config is not None and not ing.is_unchanged(rel, len(config)):
-            ing.add("rank_meta", (ing.run, rank, str(self.root), "Ascend", None, config, None, now()))
-            ing.record(rel, "metadata", len(config), len(config), 0, "ok")
-        models = ing.scandir(path) or []
+        sink = self.sink
+        rel = sink.rel(path)
+        if config is not None and not sink.is_unchanged(rel, len(config)):
+            sink.add(
+                "rank_meta", (sink.options.run, rank, str(self.root), "Ascend", None, config, None, now())
+            )
+            sink.record(rel, "metadata", len(config), len(config), 0, "ok")
+        models = sink.scandir(path) or []
         for model in sorted(models, key=lambda e: e.name not in ("execution_order", "graphs")):
             if self._operator_folder(rank, model):
                 continue
             m = _V12_MODEL_DIR.match(model.name)
             if not (m and model.is_dir()):
-                ing.summary.files_seen += 1
-                ing.file_error(
-                    ing.rel(model.path), "unknown", "walk",
+                sink.saw_files(1)
+                sink.file_error(
+                    sink.rel(model.path), "unknown", "walk",
                     "expected a {net}_graph_{g}/, execution_order/ or graphs/ folder",
                 )  # fmt: skip
                 continue
             net = m.group("net")
-            for graph in ing.scandir(model.path) or []:
+            for graph in sink.scandir(model.path) or []:
                 if not (graph.is_dir() and graph.name.isdigit()):
-                    ing.file_error(ing.rel(graph.path), "unknown", "walk", "expected a graph-id directory")
+                    sink.file_error(sink.rel(graph.path), "unknown", "walk", "expected a graph-id directory")
                     continue
-                for it in ing.scandir(graph.path) or []:
+                for it in sink.scandir(graph.path) or []:
                     if not (it.is_dir() and it.name.isdigit()):
-                        ing.file_error(ing.rel(it.path), "unknown", "walk", "expected an iteration directory")
+                        sink.file_error(
+                            sink.rel(it.path), "unknown", "walk", "expected an iteration directory"
+                        )
                         continue
                     place = Place(rank, net, int(graph.name), int(it.name), "iteration")
                     self._leaf(place, it.path)
 
     def _leaf(self, place: Place, path: str) -> None:
-        ing = self.ing
-        entries = ing.scandir(path) or []
-        ing.summary.files_seen += len(entries)
-        ing.on_progress(len(entries))
+        sink = self.sink
+        entries = sink.scandir(path) or []
+        sink.saw_files(len(entries), progress=True)
         for entry in entries:
             if not self.raw_files.handle(place, entry):
-                ing.file_error(ing.rel(entry.path), "unknown", "walk", "not a raw dump file")
+                sink.file_error(sink.rel(entry.path), "unknown", "walk", "not a raw dump file")

@@ -1,14 +1,15 @@
 """What a producer reader is: it recognises a dump root, walks it, and turns its files into rows.
 
-The pipeline (`ingest.pipeline.Ingester`) owns everything that does not depend on the producer:
-the catalog state, row batching and commits, the manifest of what was read, `ingest_errors`,
-live-mode waiting, and the statistics computed from tensor data. A reader only walks the tree and
-calls those services. Every `tensors` row it adds says where the tensor's bytes are (file, offset,
-stored dtype, device shape and format, host shape), so `Catalog.tensor` and the statistics never
-ask which producer wrote a file.
+The pipeline (`ingest.pipeline`) owns everything that does not depend on the producer: the catalog
+state, row batching and commits, the manifest of what was read, `ingest_errors`, live-mode waiting,
+and the statistics computed from tensor data. A reader only walks the tree and calls those services
+through the `IngestSink` it is given (ingest/readers/sink.py), never the pipeline itself. Every
+`tensors` row it adds says where the tensor's bytes are (file, offset, stored dtype, device shape
+and format, host shape), so `Catalog.tensor` and the statistics never ask which producer wrote a
+file.
 
-Adding a producer is adding a module with one `Reader` subclass (and its tests) and listing it in
-`ingest.readers.registry`.
+Adding a producer is one module with one `Reader` subclass, its tests, and its line in
+`ingest.readers.registry` (or, outside this tree, an entry point of the `dumpcat.producers` group).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
-    from ingest.pipeline import Ingester
+    from ingest.readers.sink import IngestSink
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,8 @@ class Reader:
     looked_for: ClassVar[str]  # what `detect` looks for, for the message when nothing matched
     cataloged: ClassVar[str]  # what ends up in the catalog (docs/producers.md table)
 
-    def __init__(self, ingester: Ingester, detection: Detection) -> None:
-        self.ing = ingester
+    def __init__(self, sink: IngestSink, detection: Detection) -> None:
+        self.sink = sink  # the pipeline's services: the only way a reader reaches the ingest
         self.detection = detection
         self.root = detection.root
 

@@ -30,13 +30,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from ingest.files import size_or_none
 from ingest.formats.cann_stats_csv import CannStatsError, parse_stats_csv_name, read_cann_stats_csv
 from ingest.formats.ge_graph import GeGraphError, read_ge_graph
 from ingest.ids import stat_row_ids
 from ingest.npy_header import NpyHeaderError, read_npy_header
 from ingest.npy_name import without_op_index
 from ingest.numbers import INT32_MAX, parse_uint
-from ingest.pipeline import size_or_none
 from ingest.readers.ascend_raw import AscendRawReader, is_raw_name, slot_row_id
 from ingest.readers.base import Detection, Place, first_file, list_dir
 from ingest.storage.schema import TABLES, conform
@@ -121,12 +121,12 @@ class GeDumpReader(AscendRawReader):
         if m:
             self._time_tree(root, int(m.group(2)), ge_rank=True)
             return
-        for entry in self.ing.scandir(root) or []:
+        for entry in self.sink.scandir(root) or []:
             m = _RANK_ROOT.match(entry.name)
             if m and _is_dir(entry):
                 self._time_tree(entry.path, int(m.group(2)), ge_rank=True)
             elif entry.name == GE_DUMP_DIR and _is_dir(entry):
-                for inner in self.ing.scandir(entry.path) or []:
+                for inner in self.sink.scandir(entry.path) or []:
                     m = _RANK_ROOT.match(inner.name)
                     if m and _is_dir(inner):
                         self._time_tree(inner.path, int(m.group(2)), ge_rank=True)
@@ -140,12 +140,12 @@ class GeDumpReader(AscendRawReader):
                 self._unexpected(entry, "not part of a GE, msprobe_ge_dump or msprobe_fx_dump tree")
 
     def _unexpected(self, entry: os.DirEntry, why: str) -> None:
-        self.ing.summary.files_seen += 1
-        self.ing.file_error(self.ing.rel(entry.path), "unknown", "walk", why)
+        self.sink.saw_files(1)
+        self.sink.file_error(self.sink.rel(entry.path), "unknown", "walk", why)
 
     def _dirs(self, path: str, pattern: re.Pattern | None, what: str) -> list[os.DirEntry]:
         out = []
-        for entry in self.ing.scandir(path) or []:
+        for entry in self.sink.scandir(path) or []:
             if _is_dir(entry) and (pattern is None or pattern.match(entry.name)):
                 out.append(entry)
             else:
@@ -176,22 +176,22 @@ class GeDumpReader(AscendRawReader):
         return super().other_file(place, entry)
 
     def _stats_csv(self, place: Place, entry: os.DirEntry, name) -> None:
-        ing = self.ing
-        rel = ing.rel(entry.path)
+        sink = self.sink
+        rel = sink.rel(entry.path)
         size = size_or_none(entry) or 0
-        if ing.is_unchanged(rel, size):
+        if sink.is_unchanged(rel, size):
             return
         try:
-            rows, problems = read_cann_stats_csv(entry.path, ing.caps)
+            rows, problems = read_cann_stats_csv(entry.path, sink.options.caps)
         except (CannStatsError, OSError, UnicodeDecodeError) as exc:
-            if not ing.still_written(entry, rel):
+            if not sink.still_written(entry, rel):
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-                ing.file_error(rel, "cann_stats_csv", "cann_stats_csv", reason, size)
+                sink.file_error(rel, "cann_stats_csv", "cann_stats_csv", reason, size)
             return
-        if problems and ing.still_written(entry, rel):
+        if problems and sink.still_written(entry, rel):
             return  # a short last line may still be being written
         for line_no, reason in problems:
-            ing.error(f"{rel}:{line_no}", "cann_stats_csv", reason, size)
+            sink.error(f"{rel}:{line_no}", "cann_stats_csv", reason, size)
         raw_name = entry.name[: -len(".csv")]
         rel_dir = rel.rsplit("/", 1)[0]
         raw_beside = os.path.exists(os.path.join(os.path.dirname(entry.path), raw_name))
@@ -206,26 +206,30 @@ class GeDumpReader(AscendRawReader):
             }  # fmt: skip
             cols: dict[str, list] = {column: [getattr(r, f) for r in rows] for column, f in fields.items()}
             cols["shape"] = [None if r.shape is None else list(r.shape) for r in rows]
+            row_id_of = sink.options.row_id_of
             cols["row_id"] = [
-                slot_row_id(ing, f"{rel_dir}/{raw_name}", r.io, r.index) if raw_beside else None for r in rows
+                slot_row_id(row_id_of, f"{rel_dir}/{raw_name}", r.io, r.index) if raw_beside else None
+                for r in rows
             ]
             schema = TABLES["stat_rows"]
             arrays = {k: pa.array(v, schema.field(k).type) for k, v in cols.items()}
-            arrays["stat_id"] = pa.array(stat_row_ids(ing.run, rel, np.asarray(cols["line_no"])), pa.int64())
+            arrays["stat_id"] = pa.array(
+                stat_row_ids(sink.options.run, rel, np.asarray(cols["line_no"])), pa.int64()
+            )
             constants = (
-                ("run", ing.run), ("rank", place.rank), ("net", place.net), ("graph_id", place.graph_id),
-                ("iteration", place.iteration), ("csv_path", rel), ("op_type", name.op_type),
+                ("run", sink.options.run), ("rank", place.rank), ("net", place.net),
+                ("graph_id", place.graph_id), ("iteration", place.iteration), ("csv_path", rel),
+                ("op_type", name.op_type),
                 ("file_op_name", name.op_name), ("file_op_base", without_op_index(name.op_name)),
                 ("task_id", name.task_id), ("stream_id", name.stream_id), ("timestamp_us", name.timestamp_us),
                 ("stat_source", "cann_stats_csv"), ("stat_semantics", "cann"),
             )  # fmt: skip
             for column, value in constants:
                 arrays[column] = pa.array([value] * n, schema.field(column).type)
-            ing.pending.add_stat_chunk(conform(pa.table(arrays), schema))
-            ing.summary.stat_rows += n
-        ing.pending_files.pop(rel, None)
-        ing.record(rel, "cann_stats_csv", size, size, len(rows), "ok")
-        ing.maybe_flush()
+            sink.add_stat_chunk(conform(pa.table(arrays), schema))
+        sink.judged(rel)
+        sink.record(rel, "cann_stats_csv", size, size, len(rows), "ok")
+        sink.flush_if_full()
 
     # -- TorchAir FX eager dumps -----------------------------------------------------------------
 
@@ -237,69 +241,70 @@ class GeDumpReader(AscendRawReader):
                     self._fx_leaf(rank, model.name, int(token.name), token.path)
 
     def _fx_leaf(self, rank: int, model: str, token: int, path: str) -> None:
-        ing = self.ing
-        entries = ing.scandir(path) or []
-        ing.summary.files_seen += len(entries)
-        ing.on_progress(len(entries))
+        sink = self.sink
+        entries = sink.scandir(path) or []
+        sink.saw_files(len(entries), progress=True)
         rows: list[tuple] = []
         for entry in entries:
-            rel = ing.rel(entry.path)
+            rel = sink.rel(entry.path)
             m = _FX_FILE.match(entry.name)
             if m is None:
                 why = "not an FX dump file {node}-{op}.{INPUT|OUTPUT}.{i}.{ts}.npy"
-                ing.file_error(rel, "unknown", "walk", why)
+                sink.file_error(rel, "unknown", "walk", why)
                 continue
-            row_id = ing.row_id_of(rel)
-            if row_id in ing.known_tensors:
+            row_id = sink.options.row_id_of(rel)
+            if sink.is_known(row_id):
                 continue
             try:
                 header, size = read_npy_header(entry.path)
             except (NpyHeaderError, OSError) as exc:
-                if not ing.still_written(entry, rel):
+                if not sink.still_written(entry, rel):
                     reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-                    ing.file_error(rel, "tensor", "tensor", reason, size_or_none(entry))
+                    sink.file_error(rel, "tensor", "tensor", reason, size_or_none(entry))
                 continue
             node, target = m.group("node"), m.group("target")
             io, slot, ts = m.group("io").lower(), int(m.group("idx")), _fx_timestamp_us(m.group("ts"))
-            ing.pending_files.pop(rel, None)
+            sink.judged(rel)
             fmt = FORTRAN_ORDER if header.fortran_order else None
             rows.append(
                 (
-                    row_id, ing.run, rank, model, None, token, "iteration", rel, entry.name, None, target,
-                    node, node, None, None, ts, io, slot, fmt, header.dtype_name, header.dtype_name,
+                    row_id, sink.options.run, rank, model, None, token, "iteration", rel, entry.name, None,
+                    target, node, node, None, None, ts, io, slot, fmt, header.dtype_name, header.dtype_name,
                     list(header.shape), header.data_offset, header.nbytes, size, "torchair-fx", "torchair-fx",
                     None, f"{node}-{target}", None,
                 )
             )  # fmt: skip
         if rows:
-            ing.summary.files_new += len(rows)
             columns = list(zip(*rows, strict=True))
             schema = TABLES["tensors"]
             arrays = [pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)]
-            ing.add_tensor_table(pa.Table.from_arrays(arrays, schema=schema))
-        ing.maybe_flush()
+            sink.add_tensor_table(pa.Table.from_arrays(arrays, schema=schema), new_files=len(rows))
+        sink.flush_if_full()
 
     # -- GE graphs (the FX link) -----------------------------------------------------------------
 
     def _ge_graph(self, entry: os.DirEntry) -> None:
-        ing = self.ing
-        rel = ing.rel(entry.path)
+        sink = self.sink
+        rel = sink.rel(entry.path)
         size = size_or_none(entry) or 0
-        ing.summary.files_seen += 1
-        if ing.is_unchanged(rel, size):
+        sink.saw_files(1)
+        if sink.is_unchanged(rel, size):
             return
         try:
-            graph = read_ge_graph(entry.path, ing.caps)
+            graph = read_ge_graph(entry.path, sink.options.caps)
         except (GeGraphError, OSError, UnicodeDecodeError) as exc:
-            if not ing.still_written(entry, rel):
-                ing.file_error(rel, "ge_graph", "ge_graph", str(exc), size)
+            if not sink.still_written(entry, rel):
+                sink.file_error(rel, "ge_graph", "ge_graph", str(exc), size)
             return
         m = _GRAPH_RANK.search(entry.name)
         rank = int(m.group(1)) if m else None
         for op in graph.ops:
             for output_index, fx_name in op.fx_tensor_names:
-                ing.add("fx_links", (ing.run, rank, rel, graph.name, op.name, op.type, output_index, fx_name))
-        ing.record(rel, "ge_graph", size, size, 0, "ok")
+                sink.add(
+                    "fx_links",
+                    (sink.options.run, rank, rel, graph.name, op.name, op.type, output_index, fx_name),
+                )
+        sink.record(rel, "ge_graph", size, size, 0, "ok")
 
 
 class OmDumpReader(GeDumpReader):

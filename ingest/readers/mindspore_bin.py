@@ -35,17 +35,17 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ingest.files import now, size_or_none
 from ingest.formats.legacy_names import LegacyBinName, parse_legacy_bin_name
 from ingest.limits import open_text_capped
 from ingest.npy_name import op_type_of, sanitize_v23, short_name, without_op_index
 from ingest.numbers import INT32_MAX, INT64_MAX, parse_uint
-from ingest.pipeline import now, size_or_none
 from ingest.readers.base import Detection, Place, Reader, first_file, list_dir
 from ingest.readers.rank_layout import read_execution_order_dir, read_graphs_dir
 from ingest.tensor_data import stored_nbytes
 
 if TYPE_CHECKING:
-    from ingest.pipeline import Ingester
+    from ingest.readers.sink import IngestSink
 
 PRODUCER = "mindspore-bin"
 NAME_ERA = "v1.0-1.2"
@@ -115,8 +115,8 @@ class MindSporeBinReader(Reader):
         "execution order, .metadata/data_dump.json as rank metadata"
     )
 
-    def __init__(self, ingester: Ingester, detection: Detection) -> None:
-        super().__init__(ingester, detection)
+    def __init__(self, sink: IngestSink, detection: Detection) -> None:
+        super().__init__(sink, detection)
         self.nets: list[Path] = list(detection.units)  # the net folder given (fixed), else empty
         self._config: str | None = None
 
@@ -136,28 +136,28 @@ class MindSporeBinReader(Reader):
     # -- the walk --------------------------------------------------------------------------------
 
     def walk(self) -> None:
-        ing = self.ing
+        sink = self.sink
         self._config = self._metadata()
         if self.detection.fixed:
             for net in self.nets:
                 self._net(net.name, str(net))
             return
-        for entry in ing.scandir(str(self.root)) or []:
+        for entry in sink.scandir(str(self.root)) or []:
             if entry.name == _META_DIR and _is_dir(entry):
                 continue
             if _is_dir(entry):
                 self._net(entry.name, entry.path)
             else:
-                ing.summary.files_seen += 1
-                ing.file_error(
-                    ing.rel(entry.path), "unknown", "walk", "expected {net}/ folders or .metadata/"
+                sink.saw_files(1)
+                sink.file_error(
+                    sink.rel(entry.path), "unknown", "walk", "expected {net}/ folders or .metadata/"
                 )
 
     def scan_path(self, path: str) -> None:
         """Re-read the part of the tree a change at `path` can affect (a watcher's event)."""
         if not os.path.isdir(path):  # the pipeline checked it is a UTF-8 path under the root
             return
-        parts = self.ing.rel(path).split("/")
+        parts = self.sink.rel(path).split("/")
         net, net_path = parts[0], os.path.join(self.root, parts[0])
         if net == _META_DIR:
             self.walk()  # new metadata: every device's rank_meta row
@@ -175,9 +175,9 @@ class MindSporeBinReader(Reader):
             if iteration is not None:
                 self._leaf(Place(0, net, GRAPH_ID, iteration, "iteration"), os.path.join(net_path, parts[1]))
             elif parts[1] == _EXEC_DIR:
-                read_execution_order_dir(self.ing, 0, os.path.join(net_path, parts[1]))
+                read_execution_order_dir(self.sink, 0, os.path.join(net_path, parts[1]))
             elif parts[1] == _GRAPHS_DIR:
-                read_graphs_dir(self.ing, 0, os.path.join(net_path, parts[1]))
+                read_graphs_dir(self.sink, 0, os.path.join(net_path, parts[1]))
             else:
                 self._net(net, net_path)  # reports what does not belong there
             return
@@ -187,16 +187,16 @@ class MindSporeBinReader(Reader):
             place = Place(device, net, GRAPH_ID, iteration, "iteration")
             self._leaf(place, os.path.join(device_path, parts[2]))
         elif len(parts) > 2 and parts[2] == _EXEC_DIR:
-            read_execution_order_dir(self.ing, device, os.path.join(device_path, parts[2]))
+            read_execution_order_dir(self.sink, device, os.path.join(device_path, parts[2]))
         elif len(parts) > 2 and parts[2] == _GRAPHS_DIR:
-            read_graphs_dir(self.ing, device, os.path.join(device_path, parts[2]))
+            read_graphs_dir(self.sink, device, os.path.join(device_path, parts[2]))
         else:
             self._device(net, device, device_path)
 
     def _net(self, net: str, path: str) -> None:
-        ing = self.ing
+        sink = self.sink
         cpu_meta = False
-        for entry in _operators_first(ing.scandir(path) or []):
+        for entry in _operators_first(sink.scandir(path) or []):
             is_dir = _is_dir(entry)
             device = _number(_DEVICE_DIR.match(entry.name), INT32_MAX) if is_dir else None
             iteration = _number(_ITERATION_DIR.match(entry.name), INT64_MAX) if is_dir else None
@@ -208,98 +208,91 @@ class MindSporeBinReader(Reader):
                     cpu_meta = True
                 self._leaf(Place(0, net, GRAPH_ID, iteration, "iteration"), entry.path, entry)
             elif is_dir and entry.name == _EXEC_DIR:
-                read_execution_order_dir(self.ing, 0, entry.path)
+                read_execution_order_dir(self.sink, 0, entry.path)
             elif is_dir and entry.name == _GRAPHS_DIR:
-                read_graphs_dir(self.ing, 0, entry.path)
+                read_graphs_dir(self.sink, 0, entry.path)
             else:
                 if not is_dir:
-                    ing.summary.files_seen += 1
+                    sink.saw_files(1)
                 reason = (
                     "expected device_N/, iteration_N/, execution_order/ or graphs/ folders in a net folder"
                 )
-                ing.file_error(ing.rel(entry.path), "unknown", "walk", reason)
+                sink.file_error(sink.rel(entry.path), "unknown", "walk", reason)
 
     def _device(self, net: str, rank: int, path: str) -> None:
-        ing = self.ing
+        sink = self.sink
         self._rank_meta(rank, path, None)
-        for entry in _operators_first(ing.scandir(path) or []):
+        for entry in _operators_first(sink.scandir(path) or []):
             is_dir = _is_dir(entry)
             iteration = _number(_ITERATION_DIR.match(entry.name), INT64_MAX) if is_dir else None
             if iteration is not None:
                 self._leaf(Place(rank, net, GRAPH_ID, iteration, "iteration"), entry.path, entry)
             elif is_dir and entry.name == _EXEC_DIR:
-                read_execution_order_dir(self.ing, rank, entry.path)
+                read_execution_order_dir(self.sink, rank, entry.path)
             elif is_dir and entry.name == _GRAPHS_DIR:
-                read_graphs_dir(self.ing, rank, entry.path)
+                read_graphs_dir(self.sink, rank, entry.path)
             else:
                 if not is_dir:
-                    ing.summary.files_seen += 1
+                    sink.saw_files(1)
                 reason = "expected iteration_N/, execution_order/ or graphs/ folders in a device folder"
-                ing.file_error(ing.rel(entry.path), "unknown", "walk", reason)
+                sink.file_error(sink.rel(entry.path), "unknown", "walk", reason)
 
     # -- iteration folders ----------------------------------------------------------------------
 
     def _leaf(self, place: Place, path: str, dir_entry: os.DirEntry | None = None) -> None:
-        ing = self.ing
-        entries = ing.scandir(path)
+        sink = self.sink
+        entries = sink.scandir(path)
         if entries is None:
             return
-        rel_dir = ing.rel(path)
-        ing.summary.files_seen += len(entries)
-        ing.on_progress(len(entries))
+        rel_dir = sink.rel(path)
+        sink.saw_files(len(entries), progress=True)
         if not entries:
             entry = dir_entry or _entry_of(path)
-            if entry is None or not ing.still_written(entry, rel_dir):
-                ing.file_error(rel_dir, "directory", "walk", "empty iteration folder: no tensor file")
+            if entry is None or not sink.still_written(entry, rel_dir):
+                sink.file_error(rel_dir, "directory", "walk", "empty iteration folder: no tensor file")
             return
-        prev = ing.manifest.get(rel_dir)
+        prev = sink.previous(rel_dir)
         if prev is not None and prev[3] == "error":  # it was empty: no longer an error
-            ing.record(rel_dir, "directory", 0, 0, 0, "ok")
+            sink.record(rel_dir, "directory", 0, 0, 0, "ok")
         for entry in entries:
             self._file(place, entry)
-        ing.maybe_flush()
+        sink.flush_if_full()
 
     def _file(self, place: Place, entry: os.DirEntry) -> None:
-        ing = self.ing
-        rel = ing.rel(entry.path)
+        sink = self.sink
+        rel = sink.rel(entry.path)
         name = parse_legacy_bin_name(entry.name) if entry.name.endswith(".bin") else None
         if name is None or _is_dir(entry):
-            ing.file_error(
+            sink.file_error(
                 rel, "unknown", "name",
                 "not a MindSpore 1.0-1.2 tensor file ({kernel}_{input|output}_{slot}_shape_{dims}_{dtype}"
                 "_{format}.bin)",
                 size_or_none(entry),
             )  # fmt: skip
             return
-        row_id = ing.row_id_of(rel)
-        if row_id in ing.known_tensors:
+        row_id = sink.options.row_id_of(rel)
+        if sink.is_known(row_id):
             return
         size = size_or_none(entry)
         if size is None:
-            ing.file_error(rel, "tensor", "stat", "cannot stat the file")
+            sink.file_error(rel, "tensor", "stat", "cannot stat the file")
             return
         shape = name.shape
         if shape == () and size == 0:
             shape = (0,)  # `shape_0` is a scalar or an empty 1-D tensor; no bytes: the empty one
         nbytes = stored_nbytes(name.stored_dtype, shape)
         if nbytes != size:
-            if not ing.still_written(entry, rel):
-                ing.file_error(
+            if not sink.still_written(entry, rel):
+                sink.file_error(
                     rel, "tensor", "size",
                     f"its name says shape {list(shape)} of {name.dtype_token}: {nbytes} bytes, "
                     f"the file has {size}",
                     size,
                 )  # fmt: skip
             return
-        ing.pending_files.pop(rel, None)
-        ing.add("tensors", self._row(place, entry, rel, row_id, name, shape, size))
-        ing.known_tensors.add(row_id)
-        ing.summary.tensors += 1
-        ing.summary.files_new += 1
-        if rel in ing.manifest:  # an earlier error for this file is now resolved
-            ing.record(rel, "tensor", size, size, 0, "ok")
-        if ing.compute_stats:
-            ing.pending.stat_ids.append(row_id)
+        sink.add_tensor_rows(rel, [self._row(place, entry, rel, row_id, name, shape, size)])
+        if sink.previous(rel) is not None:  # an earlier error for this file is now resolved
+            sink.record(rel, "tensor", size, size, 0, "ok")
 
     def _row(
         self,
@@ -314,46 +307,48 @@ class MindSporeBinReader(Reader):
         """The `tensors` row of one file, in the column order of `ingest.storage.schema.TENSORS`."""
         key = sanitize_v23(name.kernel_name)
         return (
-            row_id, self.ing.run, place.rank, place.net, place.graph_id, place.iteration, place.dir_kind,
-            rel, entry.name, None, op_type_of_kernel(name.kernel_name), key, without_op_index(key),
-            None, None, None, name.io, name.slot, name.format, name.dtype_token, name.stored_dtype,
-            list(shape), 0, size, size, NAME_ERA, PRODUCER, None, name.kernel_name, None,
+            row_id, self.sink.options.run, place.rank, place.net, place.graph_id, place.iteration,
+            place.dir_kind, rel, entry.name, None, op_type_of_kernel(name.kernel_name), key,
+            without_op_index(key), None, None, None, name.io, name.slot, name.format, name.dtype_token,
+            name.stored_dtype, list(shape), 0, size, size, NAME_ERA, PRODUCER, None, name.kernel_name, None,
         )  # fmt: skip
 
     # -- execution order and metadata -----------------------------------------------------------
 
     def _metadata(self) -> str | None:
         """The text of `{path}/.metadata/data_dump.json` (v1.2 keeps one copy for the whole run)."""
-        ing = self.ing
+        sink = self.sink
         path = os.path.join(self.root, _META_DIR)
         if not os.path.isdir(path):
             return None
         text = None
-        for entry in ing.scandir(path) or []:
-            ing.summary.files_seen += 1
-            rel = ing.rel(entry.path)
+        for entry in sink.scandir(path) or []:
+            sink.saw_files(1)
+            rel = sink.rel(entry.path)
             if entry.name != "data_dump.json":
-                ing.file_error(rel, "unknown", "metadata", "unrecognised file in .metadata/")
+                sink.file_error(rel, "unknown", "metadata", "unrecognised file in .metadata/")
                 continue
-            if ing.still_written(entry, rel, ing.settle):
+            if sink.still_written(entry, rel, sink.options.settle):
                 continue  # read it once it has stopped changing
             try:
-                with open_text_capped(entry.path, "json", ing.caps, encoding="utf-8") as f:
+                with open_text_capped(entry.path, "json", sink.options.caps, encoding="utf-8") as f:
                     text = f.read()
             except (OSError, UnicodeDecodeError) as exc:
-                ing.file_error(rel, "metadata", "metadata", str(exc), size_or_none(entry))
+                sink.file_error(rel, "metadata", "metadata", str(exc), size_or_none(entry))
         return text
 
     def _rank_meta(self, rank: int, path: str, device_target: str | None) -> None:
         """One `rank_meta` row per device folder (per net folder in the CPU form), written again
         when data_dump.json changes. The device target is known only for the CPU form."""
-        ing = self.ing
+        sink = self.sink
         config = self._config
-        rel = ing.rel(path)
-        if config is None or ing.is_unchanged(rel, len(config)):
+        rel = sink.rel(path)
+        if config is None or sink.is_unchanged(rel, len(config)):
             return
-        ing.add("rank_meta", (ing.run, rank, str(self.root), device_target, None, config, None, now()))
-        ing.record(rel, "metadata", len(config), len(config), 0, "ok")
+        sink.add(
+            "rank_meta", (sink.options.run, rank, str(self.root), device_target, None, config, None, now())
+        )
+        sink.record(rel, "metadata", len(config), len(config), 0, "ok")
 
 
 def _entry_of(path: str) -> os.DirEntry | None:

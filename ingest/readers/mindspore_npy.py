@@ -26,6 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ingest import kernel_args, mapping_csv
+from ingest.files import age, fresh_age, size_or_none
 from ingest.helper_pool import resolve_task, resolve_workers, run_ordered
 from ingest.ids import stat_row_ids
 from ingest.leaf_scan import LeafChunk, ScannedColumns, columns_table
@@ -38,9 +39,9 @@ from ingest.npy_name import (
     parse_tensor_name,
     without_op_index,
 )
-from ingest.pipeline import age, fresh_age, size_or_none
 from ingest.readers.base import Detection, Place, first_file
 from ingest.readers.rank_layout import RankLayoutReader, rank_root
+from ingest.readers.sink import IngestSink
 from ingest.storage.schema import TABLES, conform
 
 _entry_name = operator.attrgetter("name")
@@ -91,8 +92,8 @@ class MindSporeNpyReader(RankLayoutReader):
         "graph IR and source lines, kernel args, rank metadata"
     )
 
-    def __init__(self, ingester, detection: Detection) -> None:
-        super().__init__(ingester, detection)
+    def __init__(self, sink: IngestSink, detection: Detection) -> None:
+        super().__init__(sink, detection)
         self._leaf_queue: list[_Leaf] = []  # one-shot: leaves listed, their tensor files not yet scanned
         self._queued_files = 0
         self._scanned_dirs: set[str] = set()
@@ -155,26 +156,25 @@ class MindSporeNpyReader(RankLayoutReader):
 
     def is_cataloged(self, rel: str) -> bool:
         """Was the scanned file at `rel` cataloged before (so it is not scanned again)?"""
-        return self.ing.row_id_of(rel) in self.ing.known_tensors
+        return self.sink.is_known(self.sink.options.row_id_of(rel))
 
     # -- leaf directories (tensors, statistic.csv, mapping.csv, kernel args) ----------------
 
     def ingest_leaf(
         self, rank: int, net: str, graph_id: int, iteration: int | None, dir_kind: str, path: str
     ) -> None:
-        entries = self.ing.scandir(path, sort=self.ing.live)
+        entries = self.sink.scandir(path, sort=self.sink.options.live)
         if entries is None:
             return
-        self.ing.summary.files_seen += len(entries)
-        self.ing.on_progress(len(entries))
-        rel_dir = self.ing.rel(path)
+        self.sink.saw_files(len(entries), progress=True)
+        rel_dir = self.sink.rel(path)
         names = [e.name for e in entries]
         mapping: dict[str, str] = {}
         if "mapping.csv" in names:
             mapping = self._read_mapping(rel_dir, entries[names.index("mapping.csv")])
         leaf = _Leaf(rank, net, graph_id, iteration, dir_kind, path, rel_dir, entries, mapping)
-        settled = self.ing.live and self._settled(entries)
-        if self.ing.live and not settled:
+        settled = self.sink.options.live and self._settled(entries)
+        if self.sink.options.live and not settled:
             # A directory being written: each file judged by _ingest_tensor's live rules.
             self._process_leaf(leaf, scanned=False)
             return
@@ -190,7 +190,7 @@ class MindSporeNpyReader(RankLayoutReader):
         scan.sort()
         if len(scan) < len(names):
             leaf.others = sorted((e for e in entries if not is_scanned(e.name)), key=_entry_name)
-        if not self.ing.live:
+        if not self.sink.options.live:
             # A one-shot ingest keeps only the names of the files it scans, not their listing
             # (~12 MiB for 25,000 files, held until the leaf is finished); the few files a scan
             # hands back as irregular are listed again then (_irregular_entries).
@@ -198,11 +198,11 @@ class MindSporeNpyReader(RankLayoutReader):
             del entries
         # Skip files already cataloged. A fresh run's first visit of a directory skips nothing, so
         # the ids are not computed here for it (the scan computes them, on every core).
-        if self.ing.live or self.ing.catalog_had_tensors or rel_dir in self._scanned_dirs:
+        if self.sink.options.live or self.sink.options.catalog_had_tensors or rel_dir in self._scanned_dirs:
             prefix = rel_dir + "/"
             if type(self).is_cataloged is MindSporeNpyReader.is_cataloged:  # the whole directory at once
-                row_id_of = self.ing.row_id_of
-                found = self.ing.known_tensors.contains_many([row_id_of(prefix + n) for n in scan])
+                row_id_of = self.sink.options.row_id_of
+                found = self.sink.known_many([row_id_of(prefix + n) for n in scan])
                 leaf.known_names = [n for n, known in zip(scan, found.tolist(), strict=True) if known]
             else:
                 leaf.known_names = [n for n in scan if self.is_cataloged(prefix + n)]
@@ -214,12 +214,11 @@ class MindSporeNpyReader(RankLayoutReader):
         self._leaf_queue.append(leaf)
         self._queued_files += len(scan)
         if self._queued_files >= _WARM_HELPERS_FILES:
-            self.ing.warm_helpers(self.scan_function)
+            self.sink.warm_helpers(self.scan_function)
         if settled or self._queued_files >= _SCAN_GROUP_FILES:
             del names, scan, leaf  # the queue holds what is needed: not held through the flush
             self._drain_leaves()
-            if self.ing.pending.size() >= self.ing.batch_rows:
-                self.ing.flush()
+            self.sink.flush_if_full()
 
     def _settled(self, entries: list[os.DirEntry]) -> bool:
         """Live mode: is this a big directory nothing in which changed for `grace` seconds? The live
@@ -227,7 +226,7 @@ class MindSporeNpyReader(RankLayoutReader):
         every core (a watcher started on a dump that already holds millions of files)."""
         if len(entries) < _LIVE_SCAN_MIN_FILES:
             return False
-        newest = time.time() - self.ing.grace
+        newest = time.time() - self.sink.options.grace
         try:
             return all(e.stat().st_mtime < newest for e in entries)
         except OSError:  # a file vanished meanwhile: the directory is not settled
@@ -247,7 +246,7 @@ class MindSporeNpyReader(RankLayoutReader):
         owner: list[int] = []
         size = 0
         for index, leaf in enumerate(queue):
-            ctx = (self.ing.run, leaf.rank, leaf.net, leaf.graph_id, leaf.iteration, leaf.dir_kind)
+            ctx = (self.sink.options.run, leaf.rank, leaf.net, leaf.graph_id, leaf.iteration, leaf.dir_kind)
             names = leaf.scan_names
             start = 0
             while start < len(names):  # a batch takes whole small leaves, or slices of a big one
@@ -264,7 +263,7 @@ class MindSporeNpyReader(RankLayoutReader):
         if batch:
             batches.append(batch)
             owners.append(owner)
-        workers = resolve_workers(self.ing.workers)
+        workers = resolve_workers(self.sink.options.workers)
         if workers > 1 and len(batches) > 1:
             # `workers` helpers scan; this process finishes leaves meanwhile (measured: faster than
             # scanning here too, which delays the finishing and starves the helpers).
@@ -294,7 +293,7 @@ class MindSporeNpyReader(RankLayoutReader):
         wanted = set(leaf.irregular)
         entries = leaf.entries
         if not entries:
-            entries = [e for e in self.ing.scandir(leaf.path) or [] if e.name in wanted]
+            entries = [e for e in self.sink.scandir(leaf.path) or [] if e.name in wanted]
         return {e.name: e for e in entries if e.name in wanted}
 
     def _process_leaf(self, leaf: _Leaf, *, scanned: bool) -> None:
@@ -312,7 +311,7 @@ class MindSporeNpyReader(RankLayoutReader):
             )
 
         prefix = rel_dir + "/"
-        row_id_of = self.ing.row_id_of
+        row_id_of = self.sink.options.row_id_of
         scanned_table = None
         if scanned:
             scanned_table = (
@@ -322,7 +321,6 @@ class MindSporeNpyReader(RankLayoutReader):
                 if leaf.tables
                 else TABLES["tensors"].empty_table()
             )
-            scanned_ids = scanned_table.column("row_id").to_pylist()
         parsed: dict[str, TensorName | TensorNameError] = {}
 
         def parse(name: str) -> TensorName | TensorNameError:
@@ -350,7 +348,7 @@ class MindSporeNpyReader(RankLayoutReader):
                 ages.append(fresh_age(leaf.path))
                 if "statistic.csv" in by_name:
                     ages.append(fresh_age(by_name["statistic.csv"].path))
-                active.append(self.ing.live and min(ages) < self.ing.settle)
+                active.append(self.sink.options.live and min(ages) < self.sink.options.settle)
             return active[0]
 
         def match_keys(late: bool = False) -> pa.Table:
@@ -367,7 +365,7 @@ class MindSporeNpyReader(RankLayoutReader):
                 unscanned = [e.name for e in entries if self.is_tensor_npy(e.name)]
             if late:
                 listed = {e.name for e in entries}
-                now = [e.name for e in self.ing.scandir(leaf.path) or []]  # checked as the listing was
+                now = [e.name for e in self.sink.scandir(leaf.path) or []]  # checked as the listing was
                 unscanned = unscanned + sorted(n for n in now if n not in listed and self.is_tensor_npy(n))
             for name in unscanned:
                 tn = parse(name)
@@ -392,7 +390,7 @@ class MindSporeNpyReader(RankLayoutReader):
             if table.num_rows:
                 rows, keys = table, match_keys()
                 table = match_stat_rows(rows, keys, leaf.path)
-                if table.column("row_id").null_count and self.ing.live:
+                if table.column("row_id").null_count and self.sink.options.live:
                     keys = match_keys(late=True)
                     table = match_stat_rows(rows, keys, leaf.path)
                 upto = None
@@ -404,7 +402,7 @@ class MindSporeNpyReader(RankLayoutReader):
                 if (
                     unmatched
                     and (keys.num_rows > 0 or dir_active())
-                    and self.ing.still_written(csv_entry, f"{rel_dir}/statistic.csv", fresh=True)
+                    and self.sink.still_written(csv_entry, f"{rel_dir}/statistic.csv", fresh=True)
                 ):
                     # Rows whose tensor files are probably still to come are read again later;
                     # the lines before the first of them are taken now.
@@ -420,17 +418,17 @@ class MindSporeNpyReader(RankLayoutReader):
             matched |= self._stat_rows_ahead
         if (
             "statistic.csv" in by_name
-            and self.ing.live
-            and age(by_name["statistic.csv"]) < self.ing.grace
+            and self.sink.options.live
+            and age(by_name["statistic.csv"]) < self.sink.options.grace
             and dir_active()
         ):
             csv_young = by_name["statistic.csv"]
 
         if scanned:
-            self._add_scanned_tensors(leaf, scanned_table, scanned_ids, matched)
+            self._add_scanned_tensors(scanned_table, matched)
             for name in leaf.irregular:
                 if name not in by_name:  # gone since the scan (a one-shot ingest lists it again)
-                    self.ing.file_error(
+                    self.sink.file_error(
                         f"{rel_dir}/{name}", "tensor", "walk", "file vanished while being ingested"
                     )
                     continue
@@ -448,7 +446,7 @@ class MindSporeNpyReader(RankLayoutReader):
                 continue
             if self.is_tensor_npy(name):
                 row_id = row_id_of(prefix + name)
-                if row_id not in self.ing.known_tensors:
+                if not self.sink.is_known(row_id):
                     self._ingest_tensor(
                         rank, net, graph_id, iteration, dir_kind, entry, f"{rel_dir}/{name}", row_id,
                         parse(name), mapping.get(name), matched, csv_young,
@@ -458,40 +456,39 @@ class MindSporeNpyReader(RankLayoutReader):
             elif name.endswith(".json"):
                 self._ingest_kernel_args(rank, net, graph_id, iteration, entry)
             else:
-                self.ing.file_error(
+                self.sink.file_error(
                     f"{rel_dir}/{name}",
                     "unknown",
                     "walk",
                     "unrecognised file (not .npy, statistic.csv, mapping.csv or .json)",
                 )
-            if not scanned and i % 4096 == 4095 and self.ing.pending.size() >= self.ing.batch_rows:
-                self.ing.flush()  # bounded memory even for one huge directory
-        if not scanned and self.ing.pending.size() >= self.ing.batch_rows:
-            self.ing.flush()
-        if self.ing.live and matched:
-            known = self.ing.known_tensors
-            self._stat_rows_ahead = {r for r in matched if r not in known}
+            if not scanned and i % 4096 == 4095:
+                self.sink.flush_if_full()  # bounded memory even for one huge directory
+        if not scanned:
+            self.sink.flush_if_full()
+        if self.sink.options.live and matched:
+            is_known = self.sink.is_known
+            self._stat_rows_ahead = {r for r in matched if not is_known(r)}
 
-    def _add_scanned_tensors(
-        self, leaf: _Leaf, table: pa.Table, row_ids: list[int], matched: set[int]
-    ) -> None:
-        """Queue a leaf's scanned rows as they are; only the bookkeeping is per row."""
+    def _add_scanned_tensors(self, table: pa.Table, matched: set[int]) -> None:
+        """Queue a leaf's scanned rows as they are (one file each); only the bookkeeping is per
+        row. Tensors `matched` by a statistic.csv row get no computed statistics."""
         n = table.num_rows
         if not n:
             return
-        self.ing.pending.add_table("tensors", table)
-        self.ing.known_tensors.update(row_ids)
-        self.ing.summary.files_new += n
-        self.ing.summary.tensors += n
+        sink = self.sink
+        needs_stats = None
+        if matched and sink.options.compute_stats:
+            needs_stats = [r for r in table.column("row_id").to_pylist() if r not in matched]
+        sink.add_tensor_table(table, needs_stats, new_files=n)
         rels = table.column("rel_path").to_pylist()
-        sizes = table.column("file_size").to_pylist()
-        if self.ing.pending_files:  # live: files waited on are judged now
-            for rel in rels:
-                self.ing.pending_files.pop(rel, None)
-        for i in [i for i, rel in enumerate(rels) if rel in self.ing.manifest]:
-            self.ing.record(rels[i], "tensor", sizes[i], sizes[i], 0, "ok")  # an earlier error is resolved
-        if self.ing.compute_stats:
-            self.ing.pending.stat_ids.extend([r for r in row_ids if r not in matched] if matched else row_ids)
+        sink.judged(*rels)  # (live: files waited on are judged now)
+        previous = sink.previous
+        resolved = [i for i, rel in enumerate(rels) if previous(rel) is not None]
+        if resolved:  # an earlier error for these files is resolved
+            sizes = table.column("file_size").to_pylist()
+            for i in resolved:
+                sink.record(rels[i], "tensor", sizes[i], sizes[i], 0, "ok")
 
     def _ingest_tensor(
         self,
@@ -508,58 +505,50 @@ class MindSporeNpyReader(RankLayoutReader):
         matched: set[int],
         csv_young: os.DirEntry | None = None,
     ) -> None:
-        prev = self.ing.manifest.get(rel)
+        prev = self.sink.previous(rel)
         if isinstance(name, TensorNameError):
             if self.unnamed_npy(Place(rank, net, graph_id, iteration, dir_kind), entry):
                 return
             # A renamed `<digits>.npy` may appear before its mapping.csv line.
-            if not (MAPPED_NAME.match(entry.name) and self.ing.still_written(entry, rel)):
-                self.ing.file_error(rel, "tensor", "name", f"file name fits no tensor pattern: {name}")
+            if not (MAPPED_NAME.match(entry.name) and self.sink.still_written(entry, rel)):
+                self.sink.file_error(rel, "tensor", "name", f"file name fits no tensor pattern: {name}")
             return
         try:
             header, size = read_npy_header(entry.path)
         except (NpyHeaderError, OSError) as exc:
-            if not self.ing.still_written(entry, rel):
+            if not self.sink.still_written(entry, rel):
                 reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-                self.ing.file_error(rel, "tensor", "npy_header", reason, size_or_none(entry))
+                self.sink.file_error(rel, "tensor", "npy_header", reason, size_or_none(entry))
             return
-        if row_id not in matched and csv_young and self.ing.still_written(csv_young, rel):
+        if row_id not in matched and csv_young and self.sink.still_written(csv_young, rel):
             return  # its statistic.csv row is probably about to be appended
-        self.ing.pending_files.pop(rel, None)
-        self.ing.summary.files_new += 1
         stored, nbytes = stored_as(header, size)
         shape = list(header.shape)
-        self.ing.known_tensors.add(row_id)
-        self.ing.summary.tensors += 1
-        self.ing.add(
-            "tensors",
-            (
-                row_id, self.ing.run, rank, net, graph_id, iteration, dir_kind, rel, entry.name, original,
-                name.op_type, name.op_name, without_op_index(name.op_name), name.task_id, name.stream_id,
-                name.timestamp_us, name.io, name.slot, name.format, name.dtype or stored, stored, shape,
-                header.data_offset, nbytes, size, name.era, PRODUCER, None, None, None,
-            ),
+        row = (
+            row_id, self.sink.options.run, rank, net, graph_id, iteration, dir_kind, rel, entry.name,
+            original, name.op_type, name.op_name, without_op_index(name.op_name), name.task_id,
+            name.stream_id, name.timestamp_us, name.io, name.slot, name.format, name.dtype or stored, stored,
+            shape, header.data_offset, nbytes, size, name.era, PRODUCER, None, None, None,
         )  # fmt: skip
+        self.sink.add_tensor_rows(rel, [row], () if row_id in matched else None)
         if prev is not None:  # an earlier error for this file is now resolved
-            self.ing.record(rel, "tensor", size, size, 0, "ok")
-        if self.ing.compute_stats and row_id not in matched:
-            self.ing.pending.stat_ids.append(row_id)
+            self.sink.record(rel, "tensor", size, size, 0, "ok")
 
     def _read_mapping(self, rel_dir: str, entry: os.DirEntry) -> dict[str, str]:
         rel = f"{rel_dir}/mapping.csv"
         try:
-            mapping, errors = mapping_csv.read_mapping_csv(entry.path, self.ing.caps)
+            mapping, errors = mapping_csv.read_mapping_csv(entry.path, self.sink.options.caps)
         except MetadataTooLarge as exc:
-            self.ing.file_error(rel, "mapping_csv", "mapping_csv", str(exc), size_or_none(entry))
+            self.sink.file_error(rel, "mapping_csv", "mapping_csv", str(exc), size_or_none(entry))
             return {}
         except OSError as exc:
-            self.ing.error(rel, "mapping_csv", f"unreadable: {exc.strerror}")
+            self.sink.error(rel, "mapping_csv", f"unreadable: {exc.strerror}")
             return {}
         size = size_or_none(entry) or 0
-        if not self.ing.is_unchanged(rel, size):
+        if not self.sink.is_unchanged(rel, size):
             for line_no, reason in errors:
-                self.ing.error(f"{rel}:{line_no}", "mapping_csv", reason)
-            self.ing.record(rel, "mapping_csv", size, size, 0, "ok")
+                self.sink.error(f"{rel}:{line_no}", "mapping_csv", reason)
+            self.sink.record(rel, "mapping_csv", size, size, 0, "ok")
         return mapping
 
     def _read_statistic_csv(
@@ -573,23 +562,23 @@ class MindSporeNpyReader(RankLayoutReader):
 
         rel = f"{rel_dir}/statistic.csv"
         size = size_or_none(entry)
-        prev = self.ing.manifest.get(rel)
+        prev = self.sink.previous(rel)
         start_offset, start_line = (prev[1], prev[2]) if prev and prev[3] == "ok" else (0, 0)
         if size is not None and size <= start_offset:
             return None
         try:
             result = read_statistic_csv(entry.path, start_offset=start_offset, start_line=start_line)
         except OSError as exc:
-            self.ing.error(rel, "statistic_csv", f"unreadable: {exc.strerror}", size)
+            self.sink.error(rel, "statistic_csv", f"unreadable: {exc.strerror}", size)
             return None
         table = result.table
         n = table.num_rows
         line_nos = table.column("line_no").to_numpy()
         table = table.append_column(
-            "stat_id", pa.array(stat_row_ids(self.ing.run, rel, line_nos), pa.int64())
+            "stat_id", pa.array(stat_row_ids(self.sink.options.run, rel, line_nos), pa.int64())
         )
         consts = {
-            "run": (self.ing.run, pa.string()),
+            "run": (self.sink.options.run, pa.string()),
             "rank": (rank, pa.int32()),
             "net": (net, pa.string()),
             "graph_id": (graph_id, pa.int32()),
@@ -618,41 +607,40 @@ class MindSporeNpyReader(RankLayoutReader):
         size = size_or_none(entry)
         end_offset, end_line, errors = result.end_offset, result.end_line, result.errors
         if upto_line is not None and upto_line < end_line:
-            prev = self.ing.manifest.get(rel)
+            prev = self.sink.previous(rel)
             start_offset, start_line = (prev[1], prev[2]) if prev and prev[3] == "ok" else (0, 0)
             end_offset, end_line = _after_lines(entry.path, start_offset, upto_line - start_line), upto_line
             errors = [(n, r) for n, r in errors if n <= upto_line]
             table = table.filter(pc.less_equal(table.column("line_no"), upto_line))
         for line_no, reason in errors:
-            self.ing.error(f"{rel}:{line_no}", "statistic_csv", reason, size)
+            self.sink.error(f"{rel}:{line_no}", "statistic_csv", reason, size)
         if (note := mismatch_note(table)) is not None:
-            self.ing.error(rel, "statistic_csv", note, size)
-        self.ing.record(rel, "statistic_csv", size or 0, end_offset, end_line, "ok")
+            self.sink.error(rel, "statistic_csv", note, size)
+        self.sink.record(rel, "statistic_csv", size or 0, end_offset, end_line, "ok")
         if upto_line is None:
-            self.ing.pending_files.pop(rel, None)
+            self.sink.judged(rel)
         if table.num_rows:
-            self.ing.pending.add_stat_chunk(conform(table, TABLES["stat_rows"]))
-            self.ing.summary.stat_rows += table.num_rows
+            self.sink.add_stat_chunk(conform(table, TABLES["stat_rows"]))
 
     def _ingest_kernel_args(
         self, rank: int, net: str, graph_id: int, iteration: int | None, entry: os.DirEntry
     ) -> None:
-        rel = self.ing.rel(entry.path)
+        rel = self.sink.rel(entry.path)
         size = size_or_none(entry) or 0
-        if self.ing.is_unchanged(rel, size):
+        if self.sink.is_unchanged(rel, size):
             return
         try:
             op_type, op_name = kernel_args.parse_kernel_args_name(entry.name)
-            args = kernel_args.read_kernel_args(entry.path, self.ing.caps)
+            args = kernel_args.read_kernel_args(entry.path, self.sink.options.caps)
         except (kernel_args.KernelArgsError, OSError, UnicodeDecodeError) as exc:
-            self.ing.file_error(rel, "kernel_args", "kernel_args", str(exc), size)
+            self.sink.file_error(rel, "kernel_args", "kernel_args", str(exc), size)
             return
         for arg, value in args:
-            self.ing.add(
+            self.sink.add(
                 "kernel_args",
-                (self.ing.run, rank, net, graph_id, iteration, rel, op_type, op_name, arg, value),
+                (self.sink.options.run, rank, net, graph_id, iteration, rel, op_type, op_name, arg, value),
             )
-        self.ing.record(rel, "kernel_args", size, size, 0, "ok")
+        self.sink.record(rel, "kernel_args", size, size, 0, "ok")
 
     # -- rank-level metadata -------------------------------------------------------------
 

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from ingest.files import size_or_none
 from ingest.formats.msprobe_json import (
     PKL_NAMES,
     DumpJson,
@@ -60,8 +61,8 @@ from ingest.helper_pool import resolve_workers, run_ordered
 from ingest.ids import stat_row_ids
 from ingest.limits import MetadataTooLarge, read_capped
 from ingest.npy_header import NpyHeaderError, read_npy_header
-from ingest.pipeline import size_or_none
 from ingest.readers.base import Detection, Reader, list_dir
+from ingest.readers.sink import IngestSink
 from ingest.storage.schema import TABLES, conform
 from ingest.tensor_data import FORTRAN_ORDER
 
@@ -106,8 +107,8 @@ class MsprobeReader(Reader):
         "construct.json as the module tree"
     )
 
-    def __init__(self, ingester, detection: Detection) -> None:
-        super().__init__(ingester, detection)
+    def __init__(self, sink: IngestSink, detection: Detection) -> None:
+        super().__init__(sink, detection)
         self._stacks_seen: set[tuple[int, str]] = set()  # (rank, entry key): one stack per op
         self._frames: dict[str, tuple | None] = {}  # frame text -> (file, line, code, is user code)
 
@@ -158,11 +159,11 @@ class MsprobeReader(Reader):
         if _STEP_DIR.match(name):
             self._step(root, int(_STEP_DIR.match(name).group(1)), None)
             return
-        entries = self.ing.scandir(root) or []
+        entries = self.sink.scandir(root) or []
         modes = [e for e in entries if (e.name in _MODE_DIRS or _PTDBG_DIR.match(e.name)) and _is_dir(e)]
         trees = [(e.path, e.name) for e in modes] or [(root, None)]
         for tree, mode in trees:
-            for entry in self.ing.scandir(tree) if mode else entries:
+            for entry in self.sink.scandir(tree) if mode else entries:
                 m = _STEP_DIR.match(entry.name)
                 if m and _is_dir(entry):
                     self._step(entry.path, int(m.group(1)), mode if mode in _MODE_DIRS else None)
@@ -171,7 +172,7 @@ class MsprobeReader(Reader):
 
     def _other(self, entry: os.DirEntry) -> None:
         """A file beside the steps (msprobe's config copy, logs): noted, not an error."""
-        self.ing.summary.files_seen += 1
+        self.sink.saw_files(1)
 
     def _rank_number(self, name: str, proc_ranks: dict[str, int]) -> int:
         m = _RANK_DIR.match(name)
@@ -180,7 +181,7 @@ class MsprobeReader(Reader):
         return proc_ranks.get(name, int(m.group(2)))
 
     def _step(self, path: str, step: int, mode: str | None) -> None:
-        entries = self.ing.scandir(path) or []
+        entries = self.sink.scandir(path) or []
         ranks = [e for e in entries if _RANK_DIR.match(e.name) and _is_dir(e)]
         real = [int(_RANK_DIR.match(e.name).group(2)) for e in ranks if e.name.startswith("rank")]
         next_rank = max(real, default=-1) + 1
@@ -192,16 +193,15 @@ class MsprobeReader(Reader):
             if e in ranks:
                 self._rank_dir(e.path, self._rank_number(e.name, proc_ranks), step, mode)
             else:
-                self.ing.summary.files_seen += 1
+                self.sink.saw_files(1)
 
     # -- one rank folder of one step ---------------------------------------------------------------
 
     def _rank_dir(self, path: str, rank: int, step: int | None, mode: str | None) -> None:
-        ing = self.ing
-        entries = ing.scandir(path) or []
+        sink = self.sink
+        entries = sink.scandir(path) or []
         by_name = {e.name: e for e in entries}
-        ing.summary.files_seen += len(entries)
-        ing.on_progress(len(entries))
+        sink.saw_files(len(entries), progress=True)
         dump: DumpJson | None = None
         self._current_rank = rank
         json_entry = next((by_name[n] for n in _DUMP_JSON if n in by_name), None)
@@ -221,12 +221,12 @@ class MsprobeReader(Reader):
         data_dir = next((by_name[d] for d in _DATA_DIRS if d in by_name and _is_dir(by_name[d])), None)
         files: dict[str, os.DirEntry] = {}
         if data_dir is not None:
-            for e in ing.scandir(data_dir.path) or []:
-                ing.summary.files_seen += 1
+            for e in sink.scandir(data_dir.path) or []:
+                sink.saw_files(1)
                 if e.name.endswith(_TENSOR_FILE):
                     files[e.name] = e
                 else:
-                    ing.file_error(ing.rel(e.path), "unknown", "walk", "not a .pt or .npy tensor file")
+                    sink.file_error(sink.rel(e.path), "unknown", "walk", "not a .pt or .npy tensor file")
         listed: dict[str, Leaf] = {}
         if dump is not None and files:
             names = dump.table.column("data_name").to_pylist()
@@ -240,31 +240,31 @@ class MsprobeReader(Reader):
         row_ids = self._tensor_files(files, listed, rank, net, step, dump)
         if dump is not None and json_entry is not None:
             self._stat_rows(json_entry, dump, rank, net, step, row_ids)
-        ing.maybe_flush()
+        sink.flush_if_full()
 
     def _read_json_file(self, entry: os.DirEntry, kind: str, cap_kind: str = "json"):
         """The bytes of a json file to read now, or None (unchanged, still written, unreadable, or
         over the `cap_kind` cap of ingest.limits: an error row, not read)."""
-        ing = self.ing
-        rel = ing.rel(entry.path)
+        sink = self.sink
+        rel = sink.rel(entry.path)
         size = size_or_none(entry)
-        if size is None or ing.is_unchanged(rel, size):
+        if size is None or sink.is_unchanged(rel, size):
             return None
-        if ing.live and ing.still_written(entry, rel, ing.settle):
+        if sink.options.live and sink.still_written(entry, rel, sink.options.settle):
             return None
         try:
-            return read_capped(entry.path, cap_kind, ing.caps)
+            return read_capped(entry.path, cap_kind, sink.options.caps)
         except MetadataTooLarge as exc:
-            ing.file_error(rel, kind, kind, str(exc), size)
+            sink.file_error(rel, kind, kind, str(exc), size)
         except OSError as exc:
-            ing.file_error(rel, kind, kind, f"unreadable: {exc.strerror}", size)
+            sink.file_error(rel, kind, kind, f"unreadable: {exc.strerror}", size)
         return None
 
     def _dump_json(self, entry: os.DirEntry, meanwhile: Callable[[], None]) -> DumpJson | None:
         """The rank folder's dump.json (or .pkl); `meanwhile` (the other files) runs while a helper
         parses part of a big one, else before it."""
-        ing = self.ing
-        rel = ing.rel(entry.path)
+        sink = self.sink
+        rel = sink.rel(entry.path)
         size = size_or_none(entry)
         if entry.name.endswith(".pkl"):
             data = self._read_json_file(entry, "dump_json", "dump_json")
@@ -273,8 +273,8 @@ class MsprobeReader(Reader):
                 return None
         elif (
             size is None
-            or ing.is_unchanged(rel, size)
-            or (ing.live and ing.still_written(entry, rel, ing.settle))
+            or sink.is_unchanged(rel, size)
+            or (sink.options.live and sink.still_written(entry, rel, sink.options.settle))
         ):
             meanwhile()
             return None
@@ -285,17 +285,17 @@ class MsprobeReader(Reader):
             else:
                 dump = self._parse_dump_json(entry.path, meanwhile)
         except MsprobeJsonError as exc:
-            if not ing.still_written(entry, rel):
-                ing.file_error(rel, "dump_json", "dump_json", str(exc), size)
+            if not sink.still_written(entry, rel):
+                sink.file_error(rel, "dump_json", "dump_json", str(exc), size)
             return None
         except MetadataTooLarge as exc:
-            ing.file_error(rel, "dump_json", "dump_json", str(exc), size)
+            sink.file_error(rel, "dump_json", "dump_json", str(exc), size)
             return None
         except OSError as exc:
-            ing.file_error(rel, "dump_json", "dump_json", f"unreadable: {exc.strerror}", size)
+            sink.file_error(rel, "dump_json", "dump_json", f"unreadable: {exc.strerror}", size)
             return None
         for problem in dump.problems:
-            ing.error(rel, "dump_json", problem, size)
+            sink.error(rel, "dump_json", problem, size)
         return dump
 
     def _parse_dump_json(self, path: str, meanwhile: Callable[[], None]) -> DumpJson:
@@ -303,24 +303,24 @@ class MsprobeReader(Reader):
         (`stream_dump_range`); a big one on two cores: a helper process streams the first part of
         its entries while this one runs `meanwhile` and streams the rest. One of any other layout
         is read whole, within the `dump_json` cap (MetadataTooLarge over it)."""
-        ing = self.ing
+        sink = self.sink
         with open(path, "rb") as f:
             fd = f.fileno()
             size = os.fstat(fd).st_size
             layout = dump_json_layout(fd, size)
             if layout is None:
                 meanwhile()
-                return parse_dump_json(read_capped(path, "dump_json", ing.caps))
+                return parse_dump_json(read_capped(path, "dump_json", sink.options.caps))
             header, start, end = layout
-            cap = ing.caps.json
+            cap = sink.options.caps.json
             mid = None
-            if end - start >= _SPLIT_BYTES and resolve_workers(ing.workers) > 1:
+            if end - start >= _SPLIT_BYTES and resolve_workers(sink.options.workers) > 1:
                 mid = entry_cut(fd, start + (end - start) * _HELPER_PIECES // _PIECES, end)
             if mid is None:
                 meanwhile()
                 part = stream_dump_range(fd, start, end, cap)
                 if part is None:
-                    return parse_dump_json(read_capped(path, "dump_json", ing.caps))
+                    return parse_dump_json(read_capped(path, "dump_json", sink.options.caps))
                 return join_parts(header, [part])
             first: list = []
 
@@ -336,7 +336,7 @@ class MsprobeReader(Reader):
             second = stream_dump_range(fd, mid + 2, end, cap)
             thread.join()
         if not first or first[0] is None or second is None:
-            return parse_dump_json(read_capped(path, "dump_json", ing.caps))
+            return parse_dump_json(read_capped(path, "dump_json", sink.options.caps))
         return join_parts(header, [first[0], second])
 
     def _tensor_files(
@@ -345,15 +345,15 @@ class MsprobeReader(Reader):
     ) -> dict[str, int]:  # fmt: skip
         """`tensors` rows of the data files not cataloged yet; {file name: row id} of every file
         present (cataloged now or before), for the stat rows to point at."""
-        ing = self.ing
+        sink = self.sink
         rows: list[tuple] = []
         row_ids: dict[str, int] = {}
         for name in sorted(files):
             entry = files[name]
-            rel = ing.rel(entry.path)
-            row_id = ing.row_id_of(rel)
+            rel = sink.rel(entry.path)
+            row_id = sink.options.row_id_of(rel)
             row_ids[name] = row_id
-            if row_id in ing.known_tensors:
+            if sink.is_known(row_id):
                 continue
             leaf = listed.get(name)
             if leaf is not None:
@@ -361,7 +361,7 @@ class MsprobeReader(Reader):
             else:
                 split = split_data_name(name)
                 if split is None:
-                    ing.file_error(rel, "tensor", "name", "not an msprobe tensor file name")
+                    sink.file_error(rel, "tensor", "name", "not an msprobe tensor file name")
                     row_ids.pop(name)
                     continue
                 key, arg_path = split
@@ -383,25 +383,24 @@ class MsprobeReader(Reader):
                     dtype = dtype or stored
                     fmt = FORTRAN_ORDER if header.fortran_order else None
             except (PtError, NpyHeaderError, OSError) as exc:
-                if not ing.still_written(entry, rel):
+                if not sink.still_written(entry, rel):
                     reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-                    ing.file_error(rel, "tensor", "tensor", reason, size)
+                    sink.file_error(rel, "tensor", "tensor", reason, size)
                 row_ids.pop(name)
                 continue
             parsed = parse_entry_key(key)
-            ing.pending_files.pop(rel, None)
+            sink.judged(rel)
             rows.append(
                 (
-                    row_id, ing.run, rank, net, None, step, "step", rel, name, None, parsed.op_type, key, key,
-                    None, None, None, io, slot, fmt, dtype, stored, shape, offset, nbytes, size, "msprobe",
-                    PRODUCER, None, key, None,
+                    row_id, sink.options.run, rank, net, None, step, "step", rel, name, None, parsed.op_type,
+                    key, key, None, None, None, io, slot, fmt, dtype, stored, shape, offset, nbytes, size,
+                    "msprobe", PRODUCER, None, key, None,
                 )
             )  # fmt: skip
-            if rel in ing.manifest:
-                ing.record(rel, "tensor", size, size, 0, "ok")
+            if sink.previous(rel) is not None:
+                sink.record(rel, "tensor", size, size, 0, "ok")
         if rows:
-            ing.summary.files_new += len(rows)
-            ing.add_tensor_table(_rows_table(rows))
+            sink.add_tensor_table(_rows_table(rows), new_files=len(rows))
         return row_ids
 
     def _stat_rows(
@@ -410,14 +409,14 @@ class MsprobeReader(Reader):
     ) -> None:  # fmt: skip
         """One stat row per tensor of dump.json, built column by column (a dump.json of 10^5
         entries is half a million tensors)."""
-        ing = self.ing
-        rel = ing.rel(entry.path)
+        sink = self.sink
+        rel = sink.rel(entry.path)
         size = size_or_none(entry) or 0
-        prev = ing.manifest.get(rel)
+        prev = sink.previous(rel)
         done = prev[2] if prev is not None and prev[3] == "ok" else 0  # tensors taken before
         leaves = dump.table
         total = leaves.num_rows
-        ing.record(rel, "dump_json", size, size, total, "ok")
+        sink.record(rel, "dump_json", size, size, total, "ok")
         n = total - done
         if n <= 0:
             return
@@ -439,33 +438,34 @@ class MsprobeReader(Reader):
         data_names = leaves.column("data_name")
         if row_ids and data_names.null_count < n:
             arrays["row_id"] = pa.array([row_ids.get(x) for x in data_names.to_pylist()], pa.int64())
-        arrays["stat_id"] = pa.array(stat_row_ids(ing.run, rel, np.arange(done + 1, total + 1)), pa.int64())
+        arrays["stat_id"] = pa.array(
+            stat_row_ids(sink.options.run, rel, np.arange(done + 1, total + 1)), pa.int64()
+        )
         for name, value in (
-            ("run", ing.run), ("rank", rank), ("net", net), ("iteration", step), ("csv_path", rel),
+            ("run", sink.options.run), ("rank", rank), ("net", net), ("iteration", step), ("csv_path", rel),
             ("stat_source", "dump.json"), ("stat_semantics", "msprobe"),
         ):  # fmt: skip
             arrays[name] = _repeat(value, n, schema.field(name).type)
         arrays["file_op_base"] = arrays["file_op_name"]
         arrays["op_full_name"] = arrays["file_op_name"]
         table = conform(pa.table(arrays), schema)
-        ing.pending.add_stat_chunk(table)
-        ing.summary.stat_rows += n
+        sink.add_stat_chunk(table)
 
     def _parsed(
         self, entry: os.DirEntry, kind: str, parse: Callable[[bytes], object], cap_kind: str = "json"
     ):
         """(rel path, size, what `parse` made of the file), or None when there is nothing to read
         now (unchanged, still written) or it does not parse or is over its cap (an error row)."""
-        ing = self.ing
-        rel = ing.rel(entry.path)
+        sink = self.sink
+        rel = sink.rel(entry.path)
         data = self._read_json_file(entry, kind, cap_kind)
         if data is None:
             return None
         try:
             return rel, len(data), parse(data)
         except MsprobeJsonError as exc:
-            if not ing.still_written(entry, rel):
-                ing.file_error(rel, kind, kind, str(exc), len(data))
+            if not sink.still_written(entry, rel):
+                sink.file_error(rel, kind, kind, str(exc), len(data))
             return None
 
     def _stack_json(self, entry: os.DirEntry, rank: int) -> None:
@@ -473,7 +473,7 @@ class MsprobeReader(Reader):
         if got is not None:
             rel, size, stacks = got
             self._add_stacks(rel, stacks, rank)
-            self.ing.record(rel, "stack_json", size, size, 0, "ok")
+            self.sink.record(rel, "stack_json", size, size, 0, "ok")
 
     def _add_stacks(self, rel: str, stacks: dict[str, list[str]], rank: int) -> None:
         """`source_lines` of each op's stack (innermost frame first), once per op and rank, as one
@@ -483,7 +483,7 @@ class MsprobeReader(Reader):
             self._add_stacks_now(rel, stacks, rank)
 
     def _add_stacks_now(self, rel: str, stacks: dict[str, list[str]], rank: int) -> None:
-        ing = self.ing
+        sink = self.sink
         groups: dict[int, tuple[list[str], list[str]]] = {}  # one per distinct stack (grouped form)
         for key, frames in stacks.items():
             if (rank, key) in self._stacks_seen:
@@ -520,11 +520,11 @@ class MsprobeReader(Reader):
         if tables:
             table = pa.concat_tables(tables)
             n = table.num_rows
-            table = table.append_column("run", _repeat(ing.run, n, pa.string()))
+            table = table.append_column("run", _repeat(sink.options.run, n, pa.string()))
             table = table.append_column("rank", _repeat(rank, n, pa.int32()))
-            ing.pending.add_table("source_lines", conform(table, TABLES["source_lines"]))
+            sink.add_table("source_lines", conform(table, TABLES["source_lines"]))
         if bad:
-            ing.error(rel, "stack_json", f"{bad} stack frame(s) not of the form 'File …, line N, in …'")
+            sink.error(rel, "stack_json", f"{bad} stack frame(s) not of the form 'File …, line N, in …'")
 
     def _frame(self, text: str) -> tuple | None:
         """(file, line, code, is user code) of a stack line, parsed once per distinct text."""
@@ -536,7 +536,7 @@ class MsprobeReader(Reader):
         return frame
 
     def _construct_json(self, entry: os.DirEntry, rank: int, step: int | None) -> None:
-        ing = self.ing
+        sink = self.sink
         got = self._parsed(entry, "construct_json", parse_construct_json)
         if got is None:
             return
@@ -547,7 +547,7 @@ class MsprobeReader(Reader):
             node, parent, micro = (list(c) for c in zip(*nodes, strict=True))
             table = pa.table(
                 {
-                    "run": _repeat(ing.run, n, pa.string()), "rank": _repeat(rank, n, pa.int32()),
+                    "run": _repeat(sink.options.run, n, pa.string()), "rank": _repeat(rank, n, pa.int32()),
                     "iteration": _repeat(step, n, pa.int64()),
                     "rel_path": _repeat(rel, n, pa.string()),
                     "node": pa.array(node, pa.string()), "parent": pa.array(parent, pa.string()),
@@ -555,8 +555,8 @@ class MsprobeReader(Reader):
                     "micro_step": pa.array(micro, pa.int64()),
                 }
             )  # fmt: skip
-            ing.pending.add_table("modules", conform(table, TABLES["modules"]))
-        ing.record(rel, "construct_json", size, size, 0, "ok")
+            sink.add_table("modules", conform(table, TABLES["modules"]))
+        sink.record(rel, "construct_json", size, size, 0, "ok")
 
 
 def _repeat(value, n: int, type_: pa.DataType) -> pa.Array:

@@ -14,12 +14,13 @@ from pathlib import Path
 
 from ingest import execution_order, metadata
 from ingest import graph_rows as graph_rows_mod
+from ingest.files import now
+from ingest.files import size_or_none as _size_or_none
 from ingest.limits import MetadataTooLarge
 from ingest.npy_name import op_type_of, sanitize_v23, short_name, without_op_index
 from ingest.numbers import INT32_MAX, parse_uint
-from ingest.pipeline import Ingester, now
-from ingest.pipeline import size_or_none as _size_or_none
 from ingest.readers.base import Detection, Reader
+from ingest.readers.sink import IngestSink
 
 RANK_DIR = re.compile(r"^rank_(\d+)$")
 
@@ -42,85 +43,84 @@ def rank_root(path: Path) -> tuple[Path, list[Path], bool] | None:
     return (path, ranks, False) if ranks else None
 
 
-def read_execution_order_dir(ing: Ingester, rank: int, path: str) -> None:
+def read_execution_order_dir(sink: IngestSink, rank: int, path: str) -> None:
     """An `execution_order/` folder: `ms_execution_order_graph_{g}.csv` as `ops` rows and
     `ms_global_execution_order_graph_{g}.csv` as `graph_runs` rows, each read from where the last
     ingest stopped. Shared by every layout that has one (the rank layout, 1.0-1.2 sync dumps)."""
-    for entry in ing.scandir(path) or []:
-        ing.summary.files_seen += 1
-        rel = ing.rel(entry.path)
+    for entry in sink.scandir(path) or []:
+        sink.saw_files(1)
+        rel = sink.rel(entry.path)
         m_exec = execution_order.EXEC_ORDER_FILE.match(entry.name)
         m_glob = execution_order.GLOBAL_ORDER_FILE.match(entry.name)
         graph_id = None if not (m_exec or m_glob) else parse_uint((m_exec or m_glob).group(1), INT32_MAX)
         if graph_id is None:
-            ing.file_error(rel, "unknown", "execution_order", "unrecognised file in execution_order/")
+            sink.file_error(rel, "unknown", "execution_order", "unrecognised file in execution_order/")
             continue
         size = _size_or_none(entry) or 0
-        prev = ing.manifest.get(rel)
+        prev = sink.previous(rel)
         start_offset, start_line = (prev[1], prev[2]) if prev else (0, 0)
         if size <= start_offset:
             continue
         parse = execution_order.parse_exec_order if m_exec else execution_order.parse_global_order
         try:
-            result = parse(entry.path, start_offset, start_line, ing.caps)
+            result = parse(entry.path, start_offset, start_line, sink.options.caps)
         except MetadataTooLarge as exc:
-            ing.file_error(rel, "exec_order" if m_exec else "global_order", "execution_order", str(exc), size)
+            sink.file_error(
+                rel, "exec_order" if m_exec else "global_order", "execution_order", str(exc), size
+            )
             continue
         except OSError as exc:
-            ing.error(rel, "execution_order", f"unreadable: {exc.strerror}", size)
+            sink.error(rel, "execution_order", f"unreadable: {exc.strerror}", size)
             continue
         for line_no, reason in result.errors:
-            ing.error(f"{rel}:{line_no}", "execution_order", reason, size)
+            sink.error(f"{rel}:{line_no}", "execution_order", reason, size)
         for index, text in result.values:
             if m_exec:
-                ing.summary.ops += 1
                 key = sanitize_v23(text)
-                ing.add(
+                sink.add(
                     "ops",
-                    (ing.run, rank, graph_id, index, text, key, short_name(text), op_type_of(text),
+                    (sink.options.run, rank, graph_id, index, text, key, short_name(text), op_type_of(text),
                      without_op_index(key)),
                 )  # fmt: skip
             else:
-                ing.add("graph_runs", (ing.run, rank, graph_id, index, int(text)))
+                sink.add("graph_runs", (sink.options.run, rank, graph_id, index, int(text)))
         kind = "exec_order" if m_exec else "global_order"
-        ing.record(rel, kind, size, result.end_offset, result.end_line, "ok")
+        sink.record(rel, kind, size, result.end_offset, result.end_line, "ok")
 
 
-def read_graphs_dir(ing: Ingester, rank: int, path: str) -> None:
+def read_graphs_dir(sink: IngestSink, rank: int, path: str) -> None:
     """graphs/ms_output_trace_code_graph_{g}.pb|.ir: nodes, edges and source frames. Shared by
     every layout that has a `graphs/` folder (the rank layout, the 1.0-1.2 layouts).
 
     A graph is (re)read when any of its files is new or changed size; its rows are written
     once, from the .pb when it parses, else from the .ir.
     """
-    entries = ing.scandir(path) or []
-    ing.summary.files_seen += len(entries)
+    entries = sink.scandir(path) or []
+    sink.saw_files(len(entries))
     sizes = {e.name: _size_or_none(e) or 0 for e in entries}
     per_graph = graph_rows_mod.graph_files(list(sizes))
     for entry in entries:
         if entry.name not in {n for files in per_graph.values() for n in files.values()}:
-            ing.file_error(ing.rel(entry.path), "unknown", "graph", "unrecognised file in graphs/")
+            sink.file_error(sink.rel(entry.path), "unknown", "graph", "unrecognised file in graphs/")
     for graph_id, files in sorted(per_graph.items()):
-        rels = {name: ing.rel(os.path.join(path, name)) for name in files.values()}
-        if all(ing.is_unchanged(rel, sizes[name]) for name, rel in rels.items()):
+        rels = {name: sink.rel(os.path.join(path, name)) for name in files.values()}
+        if all(sink.is_unchanged(rel, sizes[name]) for name, rel in rels.items()):
             continue
         by_name = {e.name: e for e in entries}
-        if any(ing.still_written(by_name[name], rel, ing.settle) for name, rel in rels.items()):
+        if any(sink.still_written(by_name[name], rel, sink.options.settle) for name, rel in rels.items()):
             continue  # parse the graph once its files have stopped changing
-        for rel in rels.values():
-            ing.pending_files.pop(rel, None)
-        parsed, problems = graph_rows_mod.parse_graph(files, Path(path), ing.caps)
+        sink.judged(*rels.values())
+        parsed, problems = graph_rows_mod.parse_graph(files, Path(path), sink.options.caps)
         for where, reason in problems:
-            ing.error(ing.rel(os.path.join(path, where)), "graph", reason, sizes.get(where))
+            sink.error(sink.rel(os.path.join(path, where)), "graph", reason, sizes.get(where))
         if parsed is not None:
-            nodes, edges, frames = graph_rows_mod.graph_rows(ing.run, rank, graph_id, parsed)
-            ing.pending.rows["ir_nodes"].extend(nodes)
-            ing.pending.rows["edges"].extend(edges)
-            ing.pending.rows["source_lines"].extend(frames)
-            ing.summary.ir_nodes += len(nodes)
+            nodes, edges, frames = graph_rows_mod.graph_rows(sink.options.run, rank, graph_id, parsed)
+            sink.add_rows("ir_nodes", nodes)  # (counted in the summary)
+            sink.add_rows("edges", edges)
+            sink.add_rows("source_lines", frames)
         for name, rel in rels.items():
             status = "ok" if parsed is not None else "error"
-            ing.record(rel, "graph_" + name.rsplit(".", 1)[1], sizes[name], sizes[name], 0, status)
+            sink.record(rel, "graph_" + name.rsplit(".", 1)[1], sizes[name], sizes[name], 0, status)
 
 
 class RankLayoutReader(Reader):
@@ -128,8 +128,8 @@ class RankLayoutReader(Reader):
 
     layout = "rank_N/{net}/{graph}/{iteration}/"
 
-    def __init__(self, ingester, detection: Detection) -> None:
-        super().__init__(ingester, detection)
+    def __init__(self, sink: IngestSink, detection: Detection) -> None:
+        super().__init__(sink, detection)
         self.ranks: list[Path] = list(detection.units)
 
     def ingest_leaf(
@@ -149,7 +149,7 @@ class RankLayoutReader(Reader):
     def scan_path(self, path: str) -> None:
         """Re-scan what a change at `path` (a UTF-8 directory inside the root, as the pipeline
         checked) can affect."""
-        parts = self.ing.rel(path).split("/")
+        parts = self.sink.rel(path).split("/")
         m = RANK_DIR.match(parts[0])
         if not m or not os.path.isdir(path):
             return
@@ -175,7 +175,7 @@ class RankLayoutReader(Reader):
 
     def _ingest_rank(self, rank_dir: Path) -> None:
         rank = int(RANK_DIR.match(rank_dir.name).group(1))
-        entries = self.ing.scandir(str(rank_dir))
+        entries = self.sink.scandir(str(rank_dir))
         if entries is None:
             return
         # The operator files first (names sort "Net" before "execution_order"): a rank's tensors
@@ -195,22 +195,22 @@ class RankLayoutReader(Reader):
             elif entry.is_dir():
                 self._ingest_net(rank, entry.name, entry.path)
             else:
-                self.ing.summary.files_seen += 1
-                self.ing.file_error(
-                    self.ing.rel(entry.path), "unknown", "walk", "unexpected file at rank level"
+                self.sink.saw_files(1)
+                self.sink.file_error(
+                    self.sink.rel(entry.path), "unknown", "walk", "unexpected file at rank level"
                 )
 
     def _ingest_net(self, rank: int, net: str, net_path: str) -> None:
-        for gentry in self.ing.scandir(net_path) or []:
+        for gentry in self.sink.scandir(net_path) or []:
             if not (gentry.is_dir() and gentry.name.isdigit()):
-                self.ing.file_error(
-                    self.ing.rel(gentry.path), "unknown", "walk", "expected a graph-id directory (digits)"
+                self.sink.file_error(
+                    self.sink.rel(gentry.path), "unknown", "walk", "expected a graph-id directory (digits)"
                 )
                 continue
             self._ingest_graph_dir(rank, net, int(gentry.name), gentry.path)
 
     def _ingest_graph_dir(self, rank: int, net: str, graph_id: int, path: str) -> None:
-        for ientry in self.ing.scandir(path) or []:
+        for ientry in self.sink.scandir(path) or []:
             self._ingest_iteration_dir(rank, net, graph_id, ientry.name, ientry.path, ientry.is_dir())
 
     def _ingest_iteration_dir(
@@ -221,8 +221,8 @@ class RankLayoutReader(Reader):
         elif is_dir and name == "constants":
             self.ingest_leaf(rank, net, graph_id, None, "constants", path)
         else:
-            self.ing.file_error(
-                self.ing.rel(path),
+            self.sink.file_error(
+                self.sink.rel(path),
                 "unknown",
                 "walk",
                 "expected an iteration directory (digits) or constants/",
@@ -240,17 +240,17 @@ class RankLayoutReader(Reader):
             "hccl": None,
         }
         changed = False
-        entries = self.ing.scandir(path) or []
-        if any(self.ing.still_written(e, self.ing.rel(e.path), self.ing.settle) for e in entries):
+        entries = self.sink.scandir(path) or []
+        if any(self.sink.still_written(e, self.sink.rel(e.path), self.sink.options.settle) for e in entries):
             return  # read the rank's metadata as a whole, once it has stopped changing
         for entry in entries:
-            self.ing.pending_files.pop(self.ing.rel(entry.path), None)
-            self.ing.summary.files_seen += 1
-            rel = self.ing.rel(entry.path)
+            self.sink.judged(self.sink.rel(entry.path))
+            self.sink.saw_files(1)
+            rel = self.sink.rel(entry.path)
             size = _size_or_none(entry) or 0
-            changed |= not self.ing.is_unchanged(rel, size)
+            changed |= not self.sink.is_unchanged(rel, size)
             try:
-                caps = self.ing.caps
+                caps = self.sink.options.caps
                 if entry.name == "config.json":
                     values.update(metadata.read_config_json(entry.path, caps))
                 elif entry.name == "data_dump.json":
@@ -260,19 +260,19 @@ class RankLayoutReader(Reader):
                 else:
                     continue
             except (metadata.MetadataError, OSError, UnicodeDecodeError) as exc:
-                self.ing.file_error(rel, "metadata", "metadata", str(exc), size)
+                self.sink.file_error(rel, "metadata", "metadata", str(exc), size)
                 continue
-            if not self.ing.is_unchanged(rel, size):
-                self.ing.record(rel, "metadata", size, size, 0, "ok")
+            if not self.sink.is_unchanged(rel, size):
+                self.sink.record(rel, "metadata", size, size, 0, "ok")
         if changed:
-            self.ing.add(
+            self.sink.add(
                 "rank_meta",
-                (self.ing.run, rank, str(self.root), values["device_target"], values["ms_version"],
+                (self.sink.options.run, rank, str(self.root), values["device_target"], values["ms_version"],
                  values["dump"], values["hccl"], now()),
             )  # fmt: skip
 
     def _ingest_execution_order(self, rank: int, path: str) -> None:
-        read_execution_order_dir(self.ing, rank, path)
+        read_execution_order_dir(self.sink, rank, path)
 
     def _ingest_graphs(self, rank: int, path: str) -> None:
-        read_graphs_dir(self.ing, rank, path)
+        read_graphs_dir(self.sink, rank, path)

@@ -14,7 +14,7 @@ import pytest
 
 from catalog import Catalog
 from ingest.pipeline import DumpRootError, ingest_dump
-from ingest.readers.registry import READERS
+from ingest.readers.registry import all_readers
 from ingest.storage.store import CatalogError
 from tests.conftest import REPO
 
@@ -162,7 +162,7 @@ def test_unusable_dump_root(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(DumpRootError, match="not a dump dumpcat can read") as caught:
         ingest_dump(tmp_path / "cat", tmp_path / "empty")
-    for reader in READERS:  # the message lists what every reader looked for
+    for reader in all_readers():  # the message lists what every reader looked for
         assert f"{reader.name}: {reader.looked_for}" in str(caught.value)
     with pytest.raises(DumpRootError, match="unknown producer 'nope'; known producers: "):
         ingest_dump(tmp_path / "cat", tmp_path / "empty", producer="nope")

@@ -3,6 +3,7 @@ the same rows as the file-by-file path, whatever the batching, the helpers, or t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -22,7 +23,6 @@ from ingest.ids import tensor_row_id
 from ingest.leaf_scan import scan_tensor_files
 from ingest.npy_header import read_npy_header
 from ingest.npy_name import parse_tensor_name
-from ingest.readers import registry
 from ingest.storage.schema import TENSORS
 from tests.compare import catalog_content
 from tests.conftest import REPO, dump_of
@@ -109,9 +109,22 @@ def test_batching_and_helpers_do_not_change_the_catalog(tmp_path, monkeypatch, w
     leaves) on 1 and 3 processes give exactly the catalog of the file-by-file path."""
     dump = _bad_tree(tmp_path)
     reference = Catalog.open(tmp_path / "ref", create=True)
-    readers = registry.READERS
 
     modes: list[bool] = []
+
+    class LiveRules:
+        """The reader's sink as a live ingest in which nothing is young sees it: live-mode rules
+        (each file judged by itself), every file judged now (a one-shot sink never waits)."""
+
+        def __init__(self, sink):
+            self._sink = sink
+
+        @property
+        def options(self):
+            return dataclasses.replace(self._sink.options, live=True, grace=0.0, settle=0.0)
+
+        def __getattr__(self, name):
+            return getattr(self._sink, name)
 
     class FileByFile(npy_reader.MindSporeNpyReader):
         def _process_leaf(self, leaf, *, scanned):
@@ -119,16 +132,14 @@ def test_batching_and_helpers_do_not_change_the_catalog(tmp_path, monkeypatch, w
             return super()._process_leaf(leaf, scanned=scanned)
 
         def ingest_leaf(self, *args):
-            self.ing.live, live = True, self.ing.live
-            self.ing.grace = self.ing.settle = 0.0  # live-mode rules, nothing young: judge every file now
+            self.sink, sink = LiveRules(self.sink), self.sink
             try:
                 super().ingest_leaf(*args)
             finally:
-                self.ing.live = live
+                self.sink = sink
 
-    monkeypatch.setattr(registry, "READERS", (FileByFile,))
-    reference.ingest(dump, run="r")
-    monkeypatch.setattr(registry, "READERS", readers)
+    detection = dataclasses.replace(pipeline.detect_dump(dump), reader=FileByFile)
+    reference.ingest(dump, run="r", detection=detection)
     assert modes and not any(modes), "the reference must be the file-by-file path"
     expected = _content(reference)
     assert sum(1 for r in expected[2] if r["stage"] == "npy_header") == 3

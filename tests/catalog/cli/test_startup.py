@@ -63,11 +63,25 @@ def test_cli_imports_no_engine_before_a_command():
     assert "catalog.api.Catalog" in out.stdout, out.stderr
 
 
-def test_producer_names_are_the_registrys():
-    from ingest.readers import PRODUCER_NAMES
+def test_producer_choices_are_the_registrys_without_a_reader_import():
+    """`--producer` offers the registry's names; neither importing the command line nor listing
+    them imports a reader module, and only listing them looks up the plug-ins (importlib.metadata)."""
+    out = _python(
+        "import sys, json, catalog.cli\n"
+        "looked_up = 'importlib.metadata' in sys.modules\n"
+        "choice = next(p for p in catalog.cli.ingest.params if p.name == 'producer').type\n"
+        "names = list(choice.choices)\n"
+        "readers = sorted(m for m in sys.modules if m.startswith('ingest.readers.')\n"
+        "                 and m.rsplit('.', 1)[1] not in ('base', 'registry', 'sink'))\n"
+        "print(json.dumps([looked_up, names, readers]))"
+    )
+    assert out.returncode == 0, out.stderr
     from ingest.readers.registry import reader_names
 
-    assert list(PRODUCER_NAMES) == reader_names()
+    looked_up, names, readers = json.loads(out.stdout)
+    assert not looked_up
+    assert names == reader_names()
+    assert readers == []
 
 
 def test_export_default_matches_the_cli():
