@@ -305,7 +305,7 @@ def bench_stats(rep: Report, work: Path, n: int, size_bytes: int | None, label: 
         note=f"{ing_s:.2f} s",
     )
 
-    from ingest.npy_header import read_npy_header
+    from ingest.formats.npy_header import read_npy_header
     from ingest.statistics.kernel import StatJob, compute_stats_many
 
     jobs = []

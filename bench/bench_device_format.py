@@ -61,7 +61,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ingest.formats.device_format import device_to_host, host_to_device
+from ingest.formats.ascend.device_format import device_to_host, host_to_device
 
 TARGET_GBS = 1.0
 

@@ -1,4 +1,5 @@
-"""Benchmark of the `.ir` text parser (`ingest.ir_text.parse_ir_text`) on a generated big graph.
+"""Benchmark of the `.ir` text parser (`ingest.formats.mindspore.ir_text.parse_ir_text`) on a
+generated big graph.
 
 Generates a MindSpore 2.x kernel-graph IR with N nodes (default 100,000) shaped like the real
 2.10 dumps under tests/data: a node line with operands, an instance name, primitive attributes,
@@ -29,7 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from ingest.ir_text import clear_caches, parse_ir_text  # noqa: E402
+from ingest.formats.mindspore.ir_text import clear_caches, parse_ir_text  # noqa: E402
 
 SITE = "/opt/venv/lib/python3.11/site-packages/mindspore"
 USER = "/src/project/model.py"

@@ -41,7 +41,7 @@ except ImportError:
 
 import numpy as np  # noqa: E402
 
-from ingest.formats.torch_pt import load_pt  # noqa: E402
+from ingest.formats.msprobe.torch_pt import load_pt  # noqa: E402
 
 
 def torch_fetch(path: Path) -> np.ndarray:

@@ -356,7 +356,7 @@ def _best_s(fn, repeat: int) -> float:
 
 
 def bench_device(rep: Report, quick: bool, repeat: int) -> None:
-    from ingest.formats.device_format import device_to_host, host_to_device
+    from ingest.formats.ascend.device_format import device_to_host, host_to_device
 
     rng = np.random.default_rng(0)
     for fmt, host_shape, dtype in DEVICE_CASES:

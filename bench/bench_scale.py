@@ -75,8 +75,8 @@ sys.path.insert(0, str(ROOT))
 
 import docs_block  # noqa: E402
 
+from ingest.formats.mindspore.npy_name import op_type_of, sanitize_v23, short_name, without_op_index  # noqa: E402
 from ingest.ids import TensorIdHasher, stat_row_ids  # noqa: E402
-from ingest.npy_name import op_type_of, sanitize_v23, short_name, without_op_index  # noqa: E402
 from ingest.storage import flat as flat_mod  # noqa: E402
 from ingest.storage.schema import TABLES  # noqa: E402
 from ingest.storage.store import SNAPSHOT, CatalogStore, write_json_atomic  # noqa: E402

@@ -224,8 +224,8 @@ class Catalog:
         device format (NC1HWC0, FRACTAL_Z, ...), in the host layout (`host_shape`) unless
         `layout="device"` asks for the dumped layout (`shape`).
         """
+        from ingest.formats.tensor_data import is_plain, read_tensor
         from ingest.statistics.kernel import open_tensor
-        from ingest.tensor_data import is_plain, read_tensor
 
         path, loc = self.locate(row_id)
         try:
@@ -309,7 +309,8 @@ class Catalog:
         `writer` names the run's shard to write (one per host of a multi-host run). Symlinks out
         of the dump root are error rows unless `follow_symlinks`. `max_metadata_size` caps the
         metadata files read whole (`"1GiB"` for every kind, or `"graph=1GiB,json=128MiB"`; default
-        DUMPCAT_MAX_METADATA_SIZE, else ingest.limits' defaults): a bigger file is an ingest_errors row."""
+        DUMPCAT_MAX_METADATA_SIZE, else ingest.formats.limits' defaults): a bigger file is an
+        ingest_errors row."""
         summary = ingest_dump(
             self.path, dump_dir, run, producer=producer, compute_stats=compute_stats, md5=md5,
             workers=workers, on_progress=on_progress, writer=writer, follow_symlinks=follow_symlinks,

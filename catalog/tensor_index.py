@@ -39,7 +39,7 @@ _NEWER = {"host_shape"}  # columns older catalogs do not have (read as NULL)
 
 @dataclass(frozen=True, slots=True)
 class TensorLocation:
-    """Where a tensor's bytes are and how they are laid out (see ingest.tensor_data)."""
+    """Where a tensor's bytes are and how they are laid out (see ingest.formats.tensor_data)."""
 
     row_id: int
     run: str

@@ -564,7 +564,7 @@ def compare_arrays(run: np.ndarray, baseline: np.ndarray, *, block: int = 1 << 2
 
 def compare_jobs(batch: list[PairJob]) -> list[tuple[int, PairMetrics]]:
     """Compare pairs located in files (a ``helper_pool`` task); never raises."""
-    from ingest.tensor_data import read_tensor  # the module's pure-numpy part imports fast
+    from ingest.formats.tensor_data import read_tensor  # the module's pure-numpy part imports fast
 
     out: list[tuple[int, PairMetrics]] = []
     for job in batch:

@@ -139,7 +139,7 @@ def _serve(idle_s: float = _HELPER_IDLE_S, preload: Sequence[str] = ()) -> None:
 def _task_module(task: str | None) -> tuple[str, ...]:
     """The module a helper imports before it reports ready, so that its first batch of `task` does
     not wait for it. Only that module: a helper that scans file names for a metadata ingest does not
-    import numpy (`ingest.leaf_scan`), and one that also imported the statistics module took ~15
+    import numpy (`ingest.readers.leaf_scan`), and one that also imported the statistics module took ~15
     MiB more; it imports another task's module when it first gets one of its batches."""
     return (task.partition(":")[0],) if task else ()
 

@@ -33,9 +33,9 @@ import pyarrow.parquet as pq
 
 from ingest.errors import DumpRootError
 from ingest.files import age, fresh_age, now, size_or_none
+from ingest.formats.limits import MetadataCaps
 from ingest.helper_pool import start_helpers, stop_idle_helpers
 from ingest.ids import TensorIdHasher
-from ingest.limits import MetadataCaps
 from ingest.readers.sink import IngestOptions, ManifestEntry
 from ingest.row_id_set import RowIdSet
 from ingest.statistics.rows import computed_stats_rows
@@ -227,7 +227,7 @@ class Ingester:
         max_metadata_size: str | int | MetadataCaps | None = None,
     ) -> None:
         tune_for_ingest()  # glibc gives freed buffers back as the walk goes (ingest/storage/memory.py)
-        # The largest metadata file of each kind read whole (ingest/limits.py): a bigger one is an
+        # The largest metadata file of each kind read whole (ingest/formats/limits.py): a bigger one is an
         # ingest_errors row, never an allocation. None: DUMPCAT_MAX_METADATA_SIZE, else the defaults.
         self.options = IngestOptions(
             run=run, row_id_of=TensorIdHasher(run), caps=MetadataCaps.parse(max_metadata_size),
@@ -771,7 +771,7 @@ def ingest_dump(
 
     `writer` names the shard to write (ingest/storage/store.py): writers of different names ingest
     different ranks of one run at the same time (one per host); None is the default shard.
-    `max_metadata_size` caps the metadata files read whole (`ingest.limits.MetadataCaps.parse`:
+    `max_metadata_size` caps the metadata files read whole (`ingest.formats.limits.MetadataCaps.parse`:
     `1GiB`, `graph=1GiB,json=128MiB`; None: DUMPCAT_MAX_METADATA_SIZE, else the defaults); a
     mistyped value is a ValueError before anything is read.
     Raises DumpRootError or CatalogError when the dump root or the catalog is unusable; any

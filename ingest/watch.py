@@ -32,7 +32,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
-from ingest.limits import MetadataCaps
+from ingest.formats.limits import MetadataCaps
 from ingest.pipeline import DumpRootError, Ingester, default_run_name, detect_dump, resolve_dump_dir
 from ingest.storage.flat import writer_memory_limit
 from ingest.storage.store import (

@@ -12,7 +12,7 @@
 -- ordered by their timestamps; see 60_first_anomaly.sql).
 
 -- Operators named by the graph IR of graphs that have no execution order. The forms are built
--- here with the rule `ingest.npy_name` applies to the execution order (a test checks that both
+-- here with the rule `ingest.formats.mindspore.npy_name` applies to the execution order (a test checks that both
 -- agree on every sample).
 CREATE OR REPLACE VIEW ir_ops AS
 WITH named AS (

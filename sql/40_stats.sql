@@ -49,7 +49,7 @@ WITH unioned AS (
            max, min, avg, count, neg_count, pos_count, nan_count, neg_inf_count, pos_inf_count,
            zero_count, l2norm, md5, 'computed' AS stat_source, 'dumpcat' AS stat_semantics,
            -- a float16 tensor whose file holds 4 bytes an element: MindSpore dumped a float32
-           -- kernel's buffer under a float16 header (ingest/npy_header.py `stored_as`)
+           -- kernel's buffer under a float16 header (ingest/formats/npy_header.py `stored_as`)
            CASE WHEN dtype_name(dtype) = 'float16' AND count > 0 AND nbytes = 4 * count THEN 'dtype' END AS mismatch,
            op_full_name, CAST(NULL AS BIGINT) AS exec_index,
            CAST(NULL AS VARCHAR) AS arg_path, CAST(NULL AS BOOLEAN) AS requires_grad

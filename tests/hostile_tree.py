@@ -134,7 +134,7 @@ def build_hostile_tree(dest: Path, source: Path, *, sparse_gib: int = 16) -> Hos
     tree.huge_rows = [f"rank_0/Net/0/5/statistic.csv:{n}" for n in range(3, 3 + HUGE_NAME_ROWS)]
 
     # -- oversize metadata (sparse: nothing may read it) and a sparse 16 GiB tensor
-    from ingest.limits import DEFAULT_CAPS
+    from ingest.formats.limits import DEFAULT_CAPS
 
     kernel_args = f"{LEAF}/Evil.Default_network-Evil-op0.json"
     with open(root / kernel_args, "wb") as f:

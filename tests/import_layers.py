@@ -18,13 +18,30 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("ingest", "catalog")
 STRUCTURE = ROOT / "docs" / "structure.md"
 
-# Layers from the bottom up: a module may import its own layer and the layers below it. The catalog
+# Layers from the bottom up: a module may import its own layer and the layers below it. The ingest
+# side: the catalog on disk (storage) -> byte formats (bytes to values, by producer family) -> the
+# kernels that compute over tensors and the processes they use -> one reader per producer -> the
+# producer-agnostic pipeline and the watcher. The catalog
 # side: the query core (views, the guard) -> the operations a Catalog offers (compare, missing
 # statistics, export, the report, the Spark jobs), each taking what it needs as arguments -> the
 # `Catalog` API, a facade over them -> the front ends that serve a user (the CLI, the server).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("storage", ("ingest.storage",)),
-    ("ingest", ("ingest",)),
+    ("formats", ("ingest.formats",)),
+    (
+        "kernels",
+        (
+            "ingest.statistics",
+            "ingest.compare_metrics",
+            "ingest.helper_pool",
+            "ingest.ids",
+            "ingest.row_id_set",
+            "ingest.errors",
+            "ingest.files",
+        ),
+    ),
+    ("readers", ("ingest.readers",)),
+    ("pipeline", ("ingest",)),
     ("query", ("catalog.views", "catalog.guard", "catalog.session_commands", "catalog.tensor_index")),
     (
         "operations",

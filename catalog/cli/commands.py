@@ -84,7 +84,7 @@ FOLLOW_SYMLINKS_OPTION = click.option(
 
 def _metadata_caps(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """A mistyped cap is a usage error before any work."""
-    from ingest.limits import MetadataCaps
+    from ingest.formats.limits import MetadataCaps
 
     try:
         MetadataCaps.parse(value)

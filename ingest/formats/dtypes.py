@@ -1,7 +1,7 @@
 """CANN raw-dump data types and formats, and how their elements are laid out on disk.
 
 The numbering is `toolkit.dumpdata.OutputDataType` / `OutputFormat` (the proto numbering, see
-ingest/formats/dump_data.proto), NOT GE's `ge::DataType` used by the TLV "nano" format, whose
+ingest/formats/ascend/dump_data.proto), NOT GE's `ge::DataType` used by the TLV "nano" format, whose
 numbers differ (reference msprobe-cann-formats.md §3.1 "two numbering schemes").
 
 The catalog records a *stored dtype* per tensor: a short string naming how the bytes on disk

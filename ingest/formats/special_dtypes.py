@@ -1,5 +1,5 @@
 """Stored dtypes that are not numpy dtype names, in a module of their own: the statistics kernel
-(ingest/statistics/kernel.py) and the tensor reader (ingest/tensor_data.py) both test for them, and a
+(ingest/statistics/kernel.py) and the tensor reader (ingest/formats/tensor_data.py) both test for them, and a
 helper process must be able to without importing ml_dtypes."""
 
 # Stored dtypes that are not numpy dtype names: packed, `ml_dtypes` or raw bytes, decoded by

@@ -32,8 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from ingest.files import now, size_or_none
-from ingest.formats.legacy_names import ConvertedName, parse_converted_name
-from ingest.formats.overflow import (
+from ingest.formats.ascend.overflow import (
     OPDEBUG_FILE,
     OPDEBUG_JSON_FILE,
     OverflowBlock,
@@ -41,7 +40,7 @@ from ingest.formats.overflow import (
     decode_opdebug,
     read_overflow_json,
 )
-from ingest.formats.raw_dump import (
+from ingest.formats.ascend.raw_dump import (
     RawDump,
     RawDumpError,
     RawDumpIncomplete,
@@ -49,13 +48,14 @@ from ingest.formats.raw_dump import (
     parse_raw_name,
     read_raw_dump,
 )
-from ingest.limits import open_text_capped
-from ingest.npy_header import NpyHeaderError, read_npy_header
-from ingest.npy_name import without_op_index
-from ingest.raw_scan import PRODUCER, raw_slot_rows, slot_key
+from ingest.formats.limits import open_text_capped
+from ingest.formats.mindspore.legacy_names import ConvertedName, parse_converted_name
+from ingest.formats.mindspore.npy_name import without_op_index
+from ingest.formats.npy_header import NpyHeaderError, read_npy_header
 from ingest.readers.base import Detection, Place, Reader, first_file, list_dir
 from ingest.readers.mindspore_npy import MindSporeNpyReader
 from ingest.readers.rank_layout import rank_root, read_execution_order_dir, read_graphs_dir
+from ingest.readers.raw_scan import PRODUCER, raw_slot_rows, slot_key
 from ingest.readers.sink import IngestSink
 from ingest.storage.schema import TENSORS
 
@@ -328,7 +328,7 @@ class AscendRawReader(MindSporeNpyReader):
 
     # A one-shot ingest reads raw headers in helper processes, with the npy files beside them.
     # Overflow debug files are decoded here (file by file): a run has few of them.
-    scan_function = "ingest.raw_scan:scan_raw_files"
+    scan_function = "ingest.readers.raw_scan:scan_raw_files"
 
     @staticmethod
     def scanned_table(scanned: tuple[pa.Table, list[str]]) -> tuple[pa.Table, list[str]]:

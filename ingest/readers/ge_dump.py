@@ -31,16 +31,16 @@ import numpy as np
 import pyarrow as pa
 
 from ingest.files import size_or_none
-from ingest.formats.cann_stats_csv import CannStatsError, parse_stats_csv_name, read_cann_stats_csv
-from ingest.formats.ge_graph import GeGraphError, read_ge_graph
+from ingest.formats.ascend.cann_stats_csv import CannStatsError, parse_stats_csv_name, read_cann_stats_csv
+from ingest.formats.ascend.ge_graph import GeGraphError, read_ge_graph
+from ingest.formats.mindspore.npy_name import without_op_index
+from ingest.formats.npy_header import NpyHeaderError, read_npy_header
+from ingest.formats.numbers import INT32_MAX, parse_uint
+from ingest.formats.tensor_data import FORTRAN_ORDER
 from ingest.ids import stat_row_ids
-from ingest.npy_header import NpyHeaderError, read_npy_header
-from ingest.npy_name import without_op_index
-from ingest.numbers import INT32_MAX, parse_uint
 from ingest.readers.ascend_raw import AscendRawReader, is_raw_name, slot_row_id
 from ingest.readers.base import Detection, Place, first_file, list_dir
 from ingest.storage.schema import TABLES, conform
-from ingest.tensor_data import FORTRAN_ORDER
 
 _RANK_ROOT = re.compile(r"^worldsize(\d+)_global_rank(\d+)$")
 _TIME_DIR = re.compile(r"^\d{14}$")

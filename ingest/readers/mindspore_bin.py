@@ -5,7 +5,7 @@ or `{path}/{net}/iteration_{n}/` when no device id is given (CPU). Each file is
 `{kernel name, "/" -> "--"}_{input|output}_{slot}_shape_{d0}_{d1}…_{dtype}_{format}.bin`, the raw
 bytes of the tensor from offset 0, so the name is the only metadata there is: it gives the full
 scope name, the slot, the shape, the dtype (`kNumberTypeFloat32` with trans_flag, `Float32`
-without) and the format (`ingest.formats.legacy_names`). Beside the iterations sit
+without) and the format (`ingest.formats.mindspore.legacy_names`). Beside the iterations sit
 `{net}/device_{d}/execution_order/` (§2.1) and `{net}/device_{d}/graphs/` (§2.4, the graph IR
 with each operator's source lines, in the v1.x .ir grammar of §4), both read as the rank layout
 reads them (`{net}/execution_order/` and `{net}/graphs/` too in the CPU form), and
@@ -36,13 +36,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ingest.files import now, size_or_none
-from ingest.formats.legacy_names import LegacyBinName, parse_legacy_bin_name
-from ingest.limits import open_text_capped
-from ingest.npy_name import op_type_of, sanitize_v23, short_name, without_op_index
-from ingest.numbers import INT32_MAX, INT64_MAX, parse_uint
+from ingest.formats.limits import open_text_capped
+from ingest.formats.mindspore.legacy_names import LegacyBinName, parse_legacy_bin_name
+from ingest.formats.mindspore.npy_name import op_type_of, sanitize_v23, short_name, without_op_index
+from ingest.formats.numbers import INT32_MAX, INT64_MAX, parse_uint
+from ingest.formats.tensor_data import stored_nbytes
 from ingest.readers.base import Detection, Place, Reader, first_file, list_dir
 from ingest.readers.rank_layout import read_execution_order_dir, read_graphs_dir
-from ingest.tensor_data import stored_nbytes
 
 if TYPE_CHECKING:
     from ingest.readers.sink import IngestSink

@@ -25,21 +25,21 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ingest import kernel_args, mapping_csv
 from ingest.files import age, fresh_age, size_or_none
-from ingest.helper_pool import resolve_task, resolve_workers, run_ordered
-from ingest.ids import stat_row_ids
-from ingest.leaf_scan import LeafChunk, ScannedColumns, columns_table
-from ingest.limits import MetadataTooLarge
-from ingest.npy_header import NpyHeaderError, read_npy_header, stored_as
-from ingest.npy_name import (
+from ingest.formats.limits import MetadataTooLarge
+from ingest.formats.mindspore import kernel_args, mapping_csv
+from ingest.formats.mindspore.npy_name import (
     OP_INDEX_PATTERN,
     TensorName,
     TensorNameError,
     parse_tensor_name,
     without_op_index,
 )
+from ingest.formats.npy_header import NpyHeaderError, read_npy_header, stored_as
+from ingest.helper_pool import resolve_task, resolve_workers, run_ordered
+from ingest.ids import stat_row_ids
 from ingest.readers.base import Detection, Place, first_file
+from ingest.readers.leaf_scan import LeafChunk, ScannedColumns, columns_table
 from ingest.readers.rank_layout import RankLayoutReader, rank_root
 from ingest.readers.sink import IngestSink
 from ingest.storage.schema import TABLES, conform
@@ -142,7 +142,7 @@ class MindSporeNpyReader(RankLayoutReader):
     # What a one-shot ingest scans in helper processes: the function (see leaf_scan) and which
     # files of a leaf directory it is given. Files it hands back as irregular are judged here:
     # tensor npy files by the npy rules, any other by `other_file`.
-    scan_function = "ingest.leaf_scan:scan_tensor_columns"
+    scan_function = "ingest.readers.leaf_scan:scan_tensor_columns"
 
     @staticmethod
     def scanned_table(scanned: ScannedColumns) -> tuple[pa.Table, list[str]]:
@@ -356,7 +356,7 @@ class MindSporeNpyReader(RankLayoutReader):
             that grew later still finds its tensors. With `late`, also the tensor files created
             since the directory was listed: statistic.csv is read now, so its newest rows may
             describe them (their rows are cataloged by a later pass)."""
-            from ingest.stat_match import FILE_KEYS, file_keys
+            from ingest.readers.stat_match import FILE_KEYS, file_keys
 
             others = []
             if scanned:
@@ -383,7 +383,7 @@ class MindSporeNpyReader(RankLayoutReader):
             # statistic.csv's modules (pyarrow.compute, pyarrow.csv) load with the first one
             import pyarrow.compute as pc
 
-            from ingest.stat_match import match_stat_rows
+            from ingest.readers.stat_match import match_stat_rows
 
             table, result = stat_table
             csv_entry = by_name["statistic.csv"]
@@ -558,7 +558,7 @@ class MindSporeNpyReader(RankLayoutReader):
         Nothing is recorded until `_commit_stat_chunk`: live ingest may decide to read it later."""
         import pyarrow.compute as pc
 
-        from ingest.statistic_csv import read_statistic_csv
+        from ingest.formats.mindspore.statistic_csv import read_statistic_csv
 
         rel = f"{rel_dir}/statistic.csv"
         size = size_or_none(entry)
@@ -602,7 +602,7 @@ class MindSporeNpyReader(RankLayoutReader):
         tensor files have not appeared yet, for the next scan)."""
         import pyarrow.compute as pc
 
-        from ingest.stat_match import mismatch_note
+        from ingest.readers.stat_match import mismatch_note
 
         size = size_or_none(entry)
         end_offset, end_line, errors = result.end_offset, result.end_line, result.errors

@@ -35,7 +35,9 @@ import numpy as np
 import pyarrow as pa
 
 from ingest.files import size_or_none
-from ingest.formats.msprobe_json import (
+from ingest.formats.graph_model import is_framework_path
+from ingest.formats.limits import MetadataTooLarge, read_capped
+from ingest.formats.msprobe.dump_json import (
     PKL_NAMES,
     DumpJson,
     Leaf,
@@ -55,16 +57,14 @@ from ingest.formats.msprobe_json import (
     stream_dump_range,
     tree_depths,
 )
-from ingest.formats.torch_pt import PtError, read_pt_header
-from ingest.graph_model import is_framework_path
+from ingest.formats.msprobe.torch_pt import PtError, read_pt_header
+from ingest.formats.npy_header import NpyHeaderError, read_npy_header
+from ingest.formats.tensor_data import FORTRAN_ORDER
 from ingest.helper_pool import resolve_workers, run_ordered
 from ingest.ids import stat_row_ids
-from ingest.limits import MetadataTooLarge, read_capped
-from ingest.npy_header import NpyHeaderError, read_npy_header
 from ingest.readers.base import Detection, Reader, list_dir
 from ingest.readers.sink import IngestSink
 from ingest.storage.schema import TABLES, conform
-from ingest.tensor_data import FORTRAN_ORDER
 
 PRODUCER = "msprobe"
 _STEP_DIR = re.compile(r"^step(\d+)$")
@@ -244,7 +244,7 @@ class MsprobeReader(Reader):
 
     def _read_json_file(self, entry: os.DirEntry, kind: str, cap_kind: str = "json"):
         """The bytes of a json file to read now, or None (unchanged, still written, unreadable, or
-        over the `cap_kind` cap of ingest.limits: an error row, not read)."""
+        over the `cap_kind` cap of ingest.formats.limits: an error row, not read)."""
         sink = self.sink
         rel = sink.rel(entry.path)
         size = size_or_none(entry)
@@ -325,7 +325,7 @@ class MsprobeReader(Reader):
             first: list = []
 
             def in_helper() -> None:  # waits on the helper's pipe: this thread holds no CPU meanwhile
-                task = "ingest.formats.msprobe_json:parse_dump_range"
+                task = "ingest.formats.msprobe.dump_json:parse_dump_range"
                 first.extend(
                     run_ordered(task, iter([(path, start, mid, cap)]), 1, caller_helps=False, slots=1)
                 )

@@ -12,13 +12,13 @@ import os
 import re
 from pathlib import Path
 
-from ingest import execution_order, metadata
-from ingest import graph_rows as graph_rows_mod
 from ingest.files import now
 from ingest.files import size_or_none as _size_or_none
-from ingest.limits import MetadataTooLarge
-from ingest.npy_name import op_type_of, sanitize_v23, short_name, without_op_index
-from ingest.numbers import INT32_MAX, parse_uint
+from ingest.formats.limits import MetadataTooLarge
+from ingest.formats.mindspore import execution_order, metadata
+from ingest.formats.mindspore.npy_name import op_type_of, sanitize_v23, short_name, without_op_index
+from ingest.formats.numbers import INT32_MAX, parse_uint
+from ingest.readers import graph_rows as graph_rows_mod
 from ingest.readers.base import Detection, Reader
 from ingest.readers.sink import IngestSink
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
 
-    from ingest.limits import MetadataCaps
+    from ingest.formats.limits import MetadataCaps
 
 # What the manifest remembers of a file read before: (size, consumed bytes, consumed lines, status),
 # status 'ok' or 'error'. Append-only files resume after the consumed bytes and lines.
@@ -33,7 +33,7 @@ class IngestOptions:
 
     run: str  # the run every row belongs to
     row_id_of: Callable[[str], int]  # a tensor file's (or slot's) row id from its path under the root
-    caps: MetadataCaps  # the largest metadata file of each kind read whole (ingest/limits.py)
+    caps: MetadataCaps  # the largest metadata file of each kind read whole (ingest/formats/limits.py)
     compute_stats: bool = True  # whether statistics are computed from tensor data
     workers: int | None = None  # helper processes (None: one per core, at most 8)
     live: bool = False  # a watcher's ingest: a file that may still be written is retried, not judged

@@ -942,7 +942,7 @@ def _stats_of_decoded(
     computed on its host-layout values, so device padding (C0, fractal blocks) is never counted.
     One tensor is decoded whole; raw dumps hold one operator's tensors, bounded by device memory."""
     from ingest.formats.dtypes import numeric_view
-    from ingest.tensor_data import read_tensor
+    from ingest.formats.tensor_data import read_tensor
 
     arr = read_tensor(path, offset, stored_dtype, shape, fmt, host_shape, mapped=False)
     if not _is_bfloat16(arr.dtype):

@@ -278,7 +278,7 @@ RUNS = pa.schema(
 )
 
 # Overflow-debug records (Ascend op_debug_mode 3): one row per info block of an
-# `Opdebug.Node_OpDebug.*` raw file or its npy-format `.json`; see ingest/formats/overflow.py.
+# `Opdebug.Node_OpDebug.*` raw file or its npy-format `.json`; see ingest/formats/ascend/overflow.py.
 OVERFLOWS = pa.schema(
     [
         ("run", pa.string()),

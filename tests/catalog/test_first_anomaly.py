@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from catalog import Catalog
-from ingest.npy_name import parse_tensor_name, sanitize_v23, short_name, without_op_index
+from ingest.formats.mindspore.npy_name import parse_tensor_name, sanitize_v23, short_name, without_op_index
 from tests.conftest import MS210, SAMPLES, dump_of
 
 LOG_OP = "Default/network-WithLossCell/_backbone-Net/Log-op0"
@@ -207,7 +207,7 @@ def test_inputs_answer_when_no_output_was_dumped(tmp_path):
 
 def test_sql_sanitising_of_ir_names_matches_python(tmp_path):
     """ir_ops builds the file-name forms in SQL; on every real graph IR committed here they equal
-    the forms ingest.npy_name gives the execution order."""
+    the forms ingest.formats.mindspore.npy_name gives the execution order."""
     cat = Catalog.open(tmp_path / "cat", create=True)
     scenarios = [p.name for p in sorted(MS210.iterdir()) if (p / "dump").is_dir()]
     scenarios += [p.name for p in sorted(SAMPLES.iterdir())]

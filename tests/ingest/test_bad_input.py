@@ -124,9 +124,11 @@ def test_unreadable_directory(copy_dump):
         # Import everything first, then drop privileges (root's Python lives under /root).
         code = (
             "import os, sys; from ingest.pipeline import ingest_dump; "
-            "import ingest.statistics.kernel, ingest.statistic_csv, ingest.readers.registry; "
+            "import ingest.statistics.kernel, ingest.formats.mindspore.statistic_csv; "
+            "import ingest.readers.registry; "
             "import pyarrow.parquet; "
-            "import ingest.graph_pb, ingest.formats.dump_data_pb2, google.protobuf.message; "
+            "import ingest.formats.mindspore.graph_pb, ingest.formats.ascend.dump_data_pb2; "
+            "import google.protobuf.message; "
             "import duckdb, ingest.storage.sql_views, ingest.storage.flat; "
             "ingest.storage.sql_views.view_sql_files(); "
             "os.geteuid() == 0 and os.setuid(65534); "

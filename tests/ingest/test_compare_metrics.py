@@ -391,7 +391,7 @@ def test_compare_jobs_raw_fractal_nz(tmp_path):
     if res[0].status == "ok":
         assert res[0].max_abs_err == 0.0
     if 1 in res:
-        from ingest.tensor_data import read_tensor
+        from ingest.formats.tensor_data import read_tensor
 
         a, b = read_tensor(*same_host[0]), read_tensor(*same_host[1])
         assert a.shape == tuple(same_host[0][5])

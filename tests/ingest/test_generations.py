@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from catalog import Catalog
-from ingest.npy_name import parse_tensor_name
+from ingest.formats.mindspore.npy_name import parse_tensor_name
 
 V16_HEADER = (
     "Op Type,Op Name,Task ID,Stream ID,Timestamp,IO,Slot,Data Size,Data Type,Shape,Max Value,Min Value,"

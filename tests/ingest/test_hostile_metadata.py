@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from catalog import Catalog
-from ingest.limits import DEFAULT_CAPS, ENV, MetadataCaps, format_size
+from ingest.formats.limits import DEFAULT_CAPS, ENV, MetadataCaps, format_size
 from tests.conftest import DATA, REPO, dump_of
 
 MSPROBE = DATA / "msprobe" / "pt_mix_tensor"
@@ -283,7 +283,7 @@ STAT_HEADER = (
 def test_statistic_csv_rows_with_100_kb_op_names_are_error_rows(tmp_path):
     """The issue's file, scaled down: rows whose op names are 10^5 characters. Each is an error
     row with its line number; the real rows around them are cataloged and matched."""
-    from ingest.statistic_csv import MAX_FIELD_BYTES
+    from ingest.formats.mindspore.statistic_csv import MAX_FIELD_BYTES
 
     tree = _tree(dump_of("simple"), tmp_path / "dump")
     leaf = tree / "rank_0/Net/0/0"
@@ -319,7 +319,7 @@ def test_dump_json_is_streamed_and_an_entry_over_the_cap_is_one_problem(tmp_path
     """A dump.json is read in pieces (here 4 KiB, so the real file takes many); an entry over the
     json cap (lowered to 2 KiB) is one error row naming it and the cap, and every other entry is
     cataloged as from the clean file."""
-    from ingest.formats import msprobe_json
+    from ingest.formats.msprobe import dump_json as msprobe_json
 
     monkeypatch.setattr(msprobe_json, "_STREAM_BYTES", 4096)
     clean = _tree(MSPROBE, tmp_path / "clean")

@@ -1,4 +1,4 @@
-"""The batched tensor-file scan (ingest/leaf_scan.py) and its use on every core by a one-shot ingest:
+"""The batched tensor-file scan (ingest/readers/leaf_scan.py) and its use on every core by a one-shot ingest:
 the same rows as the file-by-file path, whatever the batching, the helpers, or the bad files."""
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ import pytest
 import ingest.pipeline as pipeline
 import ingest.readers.mindspore_npy as npy_reader
 from catalog import Catalog
-from ingest import helper_pool, stat_match
+from ingest import helper_pool
+from ingest.formats.mindspore.npy_name import parse_tensor_name
+from ingest.formats.npy_header import read_npy_header
 from ingest.ids import tensor_row_id
-from ingest.leaf_scan import scan_tensor_files
-from ingest.npy_header import read_npy_header
-from ingest.npy_name import parse_tensor_name
+from ingest.readers import stat_match
+from ingest.readers.leaf_scan import scan_tensor_files
 from ingest.storage.schema import TENSORS
 from tests.compare import catalog_content
 from tests.conftest import REPO, dump_of
@@ -296,7 +297,7 @@ def test_default_workers_follow_the_usable_cores(tmp_path):
 
 
 def test_scan_columns_name_every_tensors_column():
-    from ingest import leaf_scan
+    from ingest.readers import leaf_scan
 
     named = set(leaf_scan._CONSTANT_COLUMNS) | set(leaf_scan._FILE_COLUMNS) | set(leaf_scan._READER_COLUMNS)
     assert named == set(TENSORS.names)
@@ -318,7 +319,7 @@ def test_helpers_scan_without_pyarrow_or_numpy(tmp_path):
         f"for m in _task_module({scan_task!r}): importlib.import_module(m)\n"
         "heavy = lambda: [m for m in ('pyarrow', 'numpy') if m in sys.modules]\n"
         "before = heavy()\n"
-        "from ingest.leaf_scan import scan_tensor_columns\n"
+        "from ingest.readers.leaf_scan import scan_tensor_columns\n"
         f"out = scan_tensor_columns([{chunk!r}])\n"
         "print(before, heavy(), len(out[0][1][0]))\n"
     )
@@ -330,7 +331,7 @@ def test_helpers_scan_without_pyarrow_or_numpy(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["[]", "[]", str(len(names))]
-    from ingest.leaf_scan import columns_table, scan_tensor_columns
+    from ingest.readers.leaf_scan import columns_table, scan_tensor_columns
 
     [(table, irregular)] = scan_tensor_files([chunk])
     assert columns_table(scan_tensor_columns([chunk])[0]) == (table, irregular)

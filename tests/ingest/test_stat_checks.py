@@ -15,8 +15,8 @@ import pyarrow as pa
 import pytest
 
 from catalog.api import Catalog
-from ingest import stat_match
 from ingest.readers import mindspore_npy as npy_reader
+from ingest.readers import stat_match
 
 ITER0 = "rank_0/Net/0/0"
 CSV_REL = f"{ITER0}/statistic.csv"

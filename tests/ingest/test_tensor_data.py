@@ -1,4 +1,4 @@
-"""`ingest.tensor_data.read_tensor` on the committed raw trees: a memory map (what `Catalog.tensor`
+"""`ingest.formats.tensor_data.read_tensor` on the committed raw trees: a memory map (what `Catalog.tensor`
 uses) and a read into memory (what statistics use) give the same values for every slot, in both
 layouts, and a file too short for its row is a TensorDataError either way."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from catalog import Catalog
-from ingest.tensor_data import TensorDataError, read_tensor
+from ingest.formats.tensor_data import TensorDataError, read_tensor
 from tests.conftest import DATA
 
 RAW = DATA / "ascend_raw" / "nan_log_rank"

@@ -436,7 +436,7 @@ def test_change_ratio_bounds_hold_on_the_data(cat, stats, data, macro, op, thres
 
 
 def test_operator_overflow_names_the_operator(tmp_path):
-    from ingest.formats.overflow import AI_CORE, DHA, L2, OverflowBlock, encode_opdebug
+    from ingest.formats.ascend.overflow import AI_CORE, DHA, L2, OverflowBlock, encode_opdebug
     from tests.ingest.readers.test_ascend_raw import _one_op_tree
     from tests.writers.ascend_raw import SlotSpec, build_raw_dump
 

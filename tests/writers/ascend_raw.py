@@ -22,7 +22,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from ingest.formats import dump_data_pb2 as pb
+from ingest.formats.ascend import dump_data_pb2 as pb
 
 _ML = {
     "bfloat16": ml_dtypes.bfloat16,

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ingest.formats.device_format import host_to_device
-from ingest.npy_name import parse_tensor_name, sanitize_v23
+from ingest.formats.ascend.device_format import host_to_device
+from ingest.formats.mindspore.npy_name import parse_tensor_name, sanitize_v23
 from tests.writers.ascend_raw import SlotSpec, build_raw_dump
 from tests.writers.mindspore_v1_graphs import write_v1_graphs
 

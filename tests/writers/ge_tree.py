@@ -22,7 +22,7 @@ No Ascend machine is reachable here, so this is how those dumps are made:
   (`TransposeD`, `MatMulV2`, `Add`, `Relu`, `Log`, ...) made from the FX tensors under
   `msprobe_ge_dump/worldsize1_global_rank0/{time}/{device}/{model_name}/{model_id}/{token}/`, and
   the GE graph `dynamo_original_{graph}_rank_0_pid_{pid}_ts_{t}.txt` (protobuf text format of a
-  GraphDef, ingest/formats/ge_ir.proto) whose output descs carry `_fx_tensor_name`.
+  GraphDef, ingest/formats/ascend/ge_ir.proto) whose output descs carry `_fx_tensor_name`.
 
 Decisions where the reference is silent (also in the report of the change that added this file):
 statistics are of the host (ND) tensor, so the stats tree writes Format ND and the host shape
@@ -48,9 +48,9 @@ from pathlib import Path
 import numpy as np
 from google.protobuf import text_format
 
-from ingest.formats import ge_ir_pb2
-from ingest.formats.device_format import host_to_device
-from ingest.npy_name import parse_tensor_name, sanitize_v23
+from ingest.formats.ascend import ge_ir_pb2
+from ingest.formats.ascend.device_format import host_to_device
+from ingest.formats.mindspore.npy_name import parse_tensor_name, sanitize_v23
 from tests.writers import torchair_fx as fx
 from tests.writers.ascend_raw import SlotSpec, build_raw_dump, raw_file_name
 from tests.writers.ascend_tree import DATA_TYPES, device_format_for

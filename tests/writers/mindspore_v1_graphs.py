@@ -25,7 +25,7 @@ import re
 import shutil
 from pathlib import Path
 
-from ingest import debug_graph_pb2 as pb
+from ingest.formats.mindspore import debug_graph_pb2 as pb
 
 _FRAME_2X = re.compile(r"^(\s*# In file )(.+?):(\d+)(?:~\d+)?(?:, -?\d+~-?\d+)?/(.*)$")
 _GRAPH_FILE = re.compile(r"^ms_output_trace_code_graph_(\d+)\.pb$")

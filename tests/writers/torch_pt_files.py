@@ -16,7 +16,7 @@ requires_grad, contiguity and twin kind, or for a file that must be refused the 
 must contain.
 
 `--fuzz` loads every byte flip and truncation of a few committed files with both torch.load and
-ingest.formats.torch_pt.load_pt and reports every flip where load_pt returns values that torch
+ingest.formats.msprobe.torch_pt.load_pt and reports every flip where load_pt returns values that torch
 does not (a dev check; the project's tests do the same without torch, against the file bytes).
 """
 
@@ -152,7 +152,7 @@ def write() -> None:
 def fuzz(names: tuple[str, ...] = ("float32", "transpose", "bfloat16", "legacy_float32", "parameter")) -> int:
     """Every flip of one bit per byte and every truncation: compare load_pt with torch.load."""
     sys.path.insert(0, str(REPO))
-    from ingest.formats import torch_pt
+    from ingest.formats.msprobe import torch_pt
 
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:

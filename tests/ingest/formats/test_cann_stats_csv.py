@@ -1,4 +1,4 @@
-"""CANN per-operator stats CSVs (ingest/formats/cann_stats_csv.py): every committed file of
+"""CANN per-operator stats CSVs (ingest/formats/ascend/cann_stats_csv.py): every committed file of
 tests/data/ge/ge_stats (written by tests/writers/ge_tree.py from real MindSpore 2.10 tensors) gives
 back the statistics of its tensors with CANN semantics, recomputed here element by element; header
 variants, NA, empty statistics, BOM/CRLF and bad input."""
@@ -13,15 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ingest.formats.cann_stats_csv import (
+from ingest.formats.ascend.cann_stats_csv import (
     STATS_CSV_NAME,
     CannStatRow,
     CannStatsError,
     parse_stats_csv_name,
     read_cann_stats_csv,
 )
-from ingest.formats.raw_dump import parse_raw_name
-from ingest.npy_name import parse_tensor_name
+from ingest.formats.ascend.raw_dump import parse_raw_name
+from ingest.formats.mindspore.npy_name import parse_tensor_name
 from tests.conftest import DATA
 
 STATS = DATA / "ge" / "ge_stats"

@@ -1,4 +1,4 @@
-"""Ascend device formats <-> host layout (ingest/formats/device_format.py).
+"""Ascend device formats <-> host layout (ingest/formats/ascend/device_format.py).
 
 The expected device arrays are built here element by element, with explicit index loops written from
 the format definitions (msprobe-cann-formats.md §3.3 and the enum of §3.1), independently of the
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.formats.device_format import (
+from ingest.formats.ascend.device_format import (
     DEVICE_FORMATS,
     DeviceFormatError,
     device_shape,

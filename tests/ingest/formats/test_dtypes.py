@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ingest.formats import dtypes
-from ingest.formats import dump_data_pb2 as pb
+from ingest.formats.ascend import dump_data_pb2 as pb
 from ingest.formats.dtypes import DTypeError, decode, nbytes_of, numeric_view, stored_dtype_of
 from tests.conftest import dump_of
 from tests.writers.ascend_raw import bf16_bytes_by_truncation, encode

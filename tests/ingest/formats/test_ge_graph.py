@@ -1,4 +1,4 @@
-"""GE graph text dumps (ingest/formats/ge_graph.py): the committed TorchAir graph
+"""GE graph text dumps (ingest/formats/ascend/ge_graph.py): the committed TorchAir graph
 (tests/data/ge/torchair/dynamo_original_*.txt) parses, and every `_fx_tensor_name` in it names an
 FX npy file of the committed FX dump (made with torch 2.13 by tests/writers/torchair_fx.py);
 leniency, ModelDef wrapping and malformed text."""
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.formats.ge_graph import GeGraphError, parse_ge_graph, read_ge_graph
+from ingest.formats.ascend.ge_graph import GeGraphError, parse_ge_graph, read_ge_graph
 from tests.conftest import DATA
 from tests.writers import torchair_fx as fx
 

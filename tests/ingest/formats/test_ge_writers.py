@@ -1,5 +1,5 @@
 """The committed GE / TorchAir / om trees of tests/data/ge: every raw dump file decodes with the
-protobuf package's own parser (dump_data_pb2) and with ingest.formats.raw_dump, and its tensors are
+protobuf package's own parser (dump_data_pb2) and with ingest.formats.ascend.raw_dump, and its tensors are
 the real tensors it was made from (MindSpore 2.10 npy files, or the FX npy files torch 2.13 wrote);
 the trees are what tests/writers/ge_tree.py writes, byte for byte (the FX side of torchair/ needs
 torch, so only its agreement with the GE side is checked)."""
@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ingest.formats import dump_data_pb2
-from ingest.formats.ge_graph import read_ge_graph
-from ingest.formats.raw_dump import parse_raw_name, read_raw_dump
-from ingest.npy_name import parse_tensor_name, sanitize_v23
+from ingest.formats.ascend import dump_data_pb2
+from ingest.formats.ascend.ge_graph import read_ge_graph
+from ingest.formats.ascend.raw_dump import parse_raw_name, read_raw_dump
+from ingest.formats.mindspore.npy_name import parse_tensor_name, sanitize_v23
 from tests.conftest import DATA
 from tests.writers import ge_tree
 from tests.writers import torchair_fx as fx
@@ -35,7 +35,7 @@ def _nz_to_nd(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 def _decode(path: Path) -> tuple[str, list[np.ndarray], list[np.ndarray]]:
     """(op_name, inputs, outputs) of a big-dump raw file, by the standard protobuf parser; the
-    slots ingest.formats.raw_dump reads must agree."""
+    slots ingest.formats.ascend.raw_dump reads must agree."""
     data = path.read_bytes()
     (n,) = struct.unpack("<Q", data[:8])
     msg = dump_data_pb2.DumpData.FromString(data[8 : 8 + n])

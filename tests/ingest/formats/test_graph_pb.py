@@ -11,10 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from ingest import debug_graph_pb2 as pb
-from ingest.graph_model import innermost_user_frame
-from ingest.graph_pb import frames_from_source_address, parse_graph_pb, parse_graph_pb_file, value_text
-from ingest.ir_text import parse_ir_file
+from ingest.formats.graph_model import innermost_user_frame
+from ingest.formats.mindspore import debug_graph_pb2 as pb
+from ingest.formats.mindspore.graph_pb import (
+    frames_from_source_address,
+    parse_graph_pb,
+    parse_graph_pb_file,
+    value_text,
+)
+from ingest.formats.mindspore.ir_text import parse_ir_file
 from tests.conftest import DATA, TESTS
 
 REAL_PBS = sorted(DATA.glob("**/dump/rank_0/graphs/*.pb"))
@@ -391,7 +396,7 @@ def test_frontend_pb_call_nodes_are_empty_node_protos_that_keep_their_index():
 
 
 def test_parse_graph_takes_the_clean_ir_over_a_pb_with_call_nodes(tmp_path):
-    from ingest.graph_rows import parse_graph
+    from ingest.readers.graph_rows import parse_graph
 
     (tmp_path / "g.pb").write_bytes((SAVE_GRAPHS / "ms_output_optimize.pb").read_bytes())
     ir_text = (SAVE_GRAPHS / "13_optimize_0071.ir").read_text(encoding="utf-8")

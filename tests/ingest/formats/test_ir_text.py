@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from ingest.graph_model import (
+from ingest.formats.graph_model import (
     SourceFrame,
     innermost_user_frame,
     is_framework_path,
     parse_frame_line,
 )
-from ingest.ir_text import parse_host_type, parse_ir_file, parse_ir_text
+from ingest.formats.mindspore.ir_text import parse_host_type, parse_ir_file, parse_ir_text
 from tests.conftest import DATA
 
 IR = DATA / "ir"

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.formats.legacy_names import (
+from ingest.formats.mindspore.legacy_names import (
     LEGACY_DTYPES,
     ConvertedName,
     LegacyBinName,

@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ingest.npy_header import NpyHeaderError, read_npy_header
+from ingest.formats.npy_header import NpyHeaderError, read_npy_header
 from tests.conftest import SAMPLES
 
 
@@ -118,7 +118,7 @@ def test_big_endian_keeps_its_byte_order(tmp_path):
 def test_plain_dtype_table_names_what_numpy_names():
     """The table that reads plain descrs without numpy gives numpy's itemsize and name for every
     entry (both byte orders, with and without an order character)."""
-    from ingest.npy_header import _PLAIN_DTYPES, _dtype_name
+    from ingest.formats.npy_header import _PLAIN_DTYPES, _dtype_name
 
     assert len(_PLAIN_DTYPES) == 70
     for descr, (itemsize, name) in _PLAIN_DTYPES.items():

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ingest.npy_name import (
+from ingest.formats.mindspore.npy_name import (
     DTYPE_TOKENS,
     TensorNameError,
     op_type_of,

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.formats.overflow import (
+from ingest.formats.ascend.overflow import (
     AI_CORE,
     DHA,
     L2,

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from ingest.formats import dtypes
-from ingest.formats import dump_data_pb2 as pb
-from ingest.formats import raw_dump as rd
-from ingest.formats.raw_dump import (
+from ingest.formats.ascend import dump_data_pb2 as pb
+from ingest.formats.ascend import raw_dump as rd
+from ingest.formats.ascend.raw_dump import (
     RawDumpError,
     RawDumpIncomplete,
     RawName,

@@ -1,4 +1,5 @@
-"""Tests for ingest.statistic_csv against real files: per-version fixtures, resume, partial lines, garbage."""
+"""Tests for ingest.formats.mindspore.statistic_csv against real files: per-version fixtures, resume,
+partial lines, garbage."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.statistic_csv import (
+from ingest.formats.mindspore.statistic_csv import (
     OUTPUT_SCHEMA,
     _read_statistic_csv,
     _scan_lines,

@@ -1,4 +1,4 @@
-"""ingest.formats.torch_pt: real torch.save files read back without torch, hostile ones refused.
+"""ingest.formats.msprobe.torch_pt: real torch.save files read back without torch, hostile ones refused.
 
 The committed files in tests/data/torch_pt/ were written by torch 2.13 (tests/writers/torch_pt_files.py);
 their `.npy` twins hold what torch.load gave. The hostile pickles are assembled here from opcodes,
@@ -19,8 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ingest.formats import dtypes, torch_pt
-from ingest.formats.torch_pt import PtError, load_pt, read_pt_header
+from ingest.formats import dtypes
+from ingest.formats.msprobe import torch_pt
+from ingest.formats.msprobe.torch_pt import PtError, load_pt, read_pt_header
 from tests.conftest import DATA as TEST_DATA
 
 DATA = TEST_DATA / "torch_pt"
@@ -490,8 +491,8 @@ def test_every_stored_dtype_a_pt_can_have_is_one_dumpcat_decodes():
     ones (bfloat16, every float8 incl. the fnuz types) take the decoded path of the statistics: a .pt
     tensor is never cataloged but unreadable."""
     from ingest.formats import dtypes
+    from ingest.formats.msprobe.torch_pt import _DTYPES
     from ingest.formats.special_dtypes import SPECIAL_STORED
-    from ingest.formats.torch_pt import _DTYPES
 
     for dt in _DTYPES.values():
         assert dt.stored in dtypes.STORED_DTYPES, dt

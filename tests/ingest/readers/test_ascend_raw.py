@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from catalog import Catalog
-from ingest.formats.device_format import host_to_device
-from ingest.formats.overflow import AI_CORE, DHA, L2, OverflowBlock, encode_opdebug
-from ingest.npy_name import parse_tensor_name
+from ingest.formats.ascend.device_format import host_to_device
+from ingest.formats.ascend.overflow import AI_CORE, DHA, L2, OverflowBlock, encode_opdebug
+from ingest.formats.mindspore.npy_name import parse_tensor_name
 from ingest.pipeline import detect_dump
 from ingest.watch import Watcher
 from tests.conftest import DATA
@@ -358,8 +358,8 @@ def test_committed_trees_are_what_the_writer_writes(tmp_path):
 
 def test_a_raw_file_is_the_message_a_standard_protobuf_parser_reads():
     """The committed files decode with the protobuf package's own parser to the same slots."""
-    from ingest.formats import dump_data_pb2
-    from ingest.formats.raw_dump import read_raw_dump
+    from ingest.formats.ascend import dump_data_pb2
+    from ingest.formats.ascend.raw_dump import read_raw_dump
 
     for f in sorted((RAW / "nan_log_rank").rglob("*.*.*.*.*"))[:20]:
         if not f.is_file() or f.parent.name in ("execution_order", "graphs", ".dump_metadata"):
@@ -529,12 +529,12 @@ def test_overflow_json_in_a_dump_tree(tmp_path):
 
 
 def test_raw_headers_read_in_helpers_give_the_file_by_file_catalog(tmp_path, monkeypatch):
-    """A one-shot ingest reads raw headers in helper processes (ingest/raw_scan.py) and judges
+    """A one-shot ingest reads raw headers in helper processes (ingest/readers/raw_scan.py) and judges
     the files they could not read in the ingesting process. Its catalog is exactly the one made
     file by file: every column of every row, the statistics, the errors and the counts."""
     import shutil
 
-    from ingest.formats.raw_dump import read_raw_dump
+    from ingest.formats.ascend.raw_dump import read_raw_dump
     from ingest.readers import mindspore_npy
     from ingest.readers.ascend_raw import is_raw_name
     from tests.compare import catalog_content

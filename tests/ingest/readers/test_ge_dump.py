@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from catalog import Catalog
-from ingest.formats.cann_stats_csv import read_cann_stats_csv
-from ingest.npy_name import parse_tensor_name
+from ingest.formats.ascend.cann_stats_csv import read_cann_stats_csv
+from ingest.formats.mindspore.npy_name import parse_tensor_name
 from ingest.pipeline import detect_dump
 from tests.conftest import DATA
 

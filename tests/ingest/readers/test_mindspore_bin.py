@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from catalog import Catalog
-from ingest.formats.device_format import host_to_device
-from ingest.npy_name import parse_tensor_name, sanitize_v23
+from ingest.formats.ascend.device_format import host_to_device
+from ingest.formats.mindspore.npy_name import parse_tensor_name, sanitize_v23
 from ingest.pipeline import DumpRootError, Ingester, detect_dump
 from ingest.readers.mindspore_bin import op_type_of_kernel
 from ingest.storage.store import CatalogStore

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from catalog import Catalog
-from ingest.formats.msprobe_json import parse_dump_json, parse_stack_json, split_data_name
+from ingest.formats.msprobe.dump_json import parse_dump_json, parse_stack_json, split_data_name
 from ingest.pipeline import detect_dump
 from tests.conftest import DATA as TEST_DATA
 
@@ -303,7 +303,7 @@ def test_a_big_dump_json_split_across_processes_gives_the_same_catalog(tmp_path,
     """A big dump.json is cut at entry boundaries and half of it parsed in a helper process: every
     row is what parsing it whole gives. (The size threshold is lowered so the real trees take that
     path.)"""
-    from ingest.formats.msprobe_json import join_parts, parse_dump_part, split_dump_json
+    from ingest.formats.msprobe.dump_json import join_parts, parse_dump_part, split_dump_json
     from ingest.readers import msprobe
     from tests.compare import catalog_content
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from ingest.formats.mindspore.npy_name import TensorNameError, parse_tensor_name, without_op_index
+from ingest.formats.npy_header import NpyHeaderError, read_npy_header, stored_as
 from ingest.ids import TensorIdHasher
-from ingest.npy_header import NpyHeaderError, read_npy_header, stored_as
-from ingest.npy_name import TensorNameError, parse_tensor_name, without_op_index
 
 if TYPE_CHECKING:
     import pyarrow as pa

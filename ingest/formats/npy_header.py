@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ingest.numbers import INT64_MAX, parse_uint
+from ingest.formats.numbers import INT64_MAX, parse_uint
 
 if TYPE_CHECKING:
     import numpy as np

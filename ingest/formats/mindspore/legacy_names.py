@@ -1,6 +1,7 @@
 """File names of MindSpore 1.0-1.2 sync `.bin` dumps and of CANN msaccucmp conversions.
 
-Two name families that carry tensor metadata MindSpore's own npy names (ingest.npy_name) do not:
+Two name families that carry tensor metadata MindSpore's own npy names
+(ingest.formats.mindspore.npy_name) do not:
 
 1. Old sync `.bin` (reference mindspore-dump-formats §3.7):
    `{kernel_name with "/" -> "--"}_{input|output}_{slot}_shape_{d0}_{d1}…_{dtype}_{format}.bin`.
@@ -41,7 +42,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ingest.numbers import INT32_MAX, INT64_MAX, parse_uint
+from ingest.formats.numbers import INT32_MAX, INT64_MAX, parse_uint
 
 # Every dtype spelling a 1.0-1.2 `.bin` name can carry, mapped to the numpy dtype name of the
 # stored bytes. trans_flag=true writes `TypeIdLabel` (`kNumberType…`), trans_flag=false writes

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ingest.limits import MetadataCaps
-from ingest.metadata import MetadataError, as_text, load_json
+from ingest.formats.limits import MetadataCaps
+from ingest.formats.mindspore.metadata import MetadataError, as_text, load_json
 
 
 class KernelArgsError(ValueError):

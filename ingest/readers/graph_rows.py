@@ -1,4 +1,4 @@
-"""Turn a parsed graph (`ingest.graph_model.ParsedGraph`, from the .pb or the .ir) into rows of
+"""Turn a parsed graph (`ingest.formats.graph_model.ParsedGraph`, from the .pb or the .ir) into rows of
 the `ir_nodes`, `edges` and `source_lines` tables."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ingest.graph_model import GRAPH_FILE, ParsedGraph
-from ingest.ir_text import NO_SUBGRAPH, is_file_level_error, parse_ir_file
-from ingest.limits import MetadataCaps, MetadataTooLarge
+from ingest.formats.graph_model import GRAPH_FILE, ParsedGraph
+from ingest.formats.limits import MetadataCaps, MetadataTooLarge
+from ingest.formats.mindspore.ir_text import NO_SUBGRAPH, is_file_level_error, parse_ir_file
 
 
 def graph_files(names: list[str]) -> dict[int, dict[str, str]]:
@@ -57,18 +57,20 @@ def parse_graph(
 
     A .pb with problems (truncated, corrupt) gives way to the .ir when there is one; whatever
     parsed is still used when there is not. So does a clean .pb that holds call nodes, which
-    MindSpore writes there as empty NodeProtos (see `ingest.graph_pb`), when the .ir parses
+    MindSpore writes there as empty NodeProtos (see `ingest.formats.mindspore.graph_pb`), when the .ir parses
     clean. Returns the graph and the (location, reason) of the problems met on the way, where a
     location is the file name, or `name:line` for an .ir line:
 
     - a file that yields no operator (random bytes, an empty file, a .pb that does not decode) is
       one problem, saying why and how many of its lines could not be read; so is a file over the
-      `graph` cap (`ingest.limits`), which is not read;
+      `graph` cap (`ingest.formats.limits`), which is not read;
     - a file that does yield a graph reports its first `MAX_LINE_ERRORS` bad lines (or .pb nodes)
       one by one, then one "... and N more" problem, plus each error about the whole file
       (truncated, nodes missing against the header's count).
     """
-    from ingest.graph_pb import parse_graph_pb_file  # protobuf: imported by dumps with graphs only
+    from ingest.formats.mindspore.graph_pb import (
+        parse_graph_pb_file,  # protobuf: imported by dumps with graphs only
+    )
 
     problems: list[tuple[str, str]] = []
     fallback: ParsedGraph | None = None

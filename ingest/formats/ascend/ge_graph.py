@@ -3,7 +3,7 @@
 
 Each is the protobuf TEXT format of one GE `GraphDef` (TorchAir's `dump_graph` writes `str(graph)`
 for a `.txt` path); a `ModelDef` holding graphs is accepted too (its `graph[0]` is the main graph).
-The messages are ingest/formats/ge_ir.proto (GE's `ge.proto` package, same field numbers), parsed
+The messages are ingest/formats/ascend/ge_ir.proto (GE's `ge.proto` package, same field numbers), parsed
 by the protobuf package's own `text_format` parser.
 
 What is kept per op: name, type, the `input` edges as written (`"{op}:{output index}"`, a control
@@ -28,10 +28,10 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ingest.limits import MetadataCaps, read_capped
+from ingest.formats.limits import MetadataCaps, read_capped
 
 if TYPE_CHECKING:
-    from ingest.formats import ge_ir_pb2
+    from ingest.formats.ascend import ge_ir_pb2
 
 FX_TENSOR_NAME_ATTR = "_fx_tensor_name"
 
@@ -90,7 +90,7 @@ def _parse(text: str, message, where: str) -> None:
 
 def parse_ge_graph(text: str, where: str = "<text>") -> GeGraph:
     """The graph of GE graph text `text` (`where` names it in error messages)."""
-    from ingest.formats import ge_ir_pb2  # protobuf: imported by GE dumps only (start-up cost)
+    from ingest.formats.ascend import ge_ir_pb2  # protobuf: imported by GE dumps only (start-up cost)
 
     graph = ge_ir_pb2.GraphDef()
     _parse(text, graph, where)
@@ -105,7 +105,7 @@ def parse_ge_graph(text: str, where: str = "<text>") -> GeGraph:
 
 def read_ge_graph(path: str | os.PathLike[str], caps: MetadataCaps | None = None) -> GeGraph:
     """Read a `dynamo_{original|optimized}_*.txt` GE graph dump. GeGraphError if it does not parse;
-    OSError if unreadable or over the `graph` cap (ingest.limits: it is parsed whole)."""
+    OSError if unreadable or over the `graph` cap (ingest.formats.limits: it is parsed whole)."""
     data = read_capped(path, "graph", caps)
     try:
         text = data.decode("utf-8")

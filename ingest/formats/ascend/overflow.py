@@ -58,7 +58,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ingest.limits import MetadataCaps, read_capped
+from ingest.formats.limits import MetadataCaps, read_capped
 
 DHA = "DHA Atomic Add"
 L2 = "L2 Atomic Add"
@@ -321,5 +321,5 @@ def decode_overflow_json(text: str | bytes) -> list[OverflowBlock]:
 
 def read_overflow_json(path: str | os.PathLike[str], caps: MetadataCaps | None = None) -> list[OverflowBlock]:
     """`decode_overflow_json` of a file: OSError if unreadable or over the `json` cap
-    (ingest.limits), OverflowDecodeError for bad content."""
+    (ingest.formats.limits), OverflowDecodeError for bad content."""
     return decode_overflow_json(read_capped(path, "json", caps))

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ingest.limits import MetadataCaps, open_capped
-from ingest.numbers import parse_uint
+from ingest.formats.limits import MetadataCaps, open_capped
+from ingest.formats.numbers import parse_uint
 
 EXEC_ORDER_HEADER = "NodeExecutionOrder-FullNameWithScope"
 EXEC_ORDER_FILE = re.compile(r"^ms_execution_order_graph_(\d+)\.csv$")
@@ -34,7 +34,7 @@ def read_complete_lines(
     path: str, start_offset: int, start_line: int, caps: MetadataCaps | None = None
 ) -> tuple[list[str], int, int]:
     """Complete lines from start_offset on; returns (lines, end_offset, end_line). A file over the
-    `csv` cap is not read (`ingest.limits.MetadataTooLarge`, an OSError): its lines are all held."""
+    `csv` cap is not read (`ingest.formats.limits.MetadataTooLarge`, an OSError): its lines are all held."""
     with open_capped(path, "csv", caps) as fh:
         fh.seek(start_offset)
         data = fh.read()

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ingest.execution_order import read_complete_lines
-from ingest.limits import MetadataCaps
+from ingest.formats.limits import MetadataCaps
+from ingest.formats.mindspore.execution_order import read_complete_lines
 
 
 def read_mapping_csv(
     path: str | Path, caps: MetadataCaps | None = None
 ) -> tuple[dict[str, str], list[tuple[int, str]]]:
     """({mapped: original}, errors as (line number, reason)). Only complete lines are read; a file
-    over the `csv` cap is not read at all (`ingest.limits.MetadataTooLarge`, an OSError)."""
+    over the `csv` cap is not read at all (`ingest.formats.limits.MetadataTooLarge`, an OSError)."""
     lines, _, _ = read_complete_lines(str(path), 0, 0, caps)
     mapping: dict[str, str] = {}
     errors: list[tuple[int, str]] = []

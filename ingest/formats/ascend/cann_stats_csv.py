@@ -40,11 +40,11 @@ import re
 from dataclasses import dataclass
 from typing import TextIO
 
-from ingest.formats.raw_dump import RawName, parse_raw_name
-from ingest.limits import MetadataCaps, open_text_capped
+from ingest.formats.ascend.raw_dump import RawName, parse_raw_name
+from ingest.formats.limits import MetadataCaps, open_text_capped
 
 #: `{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}.csv` (the op name may hold dots); split the
-#: name without `.csv` with `ingest.formats.raw_dump.parse_raw_name`, or use `parse_stats_csv_name`.
+#: name without `.csv` with `ingest.formats.ascend.raw_dump.parse_raw_name`, or use `parse_stats_csv_name`.
 STATS_CSV_NAME = re.compile(r"^[A-Za-z0-9_-]+\..+\.[0-9]+\.[0-9]+\.[0-9]+\.csv$")
 
 
@@ -253,7 +253,7 @@ def read_cann_stats_csv(
     """The rows of a CANN stats CSV, and (line number, reason) for each line that could not be read.
 
     Raises CannStatsError when the file has no usable header, OSError when it cannot be read or is
-    over the `csv` cap (ingest.limits: its rows are all held), and UnicodeDecodeError when it is not
+    over the `csv` cap (ingest.formats.limits: its rows are all held), and UnicodeDecodeError when it is not
     UTF-8.
     """
     with open_text_capped(path, "csv", caps, encoding="utf-8-sig", newline="") as fh:

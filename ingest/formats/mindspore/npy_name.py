@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from ingest.numbers import INT32_MAX, INT64_MAX, parse_uint
+from ingest.formats.numbers import INT32_MAX, INT64_MAX, parse_uint
 
 # dtype tokens MindSpore writes into file names (compared case-insensitively).
 DTYPE_TOKENS = frozenset(

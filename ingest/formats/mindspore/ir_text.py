@@ -1,6 +1,7 @@
 """Parse MindSpore's text IR, `graphs/ms_output_trace_code_graph_{graph_id}.ir`, every generation.
 
-The `.pb` beside it is preferred when it exists (`ingest.graph_pb`); this parser is the fallback
+The `.pb` beside it is preferred when it exists (`ingest.formats.mindspore.graph_pb`); this parser
+is the fallback
 for dumps without one, and the two must agree on the operator-to-source-line mapping. Forms
 accepted (reference §4):
 
@@ -42,7 +43,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from ingest.graph_model import (
+from ingest.formats.graph_model import (
     GRAPH_FILE,
     SHORT_DTYPES,
     GraphNode,
@@ -53,8 +54,8 @@ from ingest.graph_model import (
     is_frame_line,
     parse_frame_line,
 )
-from ingest.limits import MetadataCaps, MetadataTooLarge, open_text_capped
-from ingest.numbers import parse_uint
+from ingest.formats.limits import MetadataCaps, MetadataTooLarge, open_text_capped
+from ingest.formats.numbers import parse_uint
 
 _KERNEL_GRAPH = re.compile(r"kernel_graph_?(\d+)$")
 _NODE_HEAD = re.compile(r"%(\d+)(?:\(([^)]*)\))? = ")

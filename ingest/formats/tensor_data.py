@@ -19,7 +19,8 @@ from typing import Literal
 
 import numpy as np
 
-from ingest.formats import device_format, dtypes
+from ingest.formats import dtypes
+from ingest.formats.ascend import device_format
 from ingest.formats.special_dtypes import SPECIAL_STORED
 
 

@@ -1,7 +1,7 @@
 """Parse `graphs/ms_output_trace_code_graph_{graph_id}.pb`, MindSpore's debugger `ModelProto`.
 
 The `.pb` is the preferred graph source when it exists (the `.ir` parser is the fallback), so
-it yields the same `ParsedGraph` shape, with the same node keys (see `ingest.graph_model`):
+it yields the same `ParsedGraph` shape, with the same node keys (see `ingest.formats.graph_model`):
 
 - nodes: one per `NodeProto` (CNodes; the `.pb` has no Return node) plus one per
   `GraphProto.parameters` entry, keyed like the `.ir` (`"{graph}:%{N}"` for apply index N+1,
@@ -34,8 +34,7 @@ from pathlib import Path
 
 from google.protobuf.message import DecodeError
 
-from ingest import debug_graph_pb2 as pb
-from ingest.graph_model import (
+from ingest.formats.graph_model import (
     GRAPH_FILE,
     GraphNode,
     ParsedGraph,
@@ -43,8 +42,9 @@ from ingest.graph_model import (
     is_frame_line,
     parse_frame_line,
 )
-from ingest.limits import MetadataCaps, MetadataTooLarge, read_capped
-from ingest.numbers import parse_uint
+from ingest.formats.limits import MetadataCaps, MetadataTooLarge, read_capped
+from ingest.formats.mindspore import debug_graph_pb2 as pb
+from ingest.formats.numbers import parse_uint
 
 _KERNEL_GRAPH = re.compile(r"kernel_graph_?(\d+)$")
 _CANDIDATE_START = re.compile(r"^\s*#\s*-\s+In file ")

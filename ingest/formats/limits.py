@@ -10,8 +10,9 @@ OSError every reader already turns into one `ingest_errors` row naming the file 
 rest of the dump is cataloged.
 
 Files that are legitimately big are streamed instead and have no cap of their own: tensor files,
-`statistic.csv` (a cap per line and per field, `ingest.statistic_csv`), msprobe's `dump.json`
-(entry by entry, `ingest.formats.msprobe_json`; the cap applies to one entry, or to a file not laid
+`statistic.csv` (a cap per line and per field, `ingest.formats.mindspore.statistic_csv`), msprobe's
+`dump.json`
+(entry by entry, `ingest.formats.msprobe.dump_json`; the cap applies to one entry, or to a file not laid
 out as msprobe writes it, which must be read whole).
 
 The caps are generous, far above any real file (the real sizes behind each number are in

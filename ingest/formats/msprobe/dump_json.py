@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ingest.limits import DEFAULT_CAPS
+from ingest.formats.limits import DEFAULT_CAPS
 
 MAX_NESTING = 32  # argument lists nested deeper than this are refused (msprobe nests a few levels)
 

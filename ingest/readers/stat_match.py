@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.npy_header import NpyHeaderError, read_npy_header
+from ingest.formats.npy_header import NpyHeaderError, read_npy_header
 from ingest.storage.schema import TABLES
 
 _MATCH_EXACT = ["op_type", "file_op_name", "io", "slot", "timestamp_us"]

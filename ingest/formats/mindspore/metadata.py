@@ -11,7 +11,7 @@ import json
 import re
 from pathlib import Path
 
-from ingest.limits import MetadataCaps, read_capped
+from ingest.formats.limits import MetadataCaps, read_capped
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -23,7 +23,7 @@ class MetadataError(ValueError):
 def load_json(path: str | Path, caps: MetadataCaps | None = None) -> tuple[str, object]:
     """(text, parsed value) of a JSON file; MetadataError (a ValueError) when it is not JSON,
     however it fails: bad UTF-8, bad syntax, or nesting too deep to parse. A file over the `json`
-    cap is never read (`ingest.limits.MetadataTooLarge`, an OSError)."""
+    cap is never read (`ingest.formats.limits.MetadataTooLarge`, an OSError)."""
     data = read_capped(path, "json", caps)
     try:
         text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # as read_text did

@@ -311,7 +311,7 @@ def _parsed_by_protobuf(head: bytes, file_size: int, header_len: int) -> RawDump
     # protobuf is imported by the first raw dump (a start-up cost other dumps do not pay)
     from google.protobuf.message import DecodeError
 
-    from ingest.formats import dump_data_pb2
+    from ingest.formats.ascend import dump_data_pb2
 
     end = 8 + header_len
     try:

@@ -16,11 +16,11 @@ import os
 
 import pyarrow as pa
 
-from ingest.formats import device_format
-from ingest.formats.raw_dump import RawDump, RawDumpError, RawName, parse_raw_name, read_raw_dump
+from ingest.formats.ascend import device_format
+from ingest.formats.ascend.raw_dump import RawDump, RawDumpError, RawName, parse_raw_name, read_raw_dump
+from ingest.formats.mindspore.npy_name import sanitize_v23, without_op_index
 from ingest.ids import TensorIdHasher
-from ingest.leaf_scan import LeafChunk, LeafContext, scan_tensor_files
-from ingest.npy_name import sanitize_v23, without_op_index
+from ingest.readers.leaf_scan import LeafChunk, LeafContext, scan_tensor_files
 from ingest.storage.schema import TENSORS
 
 PRODUCER = "ascend-raw"

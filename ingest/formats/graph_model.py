@@ -1,6 +1,7 @@
 """Data model shared by the graph parsers (`.ir` text and `.pb` ModelProto).
 
-Both `ingest.ir_text` and `ingest.graph_pb` return a `ParsedGraph`, so the catalog can take the
+Both `ingest.formats.mindspore.ir_text` and `ingest.formats.mindspore.graph_pb` return a
+`ParsedGraph`, so the catalog can take the
 `.pb` when it exists and the `.ir` otherwise without caring which one it got. The source-trace
 line parser lives here too: the `.ir` prints one `# In file ...` line per stack frame and the
 `.pb` stores the same lines in `NodeProto.source_address`, so both parsers call
@@ -30,7 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ingest.numbers import INT32_MAX, parse_int
+from ingest.formats.numbers import INT32_MAX, parse_int
 
 # The graph files of a dump: `graphs/ms_output_trace_code_graph_{graph_id}.ir` and `.pb`.
 GRAPH_FILE = re.compile(r"^ms_output_trace_code_graph_(\d+)\.(pb|ir)$")
