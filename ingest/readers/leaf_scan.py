@@ -47,7 +47,7 @@ _READER_COLUMNS = {
     "op_full_name": None,
     "source_row_id": None,
 }
-# (tests/ingest/test_leaf_scan.py checks that these three name every column of `tensors`)
+# (tests/ingest/readers/test_leaf_scan.py checks that these three name every column of `tensors`)
 
 _op_base: dict[str, str] = {}  # file op name -> without its -opN (op names repeat across iterations)
 _hashers: dict[str, TensorIdHasher] = {}
