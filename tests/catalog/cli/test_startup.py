@@ -67,9 +67,9 @@ def test_producer_choices_are_the_registrys_without_a_reader_import():
     """`--producer` offers the registry's names; neither importing the command line nor listing
     them imports a reader module, and only listing them looks up the plug-ins (importlib.metadata)."""
     out = _python(
-        "import sys, json, catalog.cli\n"
+        "import sys, json, catalog.cli.commands\n"
         "looked_up = 'importlib.metadata' in sys.modules\n"
-        "choice = next(p for p in catalog.cli.ingest.params if p.name == 'producer').type\n"
+        "choice = next(p for p in catalog.cli.commands.ingest.params if p.name == 'producer').type\n"
         "names = list(choice.choices)\n"
         "readers = sorted(m for m in sys.modules if m.startswith('ingest.readers.')\n"
         "                 and m.rsplit('.', 1)[1] not in ('base', 'registry', 'sink'))\n"

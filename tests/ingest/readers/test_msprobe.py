@@ -273,7 +273,7 @@ def test_tensor_file_names(name, expected):
 def test_saved_transposes_and_views_come_back_right(tmp_path):
     """msprobe saves whatever tensor the API returned: a transpose (column-major strides) is served
     through its layout, a view of a bigger storage from its offset; both equal what torch saved."""
-    torch_pt = DATA / "torch_pt"
+    torch_pt = TEST_DATA / "torch_pt"
     dump = tmp_path / "dump"
     shutil.copytree(DATA / "pt_mix_tensor" / "step0", dump / "step0")
     data_dir = dump / "step0/rank0/dump_tensor_data"

@@ -90,7 +90,7 @@ def test_a_producer_outside_the_tree_is_found_by_its_entry_point(tmp_path, plugi
     assert registry.reader_names() == [*registry.built_in_names(), "toy"]
     toy = registry.reader_by_name("toy")
     assert toy.__module__ == "dumpcat_toy_reader"
-    from catalog.cli import ingest as ingest_command
+    from catalog.cli.commands import ingest as ingest_command
 
     choice = next(p for p in ingest_command.params if p.name == "producer").type
     assert "toy" in choice.choices
@@ -183,7 +183,7 @@ def test_the_command_line_detects_each_dump_once(tmp_path, monkeypatch):
         return detect(root, producer)
 
     monkeypatch.setattr(registry, "detect", counted)
-    from catalog.cli import main
+    from catalog.cli.commands import main
 
     args = ["ingest", str(dump_of("nan_log")), "-c", str(tmp_path / "cat"), "--no-progress", "--workers", "1"]
     result = CliRunner().invoke(main, args)

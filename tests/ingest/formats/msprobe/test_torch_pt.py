@@ -144,7 +144,7 @@ def test_refused_real_files(name):
 
 def test_real_msprobe_dump_files():
     """Every .pt msprobe wrote for the committed dumps reads, and its header agrees with the values."""
-    files = sorted((DATA / "msprobe").rglob("*.pt"))
+    files = sorted((TEST_DATA / "msprobe").rglob("*.pt"))
     if not files:
         pytest.skip("no msprobe dumps committed")
     for path in files:
