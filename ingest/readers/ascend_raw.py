@@ -297,9 +297,14 @@ class AscendRawReader(MindSporeNpyReader):
     looked_for = (
         "raw files {op_type}.{op_name}.{task}.{stream}.{timestamp} in rank_N/{net}/{graph}/{iteration}/"
     )
+    # The docs/producers.md table (tests/producers_table.py renders it from these):
+    dumped_by = "Ascend raw dumps (MindSpore 1.3+ async/O2 `file_format: bin`, CANN `DumpData`)"
+    tree = "`rank_N/{net}/{graph}/{iteration}/{op_type}.{op_name}.{task}.{stream}.{timestamp}[.bin]`"
     cataloged = (
-        "one tensors row per input/output slot (byte offset, device format and shape, host shape, "
-        "full op name), overflows, msaccucmp conversions linked to their slot; rank-level files as for npy"
+        "a `tensors` row per input and output slot: byte offset in the file, `DT_*` type, device "
+        "format and shape, host shape (`original_shape`), the full op name from the header; "
+        "`overflows` from `Opdebug.Node_OpDebug.*` files and their npy-format `.json`; msaccucmp "
+        "conversions beside raw files linked to their slot; rank-level files as for npy"
     )
 
     def __init__(self, sink: IngestSink, detection: Detection) -> None:
@@ -368,9 +373,16 @@ class AscendRawV12Reader(Reader):
     producer = "MindSpore 1.2 async (Ascend raw dump)"
     layout = "device_N/{net}_graph_{g}/{g}/{iteration}/"
     looked_for = "device_N/{net}_graph_{g}/{g}/{iteration}/ folders of raw files (MindSpore 1.2 async)"
+    # The docs/producers.md table (tests/producers_table.py renders it from these):
+    dumped_by = "MindSpore 1.2 async"
+    tree = (
+        "`device_N/{net}_graph_{g}/{g}/{iteration}/{op_type}.{op_name}.{task}.{timestamp}`, "
+        "`.metadata/data_dump.json`; MindSpore's `execution_order/` and `graphs/` in `device_N/` or "
+        "`{net}/device_N/`"
+    )
     cataloged = (
-        "one tensors row per input/output slot, as for Ascend raw; execution order and graph IR "
-        "(device_N/ or {net}/device_N/); .metadata/data_dump.json as rank metadata"
+        "as `ascend-raw`; the execution order and the graph IR (source lines) when the dump has them, "
+        "else op names from the file headers"
     )
 
     def __init__(self, sink: IngestSink, detection: Detection) -> None:

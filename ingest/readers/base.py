@@ -59,7 +59,11 @@ class Reader:
     producer: ClassVar[str]  # who writes it, e.g. 'MindSpore 1.3+ (npy)'
     layout: ClassVar[str]  # the tree it walks, e.g. 'rank_N/{net}/{graph}/{iteration}/'
     looked_for: ClassVar[str]  # what `detect` looks for, for the message when nothing matched
-    cataloged: ClassVar[str]  # what ends up in the catalog (docs/producers.md table)
+    # The row of the producers table in docs/producers.md (markdown; tests/producers_table.py):
+    dumped_by: ClassVar[str]  # who writes such dumps, and how they are configured
+    tree: ClassVar[str]  # the files and folders of the layout
+    cataloged: ClassVar[str]  # what ends up in the catalog
+    decoders: ClassVar[tuple[str, ...]] = ()  # the ingest.formats modules it reads files with
 
     def __init__(self, sink: IngestSink, detection: Detection) -> None:
         self.sink = sink  # the pipeline's services: the only way a reader reaches the ingest

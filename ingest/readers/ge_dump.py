@@ -86,9 +86,25 @@ class GeDumpReader(AscendRawReader):
         "worldsize{W}_global_rank{R}/{time}/{device}/{model}/{model_id}/{step}/ (GE/TorchAir), "
         "msprobe_ge_dump/ or msprobe_fx_dump/"
     )
+    # The docs/producers.md table (tests/producers_table.py renders it from these):
+    dumped_by = (
+        "GE / TorchAir graph mode (`dump_config`, acl.json), msprobe's `set_ge_dump_config` / "
+        "`set_fx_dump_config`"
+    )
+    tree = (
+        "`worldsize{W}_global_rank{R}/{time}/{device}/{model}/{model_id}/{step}/` raw files and "
+        "`{op_type}.{op_name}.{task}.{stream}.{timestamp}.csv` stats (also under `msprobe_ge_dump/`); "
+        "`msprobe_fx_dump/worldsize{W}_global_rank{R}/{model}/{token}/{node}-{aten "
+        "op}.{INPUT|OUTPUT}.{i}.{ts}.npy`; `dynamo_*.txt` GE graphs"
+    )
     cataloged = (
-        "raw files as for Ascend raw; stats CSVs as stat rows (CANN semantics); FX npy files as tensors; "
-        "GE graph _fx_tensor_name links (fx_links)"
+        "raw files as for `ascend-raw` (rank: the global rank, net: the model, graph id: the model "
+        "id, iteration: the step); a `stats` row per CANN stats CSV row (`stat_semantics = 'cann'`); "
+        "FX npy files as tensors; `_fx_tensor_name` links as `fx_links`"
+    )
+    decoders = (
+        "ingest.formats.ascend.cann_stats_csv",
+        "ingest.formats.ascend.ge_graph",
     )
 
     @classmethod
@@ -314,7 +330,10 @@ class OmDumpReader(GeDumpReader):
     producer = "ATC offline-model (om) dump (CANN raw)"
     layout = "{time}/{device}/{om_model}/{model_id}/{data_index}/"
     looked_for = "{YYYYMMDDHHMMSS}/{device}/{om_model}/{model_id}/{data_index}/ raw files (ATC om dump)"
-    cataloged = "raw files as for Ascend raw (rank: the device id; iteration: the data index)"
+    # The docs/producers.md table (tests/producers_table.py renders it from these):
+    dumped_by = "ATC offline-model (om) dumps"
+    tree = "`{time}/{device}/{om_model}/{model_id}/{data_index}/{op_type}.{op_name}.{task}.{timestamp}`"
+    cataloged = "raw files as for `ascend-raw` (rank: the device id; iteration: the data index)"
 
     @classmethod
     def detect(cls, path: Path) -> Detection | None:

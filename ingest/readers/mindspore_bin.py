@@ -110,9 +110,15 @@ class MindSporeBinReader(Reader):
         "{net}/device_N/iteration_N/ or {net}/iteration_N/ folders of "
         "{kernel}_{io}_{slot}_shape_{dims}_{dtype}_{format}.bin files (MindSpore 1.0-1.2 sync)"
     )
+    # The docs/producers.md table (tests/producers_table.py renders it from these):
+    dumped_by = "MindSpore 1.0–1.2 sync"
+    tree = (
+        "`{net}/device_N/iteration_N/{scope--name}_{io}_{i}_shape_{dims}_{dtype}_{format}.bin` (CPU: "
+        "no `device_N/`), `{net}/device_N/execution_order/` and `graphs/`"
+    )
     cataloged = (
-        "one tensors row per .bin file (shape, dtype and format from its name, full op name), "
-        "execution order, .metadata/data_dump.json as rank metadata"
+        "a `tensors` row per file (headerless data at offset 0), the execution order, the graph IR "
+        "(`.pb`, or the v1.x `.ir`: source lines), `.metadata/data_dump.json`"
     )
 
     def __init__(self, sink: IngestSink, detection: Detection) -> None:

@@ -87,9 +87,13 @@ class MindSporeNpyReader(RankLayoutReader):
     name = PRODUCER
     producer = "MindSpore 1.3+ (npy)"
     looked_for = "rank_N/ folders (MindSpore 1.3+: rank_N/{net}/{graph}/{iteration}/*.npy)"
+    # The docs/producers.md table (tests/producers_table.py renders it from these):
+    dumped_by = "MindSpore 1.3–2.10 npy (sync/KBK on CPU, GPU, Ascend; async with `file_format: npy`)"
+    tree = "`rank_N/{net}/{graph}/{iteration|constants}/*.npy`"
     cataloged = (
-        "tensors (npy header: dtype, shape, offset), statistic.csv rows, execution order, "
-        "graph IR and source lines, kernel args, rank metadata"
+        "a `tensors` row per npy file (dtype, shape, offset from its header), `statistic.csv` rows, "
+        "kernel args, `mapping.csv` names; per rank the execution order, graph IR and source lines, "
+        "metadata"
     )
 
     def __init__(self, sink: IngestSink, detection: Detection) -> None:

@@ -101,10 +101,24 @@ class MsprobeReader(Reader):
     producer = "msprobe (mindstudio-probe: PyTorch, MindSpore PyNative)"
     layout = "step{N}/rank{M}|proc{pid}/ (dump.json, stack.json, construct.json, dump_tensor_data/)"
     looked_for = "step{N}/rank{M}/dump.json (msprobe), or a step or rank folder of one"
+    # The docs/producers.md table (tests/producers_table.py renders it from these):
+    dumped_by = (
+        "msprobe (PyPI `mindstudio-probe`) dumps of PyTorch and MindSpore PyNative, levels L0/L1/mix, "
+        "tasks statistics and tensor; ptdbg_ascend's older `.pkl` lines"
+    )
+    tree = (
+        "`step{N}/rank{M}|proc{pid}/{dump.json, stack.json, construct.json, "
+        "dump_tensor_data/*.pt|*.npy}` (also `graph/`, `pynative/` trees; "
+        "`ptdbg_dump_v*/step{N}/rank{M}/api_stack_dump.pkl`)"
+    )
     cataloged = (
-        "a stat_rows row per tensor of dump.json (Max/Min/Mean/Norm, md5; msprobe semantics), a tensors "
-        "row per .pt/.npy file (read without torch) with computed counts, stack.json as source lines, "
-        "construct.json as the module tree"
+        "a `stats` row per tensor of dump.json (Max/Min/Mean/Norm, md5; `stat_semantics = 'msprobe'`) "
+        "with its argument path; a `tensors` row per `.pt`/`.npy` file (read without torch) whose "
+        "counts dumpcat computes; stack.json as `source_lines`; construct.json as `modules`"
+    )
+    decoders = (
+        "ingest.formats.msprobe.dump_json",
+        "ingest.formats.msprobe.torch_pt",
     )
 
     def __init__(self, sink: IngestSink, detection: Detection) -> None:

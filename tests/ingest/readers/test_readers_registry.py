@@ -190,3 +190,16 @@ def test_the_command_line_detects_each_dump_once(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "MindSpore" in result.output.splitlines()[0]  # the claim, shown before the ingest
     assert len(calls) == 1, calls
+
+
+def test_the_producers_table_is_rendered_from_the_registry():
+    """docs/producers.md's table is the registry's (`python tests/producers_table.py --write`): a
+    producer added to the registry gets its row from its reader's class attributes."""
+    from tests.producers_table import PAGE, page_with_table, producers_table
+
+    page = PAGE.read_text(encoding="utf-8")
+    assert page == page_with_table(page), "run: python tests/producers_table.py --write"
+    rows = [line for line in producers_table().splitlines()[2:]]
+    assert len(rows) == len(registry.built_in_names())
+    for line, name in zip(rows, registry.built_in_names(), strict=True):
+        assert line.startswith(f"| `{name}`: "), line
