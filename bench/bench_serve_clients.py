@@ -83,8 +83,8 @@ import psycopg2  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import sqlalchemy as sa  # noqa: E402
 
-from catalog import pgcodec, statement_worker  # noqa: E402
 from catalog.api import Catalog  # noqa: E402
+from catalog.server import pgcodec, statement_worker  # noqa: E402
 
 FIRST_ROW = "SELECT op_name, nan_count FROM stats WHERE nan_count > 0 LIMIT 1"
 # asyncpg looks up the types it has no codec for (int8[] here) on each new connection
