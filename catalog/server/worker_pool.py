@@ -711,7 +711,7 @@ def error_of(payload: bytes) -> tuple[str, str]:
 
 def _import_path() -> str:
     """PYTHONPATH for workers: this package's folder first, then what the server had."""
-    here = str(Path(__file__).resolve().parents[1])
+    here = str(Path(__file__).resolve().parents[len(__name__.split(".")) - 1])  # the folder holding catalog/
     rest = os.environ.get("PYTHONPATH", "")
     return here + (os.pathsep + rest if rest else "")
 

@@ -257,7 +257,7 @@ def _executors_import_this_dumpcat(sc: SparkContext) -> Iterator[None]:
     """Put the directory this dumpcat is imported from on the executors' PYTHONPATH while the jobs
     are defined (Spark sends `SparkContext.environment` with each job), unless it is an installed
     package: on one machine executors then import the driver's copy, not another one."""
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[len(__name__.split(".")) - 1])  # the folder holding catalog/
     if Path(root).name in ("site-packages", "dist-packages"):
         yield
         return
