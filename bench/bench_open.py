@@ -1,0 +1,91 @@
+"""What opening a catalog costs before its first answer: the views of sql/*.sql.
+
+Every `dumpcat` command and every `Catalog` defines the views and macros of sql/*.sql on a fresh
+DuckDB connection. DuckDB binds each one when it is created, expanding the views it reads; the 32
+table macros of sql/95_watch.sql over the full `stats` view were most of it. `define_sql_views`
+now lets the files after 30_tensors.sql and 40_stats.sql bind against empty stand-ins of those two
+views (ingest/storage/sql_views.py). Measured here, interleaved, in one process:
+
+- the definition as `define_sql_views` does it, against the naive loop (each file executed as it
+  is), CPU seconds on a fresh connection over empty relations;
+- a fresh process running `dumpcat sql CAT "SELECT count(*) FROM stats"` on the committed nan_log
+  dump against a bare `python -c "import duckdb, pyarrow; duckdb.sql('SELECT 1')"` (wall seconds).
+
+    python bench/bench_open.py [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import duckdb  # noqa: E402
+
+from ingest.storage.schema import TABLES  # noqa: E402
+from ingest.storage.sql_views import define_sql_views, view_sql_files  # noqa: E402
+
+
+def _fresh() -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    for table, schema in TABLES.items():
+        con.register(f"raw_{table}", schema.empty_table())
+    return con
+
+
+def naive(con: duckdb.DuckDBPyConnection) -> None:
+    for _name, text in view_sql_files():
+        con.execute(text)
+
+
+def cpu(define) -> float:
+    con = _fresh()
+    started = time.process_time()
+    define(con)
+    took = time.process_time() - started
+    con.close()
+    return took
+
+
+def wall(cmd: list[str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    from catalog import Catalog
+    from tests.conftest import dump_of
+
+    cat = Path(tempfile.mkdtemp(prefix="bench-open-")) / "cat"
+    Catalog.open(cat, create=True).ingest(dump_of("nan_log"), run="nan_log")
+    bare = [sys.executable, "-c", "import duckdb, pyarrow; duckdb.sql('SELECT 1').fetchall()"]
+    query = [sys.executable, "-m", "catalog.cli", "sql", str(cat), "SELECT count(*) FROM stats"]
+    times: dict[str, list[float]] = {"naive": [], "stand-ins": [], "bare": [], "dumpcat sql": []}
+    for _ in range(args.rounds):
+        times["naive"].append(cpu(naive))
+        times["stand-ins"].append(cpu(define_sql_views))
+        times["bare"].append(wall(bare))
+        times["dumpcat sql"].append(wall(query))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"views of sql/*.sql, CPU s (median of {args.rounds}):")
+    print(f"  naive loop          {med['naive']:.3f}")
+    ratio = med["stand-ins"] / med["naive"]
+    print(f"  define_sql_views    {med['stand-ins']:.3f}   {ratio:.2f}x the naive loop")
+    print("fresh process, wall s:")
+    print(f"  bare duckdb+pyarrow {med['bare']:.3f}")
+    print(f"  dumpcat sql         {med['dumpcat sql']:.3f}   {med['dumpcat sql'] / med['bare']:.2f}x bare")
+
+
+if __name__ == "__main__":
+    main()
