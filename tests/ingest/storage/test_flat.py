@@ -113,6 +113,15 @@ def _complete_and_compare(path: Path, dump: Path, held: Path, run: str, tmp_path
             assert repr(got) == repr(want)  # (repr: NaN statistics compare equal)
 
 
+@pytest.fixture(scope="module")
+def nan_log_catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A one-shot ingest of the committed nan_log dump (run "n"), made once for the tests that
+    start from it (each ingest is ~2-3 s of start-up); a test that changes it copies it first."""
+    path = tmp_path_factory.mktemp("nan_log") / "cat"
+    ingest_dump(path, DATA / "ms210" / "nan_log" / "dump", run="n", workers=1)
+    return path
+
+
 def test_resolution_sql_inputs_are_listed():
     """The raw tables the resolution SQL reads are the flat tables' sources or RESOLUTION_INPUTS,
     so that a batch changing any of them re-resolves the flat files it affects."""
@@ -262,11 +271,11 @@ def test_late_statistic_csv_replaces_computed_rows(tmp_path):
         assert dup.num_rows == 0
 
 
-def test_catalog_without_flat_files_resolves_at_query_time_then_upgrades(tmp_path):
+def test_catalog_without_flat_files_resolves_at_query_time_then_upgrades(tmp_path, nan_log_catalog):
     """A catalog written before flat files existed (no "flat" in its snapshot) answers the same
     through the query-time views; its next writer gives it flat files."""
     path = tmp_path / "cat"
-    ingest_dump(path, DATA / "ms210" / "nan_log" / "dump", run="old", workers=1)
+    shutil.copytree(nan_log_catalog, path)
     with Catalog.open(path) as cat:
         want = {v: cat.sql(f"SELECT * FROM {v} ORDER BY ALL").to_pylist() for v in flat.FLAT_SOURCES}
         loc = cat.locate(cat.sql("SELECT row_id FROM tensors LIMIT 1").column(0)[0].as_py())
@@ -363,7 +372,7 @@ def test_compaction_then_re_resolution_keeps_each_row_once(copy_dump, tmp_path):
 
 
 @pytest.mark.parametrize("views_flat", [True, False], ids=["flat-views", "query-time-views"])
-def test_contained_engine_reads_flat_and_old_catalogs(tmp_path, views_flat):
+def test_contained_engine_reads_flat_and_old_catalogs(tmp_path, views_flat, nan_log_catalog):
     """The server's contained engine answers the same as a Catalog on a catalog with flat files and
     on one from before them, whichever views database the server built (`flat` is decided when it
     starts; a catalog may gain flat files while it serves)."""
@@ -371,7 +380,7 @@ def test_contained_engine_reads_flat_and_old_catalogs(tmp_path, views_flat):
     from tests.conftest import as_written_before_flat_files
 
     path = tmp_path / "cat"
-    ingest_dump(path, DATA / "ms210" / "nan_log" / "dump", run="n", workers=1)
+    shutil.copytree(nan_log_catalog, path)
     query = "SELECT count(*), count(*) FILTER (nan_count > 0), sum(exec_index) FROM stats"
     with Catalog.open(path) as cat:
         want = cat.sql(query).to_pylist()
@@ -520,12 +529,10 @@ def test_an_interrupted_one_shot_ingest_leaves_interim_files_the_next_one_merges
         assert not any(e.get("interim") for es in cat.store.snapshot()["flat"].values() for e in es)
 
 
-def test_a_dump_that_fits_one_sort_part_is_written_once(tmp_path):
+def test_a_dump_that_fits_one_sort_part_is_written_once(nan_log_catalog):
     """Rows that fit one part are one row group either way: such a flat file is final as written,
     and the end of the ingest rewrites nothing (a small ingest's start-up)."""
-    path = tmp_path / "cat"
-    ingest_dump(path, DATA / "ms210" / "nan_log" / "dump", workers=1)
-    snap = json.loads((path / "snapshot.json").read_text())
+    snap = json.loads((nan_log_catalog / "snapshot.json").read_text())
     assert all("interim" not in e for es in snap["flat"].values() for e in es)
     assert not [r for r in snap.get("retired", []) if "/flat/" in r["path"]]
 
