@@ -113,6 +113,15 @@ def _complete_and_compare(path: Path, dump: Path, held: Path, run: str, tmp_path
             assert repr(got) == repr(want)  # (repr: NaN statistics compare equal)
 
 
+@pytest.fixture(scope="module")
+def nan_log_catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A one-shot ingest of the committed nan_log dump (run "n"), made once for the tests that
+    start from it (each ingest is ~2-3 s of start-up); a test that changes it copies it first."""
+    path = tmp_path_factory.mktemp("nan_log") / "cat"
+    ingest_dump(path, DATA / "ms210" / "nan_log" / "dump", run="n", workers=1)
+    return path
+
+
 def test_resolution_sql_inputs_are_listed():
     """The raw tables the resolution SQL reads are the flat tables' sources or RESOLUTION_INPUTS,
     so that a batch changing any of them re-resolves the flat files it affects."""
@@ -137,10 +146,28 @@ SMALL_BATCH_ROOTS = [
 ]
 
 
+# One-row batches of ge_stats are a commit per csv file: its 72 files were 72 commits (~50 s, most of
+# the `small` case). One step of one rank (18 files, 18 commits) still merges by tier and re-resolves
+# many times; the whole tree is in `all` (one shot) and in `small-dictionaries` (24 commits of 5 rows).
+GE_STATS_ONE_STEP = DATA / "ge" / "ge_stats" / "worldsize2_global_rank0"
+
+
+def _one_step_of_ge_stats(folder: Path) -> Path:
+    """A ge_stats tree of its first rank's first step only (copied under `folder`)."""
+    (step,) = (p for p in GE_STATS_ONE_STEP.glob("*/*/*/*/0") if p.is_dir())
+    tree = folder / "ge_stats_one_step"
+    shutil.copytree(step, tree / step.relative_to(GE_STATS_ONE_STEP.parent))
+    return tree
+
+
 @pytest.mark.parametrize(
     "batch_rows, roots, dictionaries",
     # (dictionaries: batches of a few rows still merge many files; one-row batches are the small case)
-    [(200_000, ROOTS, False), (1, SMALL_BATCH_ROOTS, False), (5, SMALL_BATCH_ROOTS, True)],
+    [
+        (200_000, ROOTS, False),
+        (1, [*SMALL_BATCH_ROOTS[:-1], GE_STATS_ONE_STEP], False),
+        (5, SMALL_BATCH_ROOTS, True),
+    ],
     ids=["all", "small", "small-dictionaries"],
 )
 def test_every_committed_dump_flat_equals_query_time(tmp_path, monkeypatch, batch_rows, roots, dictionaries):
@@ -163,7 +190,10 @@ def test_every_committed_dump_flat_equals_query_time(tmp_path, monkeypatch, batc
     path = tmp_path / "cat"
     CatalogStore(path, create=True)
     for root in roots:
-        s = ingest_dump(path, root, run=_run_name(root), batch_rows=batch_rows, workers=1)
+        run = _run_name(root)
+        if root == GE_STATS_ONE_STEP:
+            root = _one_step_of_ge_stats(tmp_path)
+        s = ingest_dump(path, root, run=run, batch_rows=batch_rows, workers=1)
         assert s.tensors + s.stat_rows > 0, root
     with Catalog.open(path) as cat:
         counts = _assert_flat_exact(cat)
@@ -241,11 +271,11 @@ def test_late_statistic_csv_replaces_computed_rows(tmp_path):
         assert dup.num_rows == 0
 
 
-def test_catalog_without_flat_files_resolves_at_query_time_then_upgrades(tmp_path):
+def test_catalog_without_flat_files_resolves_at_query_time_then_upgrades(tmp_path, nan_log_catalog):
     """A catalog written before flat files existed (no "flat" in its snapshot) answers the same
     through the query-time views; its next writer gives it flat files."""
     path = tmp_path / "cat"
-    ingest_dump(path, DATA / "ms210" / "nan_log" / "dump", run="old", workers=1)
+    shutil.copytree(nan_log_catalog, path)
     with Catalog.open(path) as cat:
         want = {v: cat.sql(f"SELECT * FROM {v} ORDER BY ALL").to_pylist() for v in flat.FLAT_SOURCES}
         loc = cat.locate(cat.sql("SELECT row_id FROM tensors LIMIT 1").column(0)[0].as_py())
@@ -342,7 +372,7 @@ def test_compaction_then_re_resolution_keeps_each_row_once(copy_dump, tmp_path):
 
 
 @pytest.mark.parametrize("views_flat", [True, False], ids=["flat-views", "query-time-views"])
-def test_contained_engine_reads_flat_and_old_catalogs(tmp_path, views_flat):
+def test_contained_engine_reads_flat_and_old_catalogs(tmp_path, views_flat, nan_log_catalog):
     """The server's contained engine answers the same as a Catalog on a catalog with flat files and
     on one from before them, whichever views database the server built (`flat` is decided when it
     starts; a catalog may gain flat files while it serves)."""
@@ -350,7 +380,7 @@ def test_contained_engine_reads_flat_and_old_catalogs(tmp_path, views_flat):
     from tests.conftest import as_written_before_flat_files
 
     path = tmp_path / "cat"
-    ingest_dump(path, DATA / "ms210" / "nan_log" / "dump", run="n", workers=1)
+    shutil.copytree(nan_log_catalog, path)
     query = "SELECT count(*), count(*) FILTER (nan_count > 0), sum(exec_index) FROM stats"
     with Catalog.open(path) as cat:
         want = cat.sql(query).to_pylist()
@@ -423,7 +453,11 @@ def test_one_shot_ingest_writes_interim_files_then_one_file_in_duckdbs_row_group
 def test_a_one_shot_ingest_merges_its_interim_files_at_its_end(tmp_path, monkeypatch, fanin):
     """While it walks (its helpers running), a one-shot ingest leaves its interim files unmerged
     (a merge there was its memory peak) unless a table has INTERIM_FANIN of them; its end merges
-    them into one file per table."""
+    them into one file per table.
+
+    Eight batches of 100 rows: more than MERGE_FANIN (tier merges would have merged), twice the
+    small INTERIM_FANIN (it merges twice), fewer than the default. (Each batch costs ~1.5 s of
+    resolving whatever its size: 12 batches of 500 rows proved the same in twice the time.)"""
     import synth
 
     from ingest.pipeline import Ingester, detect_dump
@@ -431,14 +465,14 @@ def test_a_one_shot_ingest_merges_its_interim_files_at_its_end(tmp_path, monkeyp
     root = tmp_path / "tree"
     from ingest.readers import mindspore_npy
 
-    synth.generate(root, 6_000, ranks=1, iterations=12, statistic_csv=False, workers=1)
-    monkeypatch.setattr(mindspore_npy, "_SCAN_GROUP_FILES", 500)  # a batch per 500-file iteration
-    monkeypatch.setattr(flat, "rows_per_part", lambda row_bytes, limit: 256)  # 500 rows: interim
-    monkeypatch.setattr(flat, "_MIN_PART", 128)
+    synth.generate(root, 800, ranks=1, iterations=8, statistic_csv=False, workers=1)
+    monkeypatch.setattr(mindspore_npy, "_SCAN_GROUP_FILES", 100)  # a batch per 100-file iteration
+    monkeypatch.setattr(flat, "rows_per_part", lambda row_bytes, limit: 64)  # 100 rows: interim
+    monkeypatch.setattr(flat, "_MIN_PART", 32)
     monkeypatch.setattr(flat, "INTERIM_FANIN", fanin)
     path = tmp_path / "cat"
     store = CatalogStore(path, create=True).shard("r", None)
-    ing = Ingester(store, "r", root, detect_dump(root), workers=1, batch_rows=400)
+    ing = Ingester(store, "r", root, detect_dump(root), workers=1, batch_rows=80)
     counts: list[int] = []
     with store.writer_lock():
         ing.begin()
@@ -455,8 +489,8 @@ def test_a_one_shot_ingest_merges_its_interim_files_at_its_end(tmp_path, monkeyp
         ing.flush()
         walked = store.snapshot()
         tensor_batches = sum("tensors" in b["tables"] for b in walked["batches"])
-        assert tensor_batches >= 10
-        if fanin > tensor_batches:  # (tier merges would have merged four 500-row files at once)
+        assert tensor_batches >= 2 * flat.MERGE_FANIN
+        if fanin > tensor_batches:  # (tier merges would have merged four 100-row files at once)
             assert counts == list(range(1, len(counts) + 1))
         else:
             assert max(counts) < fanin and any(len(e["sources"]) >= fanin for e in walked["flat"]["tensors"])
@@ -495,12 +529,10 @@ def test_an_interrupted_one_shot_ingest_leaves_interim_files_the_next_one_merges
         assert not any(e.get("interim") for es in cat.store.snapshot()["flat"].values() for e in es)
 
 
-def test_a_dump_that_fits_one_sort_part_is_written_once(tmp_path):
+def test_a_dump_that_fits_one_sort_part_is_written_once(nan_log_catalog):
     """Rows that fit one part are one row group either way: such a flat file is final as written,
     and the end of the ingest rewrites nothing (a small ingest's start-up)."""
-    path = tmp_path / "cat"
-    ingest_dump(path, DATA / "ms210" / "nan_log" / "dump", workers=1)
-    snap = json.loads((path / "snapshot.json").read_text())
+    snap = json.loads((nan_log_catalog / "snapshot.json").read_text())
     assert all("interim" not in e for es in snap["flat"].values() for e in es)
     assert not [r for r in snap.get("retired", []) if "/flat/" in r["path"]]
 
