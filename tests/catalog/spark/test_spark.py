@@ -32,8 +32,8 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
 
 import duckdb  # noqa: E402
 
-from catalog import spark as dspark  # noqa: E402
 from catalog.api import Catalog  # noqa: E402
+from catalog.spark import spark_sql as dspark  # noqa: E402
 from ingest.pipeline import ingest_dump  # noqa: E402
 from ingest.storage.store import CatalogStore, CatalogWarning, shard_path  # noqa: E402
 from tests.conftest import DATA, as_written_before_flat_files, dump_of  # noqa: E402
