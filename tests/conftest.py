@@ -184,6 +184,14 @@ def _session(master: str, tmp: Path):
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.local.dir", str(tmp / "driver"))
+        # The tests' catalogs are a few thousand rows: a query's time is Spark compiling generated
+        # code (Janino) and re-planning each stage, not its rows; both are off here (about half of
+        # test_spark.py's time). Spark's interpreted operators give the rows its generated code
+        # gives (its own tests run both ways); tests/test_bench_scale.py still runs register_views
+        # and its queries with Spark's defaults (codegen and adaptive execution on).
+        .config("spark.sql.adaptive.enabled", "false")
+        .config("spark.sql.codegen.wholeStage", "false")
+        .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
     )
     if master.startswith("spark://"):
         builder = builder.config("spark.executor.memory", "512m").config("spark.cores.max", "1")
