@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -159,42 +161,60 @@ def test_pathological_parse_messages_leave_others_answered(serve):
     assert replies and set(replies) <= {b"1", b"E"}, set(replies)  # ParseComplete or an error
 
 
+# The flood of silent sockets, run in a process of its own: the attacker is another program, not
+# four threads that would take the bystander's interpreter lock. (Sharing it, psycopg's Python code
+# between its TCP connect and its startup message could wait long enough under load for sixteen
+# newer sockets to arrive, and its connection was closed as the oldest silent one.)
+FLOOD = """
+import socket, struct, sys, threading, time
+port, seconds = int(sys.argv[1]), float(sys.argv[2])
+stop = time.monotonic() + seconds
+opened = [0]
+
+def flood():
+    socks = []
+    while time.monotonic() < stop:
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            if opened[0] % 3 == 0:
+                s.sendall(struct.pack("!ii", 8, 80877103))  # SSLRequest, then silence
+            socks.append(s)
+            opened[0] += 1
+        except OSError:
+            pass
+        if len(socks) >= 40:
+            socks.pop(0).close()
+        time.sleep(0.005)
+    for s in socks:
+        s.close()
+
+threads = [threading.Thread(target=flood) for _ in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(opened[0])
+"""
+
+
 @latency_retried
 def test_sockets_that_never_log_in_take_no_login_slot(serve):
     """More silent sockets than --max-pending and --max-connections together (some after an
-    SSLRequest), reopened as the server closes them: logins still succeed."""
-    stop = threading.Event()
-    opened = [0]
-
-    def flood() -> None:
-        socks: list[socket.socket] = []
-        while not stop.is_set():
-            try:
-                s = socket.create_connection(("127.0.0.1", serve.port), timeout=5)
-                if opened[0] % 3 == 0:
-                    s.sendall(struct.pack("!ii", 8, 80877103))  # SSLRequest, then silence
-                socks.append(s)
-                opened[0] += 1
-            except OSError:
-                pass
-            if len(socks) >= 40:
-                socks.pop(0).close()
-            time.sleep(0.005)
-        for s in socks:
-            s.close()
-
-    flooders = [threading.Thread(target=flood) for _ in range(4)]
-    for t in flooders:
-        t.start()
+    SSLRequest), reopened as the server closes them, from another process: logins still succeed."""
+    flood = subprocess.Popen(
+        [sys.executable, "-c", FLOOD, str(serve.port), "6"], stdout=subprocess.PIPE, text=True
+    )
     try:
         time.sleep(1.0)
         with Bystander(serve, reconnect=True) as bystander:
             time.sleep(4)
+        out, _ = flood.communicate(timeout=60)
     finally:
-        stop.set()
-        for t in flooders:
-            t.join(30)
-    assert opened[0] > 16 + 12, opened[0]
+        if flood.poll() is None:
+            flood.kill()
+            flood.wait()
+    opened = int(out)
+    assert opened > 16 + 12, opened
     bystander.check()
 
 
