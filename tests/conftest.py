@@ -21,16 +21,17 @@ DATA = TESTS / "data"
 SAMPLES = DATA / "samples" / "mindspore-2.10-cpu"
 MS210 = DATA / "ms210"
 
-# The slowest test files, longest first (seconds of test time on the 2-core CI machine, measured
-# 2026-11-28 with --durations). `--dist loadfile` hands files to the two workers in collection order
-# (pytest_configure turns xdist's reordering by test count off): the long ones start first, and
-# the short ones fill the gaps at the end, instead of one worker running a 5-minute file alone.
+# The slowest test files, longest first (seconds of test time on a quiet 2-core machine, measured
+# 2026-11-28 with --durations after issue 34's test changes). `--dist loadfile` hands files to the
+# two workers in collection order (pytest_configure turns xdist's reordering by test count off):
+# the long ones start first, and the short ones fill the gaps at the end, instead of one worker
+# running a 5-minute file alone.
 SLOWEST_FILES = {
-    "test_spark_jobs.py": 300, "test_shards.py": 270, "test_spark.py": 240, "test_replay.py": 200,
-    "test_flat.py": 130, "test_flat_memory.py": 100, "test_report.py": 90, "test_server_limits.py": 85,
-    "test_incremental.py": 75, "test_bench_scale.py": 70, "test_superset.py": 70,
-    "test_server_availability.py": 60, "test_leaf_scan.py": 45, "test_store.py": 45,
-    "test_hostile_tree.py": 40, "test_cli.py": 40, "test_compare.py": 35,
+    "test_spark_jobs.py": 205, "test_shards.py": 196, "test_spark.py": 182, "test_flat.py": 153,
+    "test_replay.py": 149, "test_server_limits.py": 113, "test_report.py": 93, "test_superset.py": 84,
+    "test_leaf_scan.py": 66, "test_server_availability.py": 61, "test_bench_scale.py": 56,
+    "test_flat_memory.py": 49, "test_server.py": 42, "test_incremental.py": 40,
+    "test_server_memory.py": 35, "test_cli.py": 32, "test_protocol_fuzz.py": 29,
 }  # fmt: skip
 
 
