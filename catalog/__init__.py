@@ -1,5 +1,9 @@
 """dumpcat's query side: `from catalog import Catalog`.
 
+In layers (docs/structure.md): the query core (`views`, `guard`, `session_commands`,
+`tensor_index`), the operations a Catalog offers (`compare`, `missing_stats`, `export`, `report/`,
+`spark/`), the `Catalog` API (`api`) over them, and the front ends (`cli/`, `server/`).
+
 The names are loaded on first use (PEP 562), so that `dumpcat` commands, which live in this
 package, start without importing DuckDB, numpy and pyarrow before they need them."""
 

@@ -1,4 +1,12 @@
-"""dumpcat's ingest side: readers of every producer's dumps, and the catalog store they write."""
+"""dumpcat's ingest side, in layers that import downward only (docs/structure.md):
+
+- `storage/`: the catalog on disk (snapshots, batches, flat files, schema, the raw-view SQL), which
+  the query side reads too;
+- `formats/`: bytes to values, by producer family (`mindspore/`, `ascend/`, `msprobe/`);
+- `statistics/`, `compare_metrics`, `helper_pool`, `ids`: the kernels and the processes they use;
+- `readers/`: one reader per producer, which sees the pipeline only through `readers/sink.py`;
+- `pipeline`, `watch`: the producer-agnostic ingest, one-shot or live.
+"""
 
 from ingest.storage.memory import configure_allocators
 
