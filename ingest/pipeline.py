@@ -41,7 +41,7 @@ from ingest.row_id_set import RowIdSet
 from ingest.statistics.rows import computed_stats_rows
 from ingest.storage.flat import writer_memory_limit
 from ingest.storage.memory import tune_for_ingest
-from ingest.storage.schema import TABLES, rows_to_table
+from ingest.storage.schema import ARROW_CHUNK_ROWS, TABLES, rows_to_table
 from ingest.storage.store import CatalogError, CatalogStore, check_writer_name
 
 if TYPE_CHECKING:
@@ -55,7 +55,6 @@ __all__ = [
 ]  # fmt: skip
 
 VERSION = "0.1.0"
-_ARROW_CHUNK_ROWS = 16_384  # pending rows built in Python become Arrow tables this many at a time
 # Text columns a big pending chunk (a leaf directory's scanned tensors, a statistic.csv) holds
 # dictionary-encoded until its batch is written: one value for the whole chunk, or an operator's
 # name for its few tensors. 10^6 tensors, 25,000 a directory: a full batch's pending rows 51 -> 37
@@ -95,7 +94,7 @@ class _Pending:
     """Rows waiting for the next commit, per table, plus the tensors to compute statistics for.
 
     Rows built one by one are tuples in `rows` (statistic.csv chunks are Arrow tables there), and
-    every _ARROW_CHUNK_ROWS of them become an Arrow table in `tables`, where a row takes a fraction
+    every ARROW_CHUNK_ROWS of them become an Arrow table in `tables`, where a row takes a fraction
     of the memory; scanned tensors rows (leaf_scan) arrive as Arrow tables."""
 
     rows: dict[str, list] = field(default_factory=lambda: {name: [] for name in TABLES})
@@ -299,7 +298,7 @@ class Ingester:
         """Queue one row (a tuple in the table's schema order)."""
         rows = self.pending.rows[table]
         rows.append(row)
-        if len(rows) >= _ARROW_CHUNK_ROWS:
+        if len(rows) >= ARROW_CHUNK_ROWS:
             self.pending.add_table(table, rows_to_table(rows, TABLES[table]))
             self.pending.rows[table] = []
         if table in _COUNTED_TABLES:
@@ -312,7 +311,7 @@ class Ingester:
         pending.extend(rows)
         if table in _COUNTED_TABLES:
             setattr(self.summary, table, getattr(self.summary, table) + len(pending) - before)
-        if len(pending) >= _ARROW_CHUNK_ROWS:
+        if len(pending) >= ARROW_CHUNK_ROWS:
             self.pending.add_table(table, rows_to_table(pending, TABLES[table]))
             self.pending.rows[table] = []
 

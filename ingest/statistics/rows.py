@@ -15,11 +15,10 @@ from datetime import UTC, datetime
 import pyarrow as pa
 
 from ingest.statistics.kernel import StatJob, compute_stats_many
-from ingest.storage.schema import STAT_VALUE_FIELDS, TABLES, rows_to_table
+from ingest.storage.schema import ARROW_CHUNK_ROWS, STAT_VALUE_FIELDS, TABLES, rows_to_table
 
 __all__ = ["STATS_INPUT_COLUMNS", "computed_stats_rows"]
 
-_ARROW_CHUNK_ROWS = 16_384  # rows built in Python become Arrow columns this many at a time
 # `tensor_stats` = a tensor's keys (from its `tensors` row) + the statistics computed from its data.
 _KEY_COLUMNS = TABLES["tensor_stats"].names[: -len(STAT_VALUE_FIELDS)]
 _VALUES = pa.schema(STAT_VALUE_FIELDS)
@@ -57,7 +56,7 @@ def computed_stats_rows(
             errors.append((run, cols[1][i], "tensor_stats", error, None, datetime.now(UTC)))
             continue
         rows.append(tuple(stats.get(k) for k in _VALUES.names))
-        if len(rows) >= _ARROW_CHUNK_ROWS:  # as Arrow columns, a row takes a fraction of a tuple
+        if len(rows) >= ARROW_CHUNK_ROWS:  # as Arrow columns, a row takes a fraction of a tuple
             chunks.append(rows_to_table(rows, _VALUES))
             rows = []
     chunks.append(rows_to_table(rows, _VALUES))

@@ -392,6 +392,11 @@ TABLES: dict[str, pa.Schema] = {
 }
 
 
+# Rows built in Python become an Arrow table this many at a time (as Arrow columns a row takes a
+# fraction of a tuple's memory): the pipeline's pending rows, computed statistics.
+ARROW_CHUNK_ROWS = 16_384
+
+
 def rows_to_table(rows: list[tuple], schema: pa.Schema) -> pa.Table:
     """Rows (tuples in the schema's column order) as an Arrow table of that schema."""
     columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
