@@ -7,7 +7,6 @@ statistic.csv row cut short is read once its line is complete: nothing is lost.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -19,9 +18,10 @@ import pytest
 from catalog import Catalog
 from tests.conftest import REPO, dump_of
 from tests.hostile_tree import LEAF, GrowingNpy, HostileTree, _npy_name, build_hostile_tree
+from tests.peak_rss import run_with_peak_rss
 
 # The ingest of the clean tree peaks near 220 MiB alone (Python, DuckDB, Arrow), and once reached
-# 512 MiB inside the full test suite (wait4 reports the largest of the process and its helpers);
+# 512 MiB inside the full test suite (the largest of the process and its helpers; tests/peak_rss.py);
 # reading the 16 GiB sparse tensor or /dev/zero would take far more. (The 64 MiB json is checked by
 # its error row: read whole, it would cost less than this bound.)
 RSS_BOUND_MIB = 1024
@@ -37,16 +37,8 @@ def _cli(*args: str) -> list[str]:
 
 
 def _ingest_measured(tree: HostileTree, cat_dir: Path) -> tuple[int, float, str]:
-    """A real `dumpcat ingest`: its exit status, its own peak RSS in MiB (wait4 reports the
-    child's, not the test's), and its output."""
-    proc = subprocess.Popen(
-        _cli("ingest", str(tree.root), "-c", str(cat_dir), "--run", "r"),
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, usage.ru_maxrss / 1024, out
+    """A real `dumpcat ingest`: its exit status, its own peak RSS in MiB, and its output."""
+    return run_with_peak_rss(_cli("ingest", str(tree.root), "-c", str(cat_dir), "--run", "r"), cwd=REPO)
 
 
 def _rows(cat: Catalog, query: str) -> list[tuple]:
