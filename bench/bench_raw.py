@@ -167,7 +167,7 @@ def profile_raw_ingest(work: Path, raw: Path, stats: bool, top: int) -> str:
 
 _PHASES = (  # (module, class, method, label): timed around every call during one ingest
     ("ingest.pipeline", "Ingester", "scan_all", "walk (scan_all)"),
-    ("ingest.readers.mindspore_npy", "MindSporeNpyReader", "finish", "reader.finish (pending leaves)"),
+    ("ingest.readers.mindspore_npy", "LeafEngine", "finish", "reader.finish (pending leaves)"),
     ("ingest.readers.ascend_raw", "RawFiles", "_raw", "  of which raw files read file by file (_raw)"),
     ("ingest.pipeline", "Ingester", "_computed_stats_table", "statistics (_computed_stats_table)"),
     ("ingest.storage.store", "CatalogStore", "commit_batch", "commit (parquet + snapshot)"),

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -53,8 +53,14 @@ from ingest.formats.mindspore.legacy_names import ConvertedName, parse_converted
 from ingest.formats.mindspore.npy_name import without_op_index
 from ingest.formats.npy_header import NpyHeaderError, read_npy_header
 from ingest.readers.base import Detection, Place, Reader, first_file, list_dir
-from ingest.readers.mindspore_npy import MindSporeNpyReader
-from ingest.readers.rank_layout import rank_root, read_execution_order_dir, read_graphs_dir
+from ingest.readers.mindspore_npy import LeafEngine, LeafFiles
+from ingest.readers.rank_layout import (
+    RANK_LAYOUT,
+    RankLayoutWalker,
+    rank_root,
+    read_execution_order_dir,
+    read_graphs_dir,
+)
 from ingest.readers.raw_scan import PRODUCER, raw_slot_rows, slot_key
 from ingest.readers.sink import IngestSink
 from ingest.storage.schema import TENSORS
@@ -289,46 +295,29 @@ def _converted_bin_layout(conv: ConvertedName, size: int) -> tuple[str, list[int
     return stored, list(conv.shape), 0, nbytes
 
 
-class AscendRawReader(MindSporeNpyReader):
-    """Raw files in MindSpore's rank layout (v1.3+ async/O2 with `file_format: bin`)."""
+class RawLeafFiles(LeafFiles):
+    """The leaf-engine policy of trees of raw dump files: raw files (headers read on every core, with
+    the npy files beside them), their msaccucmp conversions and overflow files are `RawFiles`';
+    npy tensor files, statistic.csv and kernel args are read as in an npy leaf. `handlers` are tried
+    before the raw files, each taking the files it reads (GE: CANN statistics CSVs)."""
 
-    name = PRODUCER
-    producer = "Ascend raw dump (CANN DumpData)"
-    looked_for = (
-        "raw files {op_type}.{op_name}.{task}.{stream}.{timestamp} in rank_N/{net}/{graph}/{iteration}/"
-    )
-    # The docs/producers.md table (tests/producers_table.py renders it from these):
-    dumped_by = "Ascend raw dumps (MindSpore 1.3+ async/O2 `file_format: bin`, CANN `DumpData`)"
-    tree = "`rank_N/{net}/{graph}/{iteration}/{op_type}.{op_name}.{task}.{stream}.{timestamp}[.bin]`"
-    cataloged = (
-        "a `tensors` row per input and output slot: byte offset in the file, `DT_*` type, device "
-        "format and shape, host shape (`original_shape`), the full op name from the header; "
-        "`overflows` from `Opdebug.Node_OpDebug.*` files and their npy-format `.json`; msaccucmp "
-        "conversions beside raw files linked to their slot; rank-level files as for npy"
-    )
-
-    def __init__(self, sink: IngestSink, detection: Detection) -> None:
-        super().__init__(sink, detection)
-        self.raw_files = RawFiles(sink)
-
-    @classmethod
-    def detect(cls, path: Path) -> Detection | None:
-        found = rank_root(path)
-        if found is None:
-            return None
-        root, ranks, fixed = found
-        for rank in ranks[:4]:
-            hit = first_file(rank, 3, is_raw_name)
-            if hit is not None:
-                return Detection(
-                    cls, root, f"raw files in {rank.name}/{hit.rsplit('/', 1)[0]}/", tuple(ranks), fixed
-                )
-        return None
+    def __init__(
+        self,
+        sink: IngestSink,
+        raw_files: RawFiles,
+        handlers: Sequence[Callable[[Place, os.DirEntry], bool]] = (),
+    ) -> None:
+        super().__init__(sink)
+        self.raw_files = raw_files
+        self.handlers = tuple(handlers)
 
     def is_tensor_npy(self, name: str) -> bool:
         return name.endswith(".npy") and parse_converted_name(name) is None
 
     def other_file(self, place: Place, entry: os.DirEntry) -> bool:
+        for handle in self.handlers:
+            if handle(place, entry):
+                return True
         return self.raw_files.handle(place, entry)
 
     # A one-shot ingest reads raw headers in helper processes, with the npy files beside them.
@@ -351,15 +340,65 @@ class AscendRawReader(MindSporeNpyReader):
         prev = self.sink.previous(rel)
         return prev is not None and prev[3] == "ok"
 
-    def _add_scanned_tensors(self, table: pa.Table, matched: set[int]) -> None:
+    def add_scanned_tensors(self, table: pa.Table, matched: set[int]) -> None:
         import pyarrow.compute as pc
 
         is_raw = pc.equal(table.column("name_era"), "raw")
         if not pc.any(is_raw).as_py():
-            super()._add_scanned_tensors(table, matched)
+            super().add_scanned_tensors(table, matched)
             return
-        super()._add_scanned_tensors(table.filter(pc.invert(is_raw)), matched)
+        super().add_scanned_tensors(table.filter(pc.invert(is_raw)), matched)
         self.raw_files.add_scanned(table.filter(is_raw))
+
+
+class AscendRawReader(Reader):
+    """Raw files in MindSpore's rank layout (v1.3+ async/O2 with `file_format: bin`): the rank-layout
+    walker hands each leaf directory to the leaf engine, with the raw policy."""
+
+    name = PRODUCER
+    producer = "Ascend raw dump (CANN DumpData)"
+    layout = RANK_LAYOUT
+    looked_for = (
+        "raw files {op_type}.{op_name}.{task}.{stream}.{timestamp} in rank_N/{net}/{graph}/{iteration}/"
+    )
+    # The docs/producers.md table (tests/producers_table.py renders it from these):
+    dumped_by = "Ascend raw dumps (MindSpore 1.3+ async/O2 `file_format: bin`, CANN `DumpData`)"
+    tree = "`rank_N/{net}/{graph}/{iteration}/{op_type}.{op_name}.{task}.{stream}.{timestamp}[.bin]`"
+    cataloged = (
+        "a `tensors` row per input and output slot: byte offset in the file, `DT_*` type, device "
+        "format and shape, host shape (`original_shape`), the full op name from the header; "
+        "`overflows` from `Opdebug.Node_OpDebug.*` files and their npy-format `.json`; msaccucmp "
+        "conversions beside raw files linked to their slot; rank-level files as for npy"
+    )
+
+    def __init__(self, sink: IngestSink, detection: Detection) -> None:
+        super().__init__(sink, detection)
+        self.raw_files = RawFiles(sink)
+        self.leaves = LeafEngine(sink, RawLeafFiles(sink, self.raw_files))
+        self.rank_layout = RankLayoutWalker(sink, detection, self.leaves.ingest_leaf)
+
+    @classmethod
+    def detect(cls, path: Path) -> Detection | None:
+        found = rank_root(path)
+        if found is None:
+            return None
+        root, ranks, fixed = found
+        for rank in ranks[:4]:
+            hit = first_file(rank, 3, is_raw_name)
+            if hit is not None:
+                return Detection(
+                    cls, root, f"raw files in {rank.name}/{hit.rsplit('/', 1)[0]}/", tuple(ranks), fixed
+                )
+        return None
+
+    def walk(self) -> None:
+        self.rank_layout.walk()
+
+    def scan_path(self, path: str) -> None:
+        self.rank_layout.scan_path(path)
+
+    def finish(self) -> None:
+        self.leaves.finish()
 
 
 _DEVICE_DIR = re.compile(r"^device_(\d+)$")

@@ -33,13 +33,17 @@ import pyarrow as pa
 from ingest.files import size_or_none
 from ingest.formats.ascend.cann_stats_csv import CannStatsError, parse_stats_csv_name, read_cann_stats_csv
 from ingest.formats.ascend.ge_graph import GeGraphError, read_ge_graph
+from ingest.formats.ascend.raw_dump import RawName
 from ingest.formats.mindspore.npy_name import without_op_index
 from ingest.formats.npy_header import NpyHeaderError, read_npy_header
 from ingest.formats.numbers import INT32_MAX, parse_uint
 from ingest.formats.tensor_data import FORTRAN_ORDER
 from ingest.ids import stat_row_ids
-from ingest.readers.ascend_raw import AscendRawReader, is_raw_name, slot_row_id
-from ingest.readers.base import Detection, Place, first_file, list_dir
+from ingest.readers.ascend_raw import RawFiles, RawLeafFiles, is_raw_name, slot_row_id
+from ingest.readers.base import Detection, Place, Reader, first_file, list_dir
+from ingest.readers.mindspore_npy import LeafEngine
+from ingest.readers.rank_layout import IngestLeaf
+from ingest.readers.sink import IngestSink
 from ingest.storage.schema import TABLES, conform
 
 _RANK_ROOT = re.compile(r"^worldsize(\d+)_global_rank(\d+)$")
@@ -76,122 +80,28 @@ def _fx_timestamp_us(text: str) -> int | None:
     return int(when.timestamp()) * 1_000_000 + int(text[14:])
 
 
-class GeDumpReader(AscendRawReader):
-    """GE / TorchAir graph dumps, msprobe's GE and FX wrappers."""
+_DECODERS = (
+    "ingest.formats.ascend.cann_stats_csv",
+    "ingest.formats.ascend.ge_graph",
+)
 
-    name = "ge"
-    producer = "GE / TorchAir graph dump (CANN raw and stats CSV), msprobe TorchAir dumps"
-    layout = "worldsize{W}_global_rank{R}/{time}/{device}/{model}/{model_id}/{step}/"
-    looked_for = (
-        "worldsize{W}_global_rank{R}/{time}/{device}/{model}/{model_id}/{step}/ (GE/TorchAir), "
-        "msprobe_ge_dump/ or msprobe_fx_dump/"
-    )
-    # The docs/producers.md table (tests/producers_table.py renders it from these):
-    dumped_by = (
-        "GE / TorchAir graph mode (`dump_config`, acl.json), msprobe's `set_ge_dump_config` / "
-        "`set_fx_dump_config`"
-    )
-    tree = (
-        "`worldsize{W}_global_rank{R}/{time}/{device}/{model}/{model_id}/{step}/` raw files and "
-        "`{op_type}.{op_name}.{task}.{stream}.{timestamp}.csv` stats (also under `msprobe_ge_dump/`); "
-        "`msprobe_fx_dump/worldsize{W}_global_rank{R}/{model}/{token}/{node}-{aten "
-        "op}.{INPUT|OUTPUT}.{i}.{ts}.npy`; `dynamo_*.txt` GE graphs"
-    )
-    cataloged = (
-        "raw files as for `ascend-raw` (rank: the global rank, net: the model, graph id: the model "
-        "id, iteration: the step); a `stats` row per CANN stats CSV row (`stat_semantics = 'cann'`); "
-        "FX npy files as tensors; `_fx_tensor_name` links as `fx_links`"
-    )
-    decoders = (
-        "ingest.formats.ascend.cann_stats_csv",
-        "ingest.formats.ascend.ge_graph",
-    )
 
-    @classmethod
-    def detect(cls, path: Path) -> Detection | None:
-        path = Path(path)
-        for where, prefix in ((path, ""), (path / GE_DUMP_DIR, f"{GE_DUMP_DIR}/")):
-            for rank in [e for e in list_dir(where, 4096) if _RANK_ROOT.match(e.name) and _is_dir(e)][:4]:
-                hit = first_file(rank.path, 5, _is_leaf_file)
-                if hit is not None:
-                    return Detection(cls, path, f"{prefix}{rank.name}/{hit.rsplit('/', 1)[0]}/", ())
-        if _RANK_ROOT.match(path.name):
-            hit = first_file(path, 5, _is_leaf_file)
-            if hit is not None:
-                return Detection(cls, path, f"{path.name}/{hit.rsplit('/', 1)[0]}/", ())
-        for rank in [e for e in list_dir(path / FX_DUMP_DIR, 64) if _RANK_ROOT.match(e.name)][:4]:
-            hit = first_file(rank.path, 2, lambda n: _FX_FILE.match(n) is not None)
-            if hit is not None:
-                return Detection(cls, path, f"{FX_DUMP_DIR}/{rank.name}/{hit.rsplit('/', 1)[0]}/", ())
-        return None
+class CannStatsCsvFiles:
+    """Catalogs CANN statistics CSVs (`dump_data: "stats"`), one per operator execution, found in
+    the leaf directories of GE and om dumps beside the raw files."""
 
-    # -- walk ------------------------------------------------------------------------------------
+    def __init__(self, sink: IngestSink) -> None:
+        self.sink = sink
 
-    def scan_path(self, path: str) -> None:
-        """The whole tree (unchanged files are skipped by the manifest and known row ids)."""
-        self.walk()
-
-    def walk(self) -> None:
-        root = str(self.root)
-        m = _RANK_ROOT.match(os.path.basename(root))
-        if m:
-            self._time_tree(root, int(m.group(2)), ge_rank=True)
-            return
-        for entry in self.sink.scandir(root) or []:
-            m = _RANK_ROOT.match(entry.name)
-            if m and _is_dir(entry):
-                self._time_tree(entry.path, int(m.group(2)), ge_rank=True)
-            elif entry.name == GE_DUMP_DIR and _is_dir(entry):
-                for inner in self.sink.scandir(entry.path) or []:
-                    m = _RANK_ROOT.match(inner.name)
-                    if m and _is_dir(inner):
-                        self._time_tree(inner.path, int(m.group(2)), ge_rank=True)
-                    else:
-                        self._unexpected(inner, "expected worldsize{W}_global_rank{R}/")
-            elif entry.name == FX_DUMP_DIR and _is_dir(entry):
-                self._fx_tree(entry.path)
-            elif _GE_GRAPH.match(entry.name) and not _is_dir(entry):
-                self._ge_graph(entry)
-            else:
-                self._unexpected(entry, "not part of a GE, msprobe_ge_dump or msprobe_fx_dump tree")
-
-    def _unexpected(self, entry: os.DirEntry, why: str) -> None:
-        self.sink.saw_files(1)
-        self.sink.file_error(self.sink.rel(entry.path), "unknown", "walk", why)
-
-    def _dirs(self, path: str, pattern: re.Pattern | None, what: str) -> list[os.DirEntry]:
-        out = []
-        for entry in self.sink.scandir(path) or []:
-            if _is_dir(entry) and (pattern is None or pattern.match(entry.name)):
-                out.append(entry)
-            else:
-                self._unexpected(entry, f"expected {what}")
-        return out
-
-    def _time_tree(self, path: str, rank: int | None, *, ge_rank: bool) -> None:
-        """{time}/{device}/{model}/{model_id}/{step}/ below a rank root (om: below the dump path,
-        and the device is the rank)."""
-        for time_dir in self._dirs(path, _TIME_DIR, "a {YYYYMMDDHHMMSS} folder"):
-            for device in self._dirs(time_dir.path, _NUMBER, "a device folder"):
-                device_rank = rank if ge_rank else parse_uint(device.name, INT32_MAX)
-                for model in self._dirs(device.path, None, "a model folder"):
-                    for model_id in self._dirs(model.path, _NUMBER, "a model id folder"):
-                        graph_id = parse_uint(model_id.name, INT32_MAX)
-                        for step in self._dirs(model_id.path, _NUMBER, "a step folder"):
-                            self.ingest_leaf(
-                                device_rank, model.name, graph_id, int(step.name), "iteration", step.path
-                            )
-
-    # -- CANN statistics CSVs --------------------------------------------------------------------
-
-    def other_file(self, place: Place, entry: os.DirEntry) -> bool:
+    def handle(self, place: Place, entry: os.DirEntry) -> bool:
+        """Catalog `entry` if it is a CANN statistics CSV; True when it was."""
         name = parse_stats_csv_name(entry.name) if entry.name.endswith(".csv") else None
-        if name is not None:
-            self._stats_csv(place, entry, name)
-            return True
-        return super().other_file(place, entry)
+        if name is None:
+            return False
+        self._read(place, entry, name)
+        return True
 
-    def _stats_csv(self, place: Place, entry: os.DirEntry, name) -> None:
+    def _read(self, place: Place, entry: os.DirEntry, name: RawName) -> None:
         sink = self.sink
         rel = sink.rel(entry.path)
         size = size_or_none(entry) or 0
@@ -246,6 +156,69 @@ class GeDumpReader(AscendRawReader):
         sink.judged(rel)
         sink.record(rel, "cann_stats_csv", size, size, len(rows), "ok")
         sink.flush_if_full()
+
+
+class GeTree:
+    """Walks GE / TorchAir trees: the `{time}/{device}/{model}/{model_id}/{step}/` leaves (given to
+    `ingest_leaf`, the reader's), msprobe's FX dumps and the GE graphs. Both GE readers use it: a GE
+    dump walks from its rank roots (`walk`), an om dump from its time folders (`time_tree`)."""
+
+    def __init__(self, sink: IngestSink, root: Path, ingest_leaf: IngestLeaf) -> None:
+        self.sink = sink
+        self.root = root
+        self.ingest_leaf = ingest_leaf
+
+    def walk(self) -> None:
+        """A GE rank root, or the folders of a GE / msprobe dump path."""
+        root = str(self.root)
+        m = _RANK_ROOT.match(os.path.basename(root))
+        if m:
+            self.time_tree(root, int(m.group(2)), ge_rank=True)
+            return
+        for entry in self.sink.scandir(root) or []:
+            m = _RANK_ROOT.match(entry.name)
+            if m and _is_dir(entry):
+                self.time_tree(entry.path, int(m.group(2)), ge_rank=True)
+            elif entry.name == GE_DUMP_DIR and _is_dir(entry):
+                for inner in self.sink.scandir(entry.path) or []:
+                    m = _RANK_ROOT.match(inner.name)
+                    if m and _is_dir(inner):
+                        self.time_tree(inner.path, int(m.group(2)), ge_rank=True)
+                    else:
+                        self._unexpected(inner, "expected worldsize{W}_global_rank{R}/")
+            elif entry.name == FX_DUMP_DIR and _is_dir(entry):
+                self._fx_tree(entry.path)
+            elif _GE_GRAPH.match(entry.name) and not _is_dir(entry):
+                self._ge_graph(entry)
+            else:
+                self._unexpected(entry, "not part of a GE, msprobe_ge_dump or msprobe_fx_dump tree")
+
+    def _unexpected(self, entry: os.DirEntry, why: str) -> None:
+        self.sink.saw_files(1)
+        self.sink.file_error(self.sink.rel(entry.path), "unknown", "walk", why)
+
+    def _dirs(self, path: str, pattern: re.Pattern | None, what: str) -> list[os.DirEntry]:
+        out = []
+        for entry in self.sink.scandir(path) or []:
+            if _is_dir(entry) and (pattern is None or pattern.match(entry.name)):
+                out.append(entry)
+            else:
+                self._unexpected(entry, f"expected {what}")
+        return out
+
+    def time_tree(self, path: str, rank: int | None, *, ge_rank: bool) -> None:
+        """{time}/{device}/{model}/{model_id}/{step}/ below a rank root (om: below the dump path,
+        and the device is the rank)."""
+        for time_dir in self._dirs(path, _TIME_DIR, "a {YYYYMMDDHHMMSS} folder"):
+            for device in self._dirs(time_dir.path, _NUMBER, "a device folder"):
+                device_rank = rank if ge_rank else parse_uint(device.name, INT32_MAX)
+                for model in self._dirs(device.path, None, "a model folder"):
+                    for model_id in self._dirs(model.path, _NUMBER, "a model id folder"):
+                        graph_id = parse_uint(model_id.name, INT32_MAX)
+                        for step in self._dirs(model_id.path, _NUMBER, "a step folder"):
+                            self.ingest_leaf(
+                                device_rank, model.name, graph_id, int(step.name), "iteration", step.path
+                            )
 
     # -- TorchAir FX eager dumps -----------------------------------------------------------------
 
@@ -323,8 +296,78 @@ class GeDumpReader(AscendRawReader):
         sink.record(rel, "ge_graph", size, size, 0, "ok")
 
 
-class OmDumpReader(GeDumpReader):
-    """ATC offline-model dumps: `{time}/{device}/{om_model_name}/{model_id}/{data_index}/`."""
+def _ge_parts(sink: IngestSink, root: Path) -> tuple[LeafEngine, GeTree]:
+    """The components a GE or om reader reads with: the leaf engine, whose policy reads raw files
+    and CANN statistics CSVs, and the GE tree walker that hands it the leaves."""
+    stats_csv = CannStatsCsvFiles(sink)
+    leaves = LeafEngine(sink, RawLeafFiles(sink, RawFiles(sink), handlers=(stats_csv.handle,)))
+    return leaves, GeTree(sink, root, leaves.ingest_leaf)
+
+
+class GeDumpReader(Reader):
+    """GE / TorchAir graph dumps, msprobe's GE and FX wrappers."""
+
+    name = "ge"
+    producer = "GE / TorchAir graph dump (CANN raw and stats CSV), msprobe TorchAir dumps"
+    layout = "worldsize{W}_global_rank{R}/{time}/{device}/{model}/{model_id}/{step}/"
+    looked_for = (
+        "worldsize{W}_global_rank{R}/{time}/{device}/{model}/{model_id}/{step}/ (GE/TorchAir), "
+        "msprobe_ge_dump/ or msprobe_fx_dump/"
+    )
+    # The docs/producers.md table (tests/producers_table.py renders it from these):
+    dumped_by = (
+        "GE / TorchAir graph mode (`dump_config`, acl.json), msprobe's `set_ge_dump_config` / "
+        "`set_fx_dump_config`"
+    )
+    tree = (
+        "`worldsize{W}_global_rank{R}/{time}/{device}/{model}/{model_id}/{step}/` raw files and "
+        "`{op_type}.{op_name}.{task}.{stream}.{timestamp}.csv` stats (also under `msprobe_ge_dump/`); "
+        "`msprobe_fx_dump/worldsize{W}_global_rank{R}/{model}/{token}/{node}-{aten "
+        "op}.{INPUT|OUTPUT}.{i}.{ts}.npy`; `dynamo_*.txt` GE graphs"
+    )
+    cataloged = (
+        "raw files as for `ascend-raw` (rank: the global rank, net: the model, graph id: the model "
+        "id, iteration: the step); a `stats` row per CANN stats CSV row (`stat_semantics = 'cann'`); "
+        "FX npy files as tensors; `_fx_tensor_name` links as `fx_links`"
+    )
+    decoders = _DECODERS
+
+    def __init__(self, sink: IngestSink, detection: Detection) -> None:
+        super().__init__(sink, detection)
+        self.leaves, self.tree = _ge_parts(sink, self.root)
+
+    @classmethod
+    def detect(cls, path: Path) -> Detection | None:
+        path = Path(path)
+        for where, prefix in ((path, ""), (path / GE_DUMP_DIR, f"{GE_DUMP_DIR}/")):
+            for rank in [e for e in list_dir(where, 4096) if _RANK_ROOT.match(e.name) and _is_dir(e)][:4]:
+                hit = first_file(rank.path, 5, _is_leaf_file)
+                if hit is not None:
+                    return Detection(cls, path, f"{prefix}{rank.name}/{hit.rsplit('/', 1)[0]}/", ())
+        if _RANK_ROOT.match(path.name):
+            hit = first_file(path, 5, _is_leaf_file)
+            if hit is not None:
+                return Detection(cls, path, f"{path.name}/{hit.rsplit('/', 1)[0]}/", ())
+        for rank in [e for e in list_dir(path / FX_DUMP_DIR, 64) if _RANK_ROOT.match(e.name)][:4]:
+            hit = first_file(rank.path, 2, lambda n: _FX_FILE.match(n) is not None)
+            if hit is not None:
+                return Detection(cls, path, f"{FX_DUMP_DIR}/{rank.name}/{hit.rsplit('/', 1)[0]}/", ())
+        return None
+
+    def walk(self) -> None:
+        self.tree.walk()
+
+    def scan_path(self, path: str) -> None:
+        """The whole tree (unchanged files are skipped by the manifest and known row ids)."""
+        self.walk()
+
+    def finish(self) -> None:
+        self.leaves.finish()
+
+
+class OmDumpReader(Reader):
+    """ATC offline-model dumps: `{time}/{device}/{om_model_name}/{model_id}/{data_index}/`. Read with
+    the GE reader's components: only the detection and where the walk starts differ."""
 
     name = "atc-om"
     producer = "ATC offline-model (om) dump (CANN raw)"
@@ -334,6 +377,11 @@ class OmDumpReader(GeDumpReader):
     dumped_by = "ATC offline-model (om) dumps"
     tree = "`{time}/{device}/{om_model}/{model_id}/{data_index}/{op_type}.{op_name}.{task}.{timestamp}`"
     cataloged = "raw files as for `ascend-raw` (rank: the device id; iteration: the data index)"
+    decoders = _DECODERS  # the GE reader's list: the same leaf policy reads CANN statistics CSVs
+
+    def __init__(self, sink: IngestSink, detection: Detection) -> None:
+        super().__init__(sink, detection)
+        self.leaves, self.tree = _ge_parts(sink, self.root)
 
     @classmethod
     def detect(cls, path: Path) -> Detection | None:
@@ -345,4 +393,11 @@ class OmDumpReader(GeDumpReader):
         return None
 
     def walk(self) -> None:
-        self._time_tree(str(self.root), None, ge_rank=False)
+        self.tree.time_tree(str(self.root), None, ge_rank=False)
+
+    def scan_path(self, path: str) -> None:
+        """The whole tree (unchanged files are skipped by the manifest and known row ids)."""
+        self.walk()
+
+    def finish(self) -> None:
+        self.leaves.finish()

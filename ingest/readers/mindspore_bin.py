@@ -90,7 +90,7 @@ def _net_evidence(net: Path | str) -> str | None:
 
 def _operators_first(entries: list[os.DirEntry]) -> list[os.DirEntry]:
     """execution_order/ and graphs/ before the iteration folders: tensors then commit with the
-    operators they resolve against, not before them (see `RankLayoutReader._ingest_rank`)."""
+    operators they resolve against, not before them (see `RankLayoutWalker._ingest_rank`)."""
     return sorted(entries, key=lambda e: e.name not in (_EXEC_DIR, _GRAPHS_DIR))
 
 

@@ -10,8 +10,9 @@ settled) queues leaf directories and reads their npy names and headers in batche
 judged one by one (`_ingest_tensor`), which is also how the watcher treats a directory that is still
 being written.
 
-Subclasses (readers of trees that mix npy files with other files) handle what this reader does not
-recognise by overriding `other_file` and `unnamed_npy`.
+Reading a leaf directory is `LeafEngine`'s, apart from the walk: readers of trees that mix npy files
+with other files (ascend_raw, ge_dump) reuse it, each with its own `LeafFiles` policy (which files
+are tensor npy files, which are scanned and how, who reads the others), and their own walk.
 """
 
 from __future__ import annotations
@@ -38,9 +39,9 @@ from ingest.formats.mindspore.npy_name import (
 from ingest.formats.npy_header import NpyHeaderError, read_npy_header, stored_as
 from ingest.helper_pool import resolve_task, resolve_workers, run_ordered
 from ingest.ids import stat_row_ids
-from ingest.readers.base import Detection, Place, first_file
+from ingest.readers.base import Detection, Place, Reader, first_file
 from ingest.readers.leaf_scan import LeafChunk, ScannedColumns, columns_table
-from ingest.readers.rank_layout import RankLayoutReader, rank_root
+from ingest.readers.rank_layout import RANK_LAYOUT, RankLayoutWalker, rank_root
 from ingest.readers.sink import IngestSink
 from ingest.storage.schema import TABLES, conform
 
@@ -81,71 +82,36 @@ def _is_npy(name: str) -> bool:
     return name.endswith(".npy")
 
 
-class MindSporeNpyReader(RankLayoutReader):
-    """npy tensor files, statistic.csv, mapping.csv and kernel args in the rank layout."""
+class LeafFiles:
+    """What the files of a leaf directory are, for `LeafEngine`: the answers for MindSpore's npy
+    leaves. A reader of a tree that mixes other files in (raw dumps, msaccucmp conversions, CANN
+    statistics CSVs) gives the engine a subclass that answers for those; the engine's rules for
+    npy files, statistic.csv, mapping.csv and kernel args stay the same for every tree."""
 
-    name = PRODUCER
-    producer = "MindSpore 1.3+ (npy)"
-    looked_for = "rank_N/ folders (MindSpore 1.3+: rank_N/{net}/{graph}/{iteration}/*.npy)"
-    # The docs/producers.md table (tests/producers_table.py renders it from these):
-    dumped_by = "MindSpore 1.3–2.10 npy (sync/KBK on CPU, GPU, Ascend; async with `file_format: npy`)"
-    tree = "`rank_N/{net}/{graph}/{iteration|constants}/*.npy`"
-    cataloged = (
-        "a `tensors` row per npy file (dtype, shape, offset from its header), `statistic.csv` rows, "
-        "kernel args, `mapping.csv` names; per rank the execution order, graph IR and source lines, "
-        "metadata"
-    )
-
-    def __init__(self, sink: IngestSink, detection: Detection) -> None:
-        super().__init__(sink, detection)
-        self._leaf_queue: list[_Leaf] = []  # one-shot: leaves listed, their tensor files not yet scanned
-        self._queued_files = 0
-        self._scanned_dirs: set[str] = set()
-        # Live: row ids whose statistic.csv row is cataloged but whose file is not yet (created
-        # after the directory was listed, or still being written). Their files must neither wait
-        # for that row again nor get statistics computed beside it.
-        self._stat_rows_ahead: set[int] = set()
-
-    @classmethod
-    def detect(cls, path: Path) -> Detection | None:
-        """Any rank-layout tree: its npy files when it has some, else its rank folders (a dump
-        whose first tensors are not written yet)."""
-        found = rank_root(path)
-        if found is None:
-            return None
-        root, ranks, fixed = found
-        evidence = None
-        for rank in ranks[:4]:
-            hit = first_file(rank, 3, _is_npy)
-            if hit is not None:
-                evidence = f"*.npy in {rank.name}/{hit.rsplit('/', 1)[0]}/"
-                break
-        if evidence is None:
-            evidence = f"{ranks[0].name}/, no tensor file yet"
-        return Detection(cls, root, evidence, tuple(ranks), fixed, provisional=evidence.endswith("yet"))
-
-    def finish(self) -> None:
-        self._drain_leaves()
-
-    # -- hooks for readers of mixed trees ----------------------------------------------------
+    def __init__(self, sink: IngestSink) -> None:
+        self.sink = sink
 
     def is_tensor_npy(self, name: str) -> bool:
-        """Is this file one of MindSpore's npy tensor files (scanned by this reader)?"""
+        """Is this file one of MindSpore's npy tensor files (read by the npy rules)? A mixed tree
+        has other .npy files (msaccucmp's conversions of raw files) that its policy reads."""
         return name.endswith(".npy")
 
     def other_file(self, place: Place, entry: os.DirEntry) -> bool:
         """A file of a leaf directory that is not a tensor .npy, statistic.csv or mapping.csv,
-        offered to subclasses before it is read as kernel args (.json) or reported: True when
-        handled. This reader handles none."""
+        offered to the policy before it is read as kernel args (.json) or reported: True when
+        handled. A mixed tree's files (raw dumps, overflow records' .json, CANN statistics CSVs)
+        are read here; an npy leaf has none."""
         return False
 
     def unnamed_npy(self, place: Place, entry: os.DirEntry) -> bool:
-        """An .npy file whose name is not a MindSpore tensor name: True when handled."""
+        """An .npy file whose name is not a MindSpore tensor name: True when handled (no policy
+        handles one yet; it is the place for a producer whose npy files are named otherwise)."""
         return False
 
     # What a one-shot ingest scans in helper processes: the function (see leaf_scan) and which
-    # files of a leaf directory it is given. Files it hands back as irregular are judged here:
-    # tensor npy files by the npy rules, any other by `other_file`.
+    # files of a leaf directory it is given. Files it hands back as irregular are judged by the
+    # engine: tensor npy files by the npy rules, any other by `other_file`. A mixed tree scans its
+    # other files too (raw headers), with a function of its own.
     scan_function = "ingest.readers.leaf_scan:scan_tensor_columns"
 
     @staticmethod
@@ -155,18 +121,63 @@ class MindSporeNpyReader(RankLayoutReader):
         return columns_table(scanned)
 
     def is_scanned(self, name: str) -> bool:
-        """Is this file of a leaf directory read by `scan_function`?"""
+        """Is this file of a leaf directory read by `scan_function` (else it is judged one by one)?"""
         return self.is_tensor_npy(name)
 
     def is_cataloged(self, rel: str) -> bool:
-        """Was the scanned file at `rel` cataloged before (so it is not scanned again)?"""
+        """Was the scanned file at `rel` cataloged before (so it is not scanned again)? An npy file
+        is one row, known by its row id (the engine asks for a whole directory at once when a
+        policy keeps this answer); a raw file is several, so a policy may ask the manifest."""
         return self.sink.is_known(self.sink.options.row_id_of(rel))
 
-    # -- leaf directories (tensors, statistic.csv, mapping.csv, kernel args) ----------------
+    def add_scanned_tensors(self, table: pa.Table, matched: set[int]) -> None:
+        """Queue a leaf's scanned rows as they are (one file each); only the bookkeeping is per
+        row. Tensors `matched` by a statistic.csv row get no computed statistics. A policy whose
+        scan makes rows of other files (several per raw file) queues those its own way."""
+        n = table.num_rows
+        if not n:
+            return
+        sink = self.sink
+        needs_stats = None
+        if matched and sink.options.compute_stats:
+            needs_stats = [r for r in table.column("row_id").to_pylist() if r not in matched]
+        sink.add_tensor_table(table, needs_stats, new_files=n)
+        rels = table.column("rel_path").to_pylist()
+        sink.judged(*rels)  # (live: files waited on are judged now)
+        previous = sink.previous
+        resolved = [i for i, rel in enumerate(rels) if previous(rel) is not None]
+        if resolved:  # an earlier error for these files is resolved
+            sizes = table.column("file_size").to_pylist()
+            for i in resolved:
+                sink.record(rels[i], "tensor", sizes[i], sizes[i], 0, "ok")
+
+
+class LeafEngine:
+    """Reads leaf directories (an iteration or constants/): tensor files scanned on every core or
+    judged one by one, statistic.csv matched to them, mapping.csv and kernel args; the files a
+    `LeafFiles` policy claims are the policy's. A reader calls `ingest_leaf` for each leaf its walk
+    finds and `finish` before the pipeline commits."""
+
+    def __init__(self, sink: IngestSink, files: LeafFiles) -> None:
+        self.sink = sink
+        self.files = files
+        self._leaf_queue: list[_Leaf] = []  # one-shot: leaves listed, their tensor files not yet scanned
+        self._queued_files = 0
+        self._scanned_dirs: set[str] = set()
+        # Live: row ids whose statistic.csv row is cataloged but whose file is not yet (created
+        # after the directory was listed, or still being written). Their files must neither wait
+        # for that row again nor get statistics computed beside it.
+        self._stat_rows_ahead: set[int] = set()
+
+    def finish(self) -> None:
+        """Scan and finish the leaves still queued."""
+        self._drain_leaves()
 
     def ingest_leaf(
         self, rank: int, net: str, graph_id: int, iteration: int | None, dir_kind: str, path: str
     ) -> None:
+        """Read one leaf directory: now (live, a directory still being written), or queued for the
+        scan of its tensor files on every core."""
         entries = self.sink.scandir(path, sort=self.sink.options.live)
         if entries is None:
             return
@@ -189,7 +200,7 @@ class MindSporeNpyReader(RankLayoutReader):
             entries.sort(key=_entry_name)
             self._process_leaf(leaf, scanned=False)
             return
-        is_scanned = self.is_scanned
+        is_scanned = self.files.is_scanned
         scan = [n for n in names if is_scanned(n)]
         scan.sort()
         if len(scan) < len(names):
@@ -204,12 +215,12 @@ class MindSporeNpyReader(RankLayoutReader):
         # the ids are not computed here for it (the scan computes them, on every core).
         if self.sink.options.live or self.sink.options.catalog_had_tensors or rel_dir in self._scanned_dirs:
             prefix = rel_dir + "/"
-            if type(self).is_cataloged is MindSporeNpyReader.is_cataloged:  # the whole directory at once
+            if type(self.files).is_cataloged is LeafFiles.is_cataloged:  # the whole directory at once
                 row_id_of = self.sink.options.row_id_of
                 found = self.sink.known_many([row_id_of(prefix + n) for n in scan])
                 leaf.known_names = [n for n, known in zip(scan, found.tolist(), strict=True) if known]
             else:
-                leaf.known_names = [n for n in scan if self.is_cataloged(prefix + n)]
+                leaf.known_names = [n for n in scan if self.files.is_cataloged(prefix + n)]
             if leaf.known_names:
                 skip = set(leaf.known_names)
                 scan = [n for n in scan if n not in skip]
@@ -218,7 +229,7 @@ class MindSporeNpyReader(RankLayoutReader):
         self._leaf_queue.append(leaf)
         self._queued_files += len(scan)
         if self._queued_files >= _WARM_HELPERS_FILES:
-            self.sink.warm_helpers(self.scan_function)
+            self.sink.warm_helpers(self.files.scan_function)
         if settled or self._queued_files >= _SCAN_GROUP_FILES:
             del names, scan, leaf  # the queue holds what is needed: not held through the flush
             self._drain_leaves()
@@ -271,15 +282,17 @@ class MindSporeNpyReader(RankLayoutReader):
         if workers > 1 and len(batches) > 1:
             # `workers` helpers scan; this process finishes leaves meanwhile (measured: faster than
             # scanning here too, which delays the finishing and starves the helpers).
-            results = run_ordered(self.scan_function, iter(batches), workers, caller_helps=False, slots=6)
+            results = run_ordered(
+                self.files.scan_function, iter(batches), workers, caller_helps=False, slots=6
+            )
         else:
-            scan = resolve_task(self.scan_function)
+            scan = resolve_task(self.files.scan_function)
             results = (scan(b) for b in batches)
         # Finish each leaf as soon as its last chunk is back, while the helpers scan the next.
         finished = 0
         for owner, result in zip(owners, results, strict=True):
             for index, scanned in zip(owner, result, strict=True):
-                table, irregular = self.scanned_table(scanned)
+                table, irregular = self.files.scanned_table(scanned)
                 queue[index].tables.append(table)
                 queue[index].irregular.extend(irregular)
             upto = owner[-1] if owner else finished
@@ -366,11 +379,12 @@ class MindSporeNpyReader(RankLayoutReader):
             if scanned:
                 unscanned = leaf.irregular + leaf.known_names
             else:
-                unscanned = [e.name for e in entries if self.is_tensor_npy(e.name)]
+                unscanned = [e.name for e in entries if self.files.is_tensor_npy(e.name)]
             if late:
                 listed = {e.name for e in entries}
                 now = [e.name for e in self.sink.scandir(leaf.path) or []]  # checked as the listing was
-                unscanned = unscanned + sorted(n for n in now if n not in listed and self.is_tensor_npy(n))
+                is_tensor_npy = self.files.is_tensor_npy
+                unscanned = unscanned + sorted(n for n in now if n not in listed and is_tensor_npy(n))
             for name in unscanned:
                 tn = parse(name)
                 if not isinstance(tn, TensorNameError):
@@ -429,15 +443,15 @@ class MindSporeNpyReader(RankLayoutReader):
             csv_young = by_name["statistic.csv"]
 
         if scanned:
-            self._add_scanned_tensors(scanned_table, matched)
+            self.files.add_scanned_tensors(scanned_table, matched)
             for name in leaf.irregular:
                 if name not in by_name:  # gone since the scan (a one-shot ingest lists it again)
                     self.sink.file_error(
                         f"{rel_dir}/{name}", "tensor", "walk", "file vanished while being ingested"
                     )
                     continue
-                if not self.is_tensor_npy(name):  # e.g. a raw dump that did not parse: its reader judges it
-                    self.other_file(Place(rank, net, graph_id, iteration, dir_kind), by_name[name])
+                if not self.files.is_tensor_npy(name):  # e.g. a raw dump that did not parse
+                    self.files.other_file(Place(rank, net, graph_id, iteration, dir_kind), by_name[name])
                     continue
                 row_id = row_id_of(prefix + name)
                 self._ingest_tensor(
@@ -448,15 +462,15 @@ class MindSporeNpyReader(RankLayoutReader):
             name = entry.name
             if name in ("statistic.csv", "mapping.csv"):
                 continue
-            if self.is_tensor_npy(name):
+            if self.files.is_tensor_npy(name):
                 row_id = row_id_of(prefix + name)
                 if not self.sink.is_known(row_id):
                     self._ingest_tensor(
                         rank, net, graph_id, iteration, dir_kind, entry, f"{rel_dir}/{name}", row_id,
                         parse(name), mapping.get(name), matched, csv_young,
                     )  # fmt: skip
-            elif self.other_file(Place(rank, net, graph_id, iteration, dir_kind), entry):
-                pass  # a subclass's file (e.g. a raw dump, an overflow record's .json)
+            elif self.files.other_file(Place(rank, net, graph_id, iteration, dir_kind), entry):
+                pass  # the policy's file (e.g. a raw dump, an overflow record's .json)
             elif name.endswith(".json"):
                 self._ingest_kernel_args(rank, net, graph_id, iteration, entry)
             else:
@@ -473,26 +487,6 @@ class MindSporeNpyReader(RankLayoutReader):
         if self.sink.options.live and matched:
             is_known = self.sink.is_known
             self._stat_rows_ahead = {r for r in matched if not is_known(r)}
-
-    def _add_scanned_tensors(self, table: pa.Table, matched: set[int]) -> None:
-        """Queue a leaf's scanned rows as they are (one file each); only the bookkeeping is per
-        row. Tensors `matched` by a statistic.csv row get no computed statistics."""
-        n = table.num_rows
-        if not n:
-            return
-        sink = self.sink
-        needs_stats = None
-        if matched and sink.options.compute_stats:
-            needs_stats = [r for r in table.column("row_id").to_pylist() if r not in matched]
-        sink.add_tensor_table(table, needs_stats, new_files=n)
-        rels = table.column("rel_path").to_pylist()
-        sink.judged(*rels)  # (live: files waited on are judged now)
-        previous = sink.previous
-        resolved = [i for i, rel in enumerate(rels) if previous(rel) is not None]
-        if resolved:  # an earlier error for these files is resolved
-            sizes = table.column("file_size").to_pylist()
-            for i in resolved:
-                sink.record(rels[i], "tensor", sizes[i], sizes[i], 0, "ok")
 
     def _ingest_tensor(
         self,
@@ -511,7 +505,7 @@ class MindSporeNpyReader(RankLayoutReader):
     ) -> None:
         prev = self.sink.previous(rel)
         if isinstance(name, TensorNameError):
-            if self.unnamed_npy(Place(rank, net, graph_id, iteration, dir_kind), entry):
+            if self.files.unnamed_npy(Place(rank, net, graph_id, iteration, dir_kind), entry):
                 return
             # A renamed `<digits>.npy` may appear before its mapping.csv line.
             if not (MAPPED_NAME.match(entry.name) and self.sink.still_written(entry, rel)):
@@ -646,7 +640,55 @@ class MindSporeNpyReader(RankLayoutReader):
             )
         self.sink.record(rel, "kernel_args", size, size, 0, "ok")
 
-    # -- rank-level metadata -------------------------------------------------------------
+
+class MindSporeNpyReader(Reader):
+    """npy tensor files, statistic.csv, mapping.csv and kernel args in the rank layout: the
+    rank-layout walker hands each leaf directory to the leaf engine, with the npy policy."""
+
+    name = PRODUCER
+    producer = "MindSpore 1.3+ (npy)"
+    layout = RANK_LAYOUT
+    looked_for = "rank_N/ folders (MindSpore 1.3+: rank_N/{net}/{graph}/{iteration}/*.npy)"
+    # The docs/producers.md table (tests/producers_table.py renders it from these):
+    dumped_by = "MindSpore 1.3–2.10 npy (sync/KBK on CPU, GPU, Ascend; async with `file_format: npy`)"
+    tree = "`rank_N/{net}/{graph}/{iteration|constants}/*.npy`"
+    cataloged = (
+        "a `tensors` row per npy file (dtype, shape, offset from its header), `statistic.csv` rows, "
+        "kernel args, `mapping.csv` names; per rank the execution order, graph IR and source lines, "
+        "metadata"
+    )
+
+    def __init__(self, sink: IngestSink, detection: Detection) -> None:
+        super().__init__(sink, detection)
+        self.leaves = LeafEngine(sink, LeafFiles(sink))
+        self.rank_layout = RankLayoutWalker(sink, detection, self.leaves.ingest_leaf)
+
+    @classmethod
+    def detect(cls, path: Path) -> Detection | None:
+        """Any rank-layout tree: its npy files when it has some, else its rank folders (a dump
+        whose first tensors are not written yet)."""
+        found = rank_root(path)
+        if found is None:
+            return None
+        root, ranks, fixed = found
+        evidence = None
+        for rank in ranks[:4]:
+            hit = first_file(rank, 3, _is_npy)
+            if hit is not None:
+                evidence = f"*.npy in {rank.name}/{hit.rsplit('/', 1)[0]}/"
+                break
+        if evidence is None:
+            evidence = f"{ranks[0].name}/, no tensor file yet"
+        return Detection(cls, root, evidence, tuple(ranks), fixed, provisional=evidence.endswith("yet"))
+
+    def walk(self) -> None:
+        self.rank_layout.walk()
+
+    def scan_path(self, path: str) -> None:
+        self.rank_layout.scan_path(path)
+
+    def finish(self) -> None:
+        self.leaves.finish()
 
 
 def _after_lines(path: str, offset: int, lines: int) -> int:

@@ -2,14 +2,16 @@
 
 Every MindSpore dump since v1.3 (npy files, and the raw `bin` files of async/O2 dumps) shares this
 tree and its rank-level folders: `.dump_metadata/`, `execution_order/` and `graphs/`. This module
-walks the tree and reads those folders; a subclass says what a leaf directory (an iteration or
-`constants/`) holds, by implementing `ingest_leaf`.
+walks the tree and reads those folders (`RankLayoutWalker`); what a leaf directory (an iteration or
+`constants/`) holds differs by producer, so the reader that uses the walker gives it the function
+that reads one (`ingest_leaf`).
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from ingest.files import now
@@ -19,10 +21,15 @@ from ingest.formats.mindspore import execution_order, metadata
 from ingest.formats.mindspore.npy_name import op_type_of, sanitize_v23, short_name, without_op_index
 from ingest.formats.numbers import INT32_MAX, parse_uint
 from ingest.readers import graph_rows as graph_rows_mod
-from ingest.readers.base import Detection, Reader
+from ingest.readers.base import Detection
 from ingest.readers.sink import IngestSink
 
 RANK_DIR = re.compile(r"^rank_(\d+)$")
+RANK_LAYOUT = "rank_N/{net}/{graph}/{iteration}/"  # the `layout` of the readers that walk it
+
+# Reads one leaf directory: (rank, net, graph_id, iteration or None, dir_kind, path), dir_kind being
+# 'iteration' or 'constants' (whose iteration is None).
+IngestLeaf = Callable[[int, str, int, int | None, str, str], None]
 
 
 def rank_dirs(root: Path) -> list[Path]:
@@ -123,20 +130,16 @@ def read_graphs_dir(sink: IngestSink, rank: int, path: str) -> None:
             sink.record(rel, "graph_" + name.rsplit(".", 1)[1], sizes[name], sizes[name], 0, status)
 
 
-class RankLayoutReader(Reader):
-    """Walks `rank_N/{net}/{graph_id}/{iteration}/` and the rank-level folders."""
+class RankLayoutWalker:
+    """Walks `rank_N/{net}/{graph_id}/{iteration}/` and reads the rank-level folders; each leaf
+    directory (an iteration or constants/) goes to `ingest_leaf`, the reader's."""
 
-    layout = "rank_N/{net}/{graph}/{iteration}/"
-
-    def __init__(self, sink: IngestSink, detection: Detection) -> None:
-        super().__init__(sink, detection)
+    def __init__(self, sink: IngestSink, detection: Detection, ingest_leaf: IngestLeaf) -> None:
+        self.sink = sink
+        self.detection = detection
+        self.root = detection.root
         self.ranks: list[Path] = list(detection.units)
-
-    def ingest_leaf(
-        self, rank: int, net: str, graph_id: int, iteration: int | None, dir_kind: str, path: str
-    ) -> None:
-        """Read one iteration (or constants/) directory."""
-        raise NotImplementedError
+        self.ingest_leaf = ingest_leaf
 
     def walk(self) -> None:
         """Walk every rank folder; rank folders that appeared since the last walk are included
@@ -227,8 +230,6 @@ class RankLayoutReader(Reader):
                 "walk",
                 "expected an iteration directory (digits) or constants/",
             )
-
-    # -- leaf directories (tensors, statistic.csv, mapping.csv, kernel args) ----------------
 
     # -- rank-level folders ----------------------------------------------------------------
 

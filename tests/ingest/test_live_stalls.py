@@ -128,16 +128,18 @@ def _scan_with_a_file_arriving_mid_scan(
     cat_dir = tmp_path / "cat"
     ing = _live_ingester(cat_dir, dump)
     ing.workers = workers
-    reader_class = detect(dump).reader
+    reader = detect(dump).reader(ing, detect(dump))
+    leaves = reader.leaves  # the reader's leaf engine
+    drain = leaves._drain_leaves
 
-    class FileArrivesDuringTheScan(reader_class):  # type: ignore[misc, valid-type]
-        def _drain_leaves(self) -> None:
-            if self._leaf_queue and held.exists():
-                shutil.move(held, late)
-                _age_tree(leaf, 30.0)  # as if the producer had stalled since
-            super()._drain_leaves()
+    def file_arrives_during_the_scan() -> None:
+        if leaves._leaf_queue and held.exists():
+            shutil.move(held, late)
+            _age_tree(leaf, 30.0)  # as if the producer had stalled since
+        drain()
 
-    ing.reader = FileArrivesDuringTheScan(ing, detect(dump))
+    leaves._drain_leaves = file_arrives_during_the_scan  # type: ignore[method-assign]
+    ing.reader = reader
     ing.scan_all()
     ing.commit()
     assert not held.exists(), "the scan did not queue the leaf"

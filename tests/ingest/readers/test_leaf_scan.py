@@ -127,20 +127,24 @@ def test_batching_and_helpers_do_not_change_the_catalog(tmp_path, monkeypatch, w
         def __getattr__(self, name):
             return getattr(self._sink, name)
 
-    class FileByFile(npy_reader.MindSporeNpyReader):
-        def _process_leaf(self, leaf, *, scanned):
-            modes.append(scanned)
-            return super()._process_leaf(leaf, scanned=scanned)
+    engine = npy_reader.LeafEngine
+    process_leaf, ingest_leaf = engine._process_leaf, engine.ingest_leaf
 
-        def ingest_leaf(self, *args):
-            self.sink, sink = LiveRules(self.sink), self.sink
-            try:
-                super().ingest_leaf(*args)
-            finally:
-                self.sink = sink
+    def file_by_file(self, leaf, *, scanned):
+        modes.append(scanned)
+        return process_leaf(self, leaf, scanned=scanned)
 
-    detection = dataclasses.replace(pipeline.detect_dump(dump), reader=FileByFile)
-    reference.ingest(dump, run="r", detection=detection)
+    def with_live_rules(self, *args):
+        self.sink, sink = LiveRules(self.sink), self.sink
+        try:
+            ingest_leaf(self, *args)
+        finally:
+            self.sink = sink
+
+    with monkeypatch.context() as reference_only:  # the leaf engine, for the reference ingest only
+        reference_only.setattr(engine, "_process_leaf", file_by_file)
+        reference_only.setattr(engine, "ingest_leaf", with_live_rules)
+        reference.ingest(dump, run="r")
     assert modes and not any(modes), "the reference must be the file-by-file path"
     expected = _content(reference)
     assert sum(1 for r in expected[2] if r["stage"] == "npy_header") == 3
@@ -223,13 +227,13 @@ def test_watcher_scans_settled_directories_like_a_one_shot_ingest(tmp_path, monk
     young.write_bytes(full[:100])  # being written: its directory is not settled
     monkeypatch.setattr(npy_reader, "_LIVE_SCAN_MIN_FILES", 20)
     modes: list[bool] = []
-    process_leaf = npy_reader.MindSporeNpyReader._process_leaf
+    process_leaf = npy_reader.LeafEngine._process_leaf
 
     def spy(self, leaf, *, scanned):
         modes.append(scanned)
         return process_leaf(self, leaf, scanned=scanned)
 
-    monkeypatch.setattr(npy_reader.MindSporeNpyReader, "_process_leaf", spy)
+    monkeypatch.setattr(npy_reader.LeafEngine, "_process_leaf", spy)
     cat_dir = tmp_path / "cat"
     w = Watcher(cat_dir, dump, "r", interval=0.2, grace=60.0)
     w.start()
@@ -311,7 +315,7 @@ def test_helpers_scan_without_pyarrow_or_numpy(tmp_path):
     names = sorted(n for n in os.listdir(leaf) if n.endswith(".npy"))
     ctx = ("r", 0, "Net", 0, 0, "iteration")
     chunk = (ctx, str(leaf), "rank_0/Net/0/0", names, [None] * len(names))
-    scan_task = npy_reader.MindSporeNpyReader.scan_function
+    scan_task = npy_reader.LeafFiles.scan_function
     probe = (
         "import sys\n"
         "from ingest.helper_pool import _task_module\n"
@@ -349,7 +353,7 @@ def test_one_shot_ingest_judges_irregular_files_from_a_new_listing(copy_dump, tm
     truncated, vanishing = names[3], names[4]
     for name in (truncated, vanishing):
         (leaf / name).write_bytes((leaf / name).read_bytes()[:100])
-    original = npy_reader.MindSporeNpyReader.scanned_table
+    original = npy_reader.LeafFiles.scanned_table
 
     def scanned_table(scanned):
         table, irregular = original(scanned)
@@ -357,7 +361,7 @@ def test_one_shot_ingest_judges_irregular_files_from_a_new_listing(copy_dump, tm
             (leaf / vanishing).unlink()  # after the scan, before the leaf is finished
         return table, irregular
 
-    monkeypatch.setattr(npy_reader.MindSporeNpyReader, "scanned_table", staticmethod(scanned_table))
+    monkeypatch.setattr(npy_reader.LeafFiles, "scanned_table", staticmethod(scanned_table))
     path = tmp_path / "cat"
     summary = pipeline.ingest_dump(path, dump, run="r", workers=1)
     with Catalog.open(path) as cat:

@@ -31,6 +31,15 @@ def test_each_registry_name_is_its_readers():
         assert registry.reader_by_name(name) is cls
 
 
+def test_no_built_in_reader_inherits_from_another():
+    """Readers share their parts by composition (a walker, a leaf engine and its file policy), not
+    by subclassing one another: no built-in reader has another registered reader among its bases."""
+    readers = set(registry.built_in_readers())
+    for cls in readers:
+        ancestors = [c for c in cls.__mro__[1:] if c is not Reader and c is not object]
+        assert not [c for c in ancestors if c in readers], cls
+
+
 # -- a producer outside the tree ---------------------------------------------------------------
 
 TOY_READER = '''
