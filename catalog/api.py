@@ -2,8 +2,8 @@
 
 A Catalog holds an in-memory DuckDB connection whose views point at the catalog's committed
 parquet files. Before each query it checks (one stat call) whether a writer has committed a new
-snapshot and, if so, redefines the views, so a long-lived client always sees a consistent,
-current catalog without ever taking a lock.
+snapshot and, if so, points at that snapshot's views (catalog.views.use_views), so a long-lived
+client always sees a consistent, current catalog without ever taking a lock.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ if TYPE_CHECKING:
     from catalog.compare import CompareSummary
     from catalog.missing_stats import StatsSummary
     from catalog.report import ReportSummary
+    from ingest.pipeline import IngestSummary
     from ingest.readers.base import Detection
-from catalog.views import DUCKDB_CONFIG, define_views, query_text
-from ingest.pipeline import IngestSummary, ingest_dump
+from catalog.views import DUCKDB_CONFIG, query_text, use_views
 from ingest.storage.store import CatalogError, CatalogStore
 
 __all__ = ["Catalog", "CatalogError", "QueryRefused", "TensorNotFoundError"]
@@ -74,6 +74,7 @@ class Catalog:
         self._flat_index: list[str] | None = None
         self._flat_files: dict[str, list[str]] | None = None
         self._views_token: tuple | None = None
+        self._views_db = "memory"  # the database each cursor uses (catalog.views.use_views)
         # (shard, run) -> dump root: each writer's shard of a run has its own root
         self._roots: dict[tuple[str, str], str] | None = None
         self._shard_of: dict[str, str] = {}
@@ -135,13 +136,24 @@ class Catalog:
         with self._lock:
             self._sync()
             if self._views_token != self._token:
-                define_views(self._con, self._files, self._flat_files, self._full_schema)
+                self._views_db = use_views(
+                    self._con, self.path, self._files, self._flat_files, self._full_schema
+                )
                 self._views_token = self._token
 
+    def unreadable_parts(self) -> list[str]:
+        """Parts of the catalog left out of its views because they could not be read (a damaged
+        shard's snapshot), each in words; empty when every part is read."""
+        with self._lock:
+            self._sync()
+            return list(self._snap.get("unreadable", []))
+
     def cursor(self) -> duckdb.DuckDBPyConnection:
-        """A DuckDB cursor over the current views; use one per thread."""
+        """A DuckDB cursor over the current views (also after later refreshes); use one per thread."""
         self.refresh()
-        return self._con.cursor()
+        cur = self._con.cursor()
+        cur.execute(f"USE {self._views_db}")
+        return cur
 
     def sql(self, query: str, params: list | tuple | dict | None = None) -> pa.Table:
         """Run one query against the catalog's views and return the result.
@@ -311,6 +323,8 @@ class Catalog:
         metadata files read whole (`"1GiB"` for every kind, or `"graph=1GiB,json=128MiB"`; default
         DUMPCAT_MAX_METADATA_SIZE, else ingest.formats.limits' defaults): a bigger file is an
         ingest_errors row."""
+        from ingest.pipeline import ingest_dump  # here: queries never need the ingest's imports
+
         summary = ingest_dump(
             self.path, dump_dir, run, producer=producer, compute_stats=compute_stats, md5=md5,
             workers=workers, on_progress=on_progress, writer=writer, follow_symlinks=follow_symlinks,

@@ -80,24 +80,23 @@ def compare_runs(
     from ingest.compare_metrics import PairJob, compare_jobs
 
     started = time.perf_counter()
-    runs = {r[0] for r in catalog._con.execute("SELECT run FROM runs").fetchall()}
-    for name in (run, baseline):
-        if name not in runs:
-            known = ", ".join(sorted(runs)) or "none"
-            raise CompareError(f"run {name!r} is not in the catalog (runs: {known})")
-    if run == baseline:
-        raise CompareError("a run compared with itself: give two different runs")
-    if catalog._snap.get("unreadable"):  # its tensors would be committed as unmatched pairs
-        raise CompareError(
-            f"not compared while part of the catalog is unreadable: {catalog._snap['unreadable'][0]}"
-        )
-    _register_mapping(catalog._con, mapping)
-    from catalog.views import query_text
+    with catalog.cursor() as cur:  # the mapping is a TEMP table: this cursor's own
+        runs = {r[0] for r in cur.execute("SELECT run FROM runs").fetchall()}
+        for name in (run, baseline):
+            if name not in runs:
+                known = ", ".join(sorted(runs)) or "none"
+                raise CompareError(f"run {name!r} is not in the catalog (runs: {known})")
+        if run == baseline:
+            raise CompareError("a run compared with itself: give two different runs")
+        if unreadable := catalog.unreadable_parts():  # its tensors would be committed as unmatched pairs
+            raise CompareError(f"not compared while part of the catalog is unreadable: {unreadable[0]}")
+        _register_mapping(cur, mapping)
+        from catalog.views import query_text
 
-    pairs = catalog._con.sql(
-        query_text("compare_pairs"),
-        params={"run": run, "baseline": baseline, "iterations": iterations, "ranks": ranks},
-    ).to_arrow_table()
+        pairs = cur.sql(
+            query_text("compare_pairs"),
+            params={"run": run, "baseline": baseline, "iterations": iterations, "ranks": ranks},
+        ).to_arrow_table()
     summary = CompareSummary(run, baseline)
     store = CatalogStore(catalog.path)
     n = pairs.num_rows
@@ -167,8 +166,8 @@ def _commit(store: CatalogStore, run: str, baseline: str, columns: dict, done: l
 
 
 def _register_mapping(con, mapping: str | os.PathLike | None) -> None:
-    """`compare_mapping(op_name, baseline_op_name)`: the user's CSV, or an empty table."""
-    con.execute("DROP TABLE IF EXISTS compare_mapping")
+    """`compare_mapping(op_name, baseline_op_name)` on the cursor `con`: the user's CSV, or an empty
+    table."""
     if mapping is None:
         con.execute("CREATE TEMP TABLE compare_mapping (op_name VARCHAR, baseline_op_name VARCHAR)")
         return

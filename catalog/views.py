@@ -3,17 +3,29 @@
 The raw views and sql/*.sql come from the storage layer (ingest/storage/sql_views.py), which the
 writer shares; here they are defined over the live files, the flat `tensors` and `stats` views
 over their flat files, and the user views are named and described.
+
+Defining them costs ~0.3 s of CPU (DuckDB binds every view and macro it creates), which every
+`dumpcat` command and every new `Catalog` would pay. So they are defined once per snapshot, into a
+small database file of the catalog's (`views/<key>.duckdb`, `key` a digest of everything the
+definitions depend on), which later connections attach read-only (`use_views`). Where the catalog
+folder cannot be written, a connection defines them itself, as before.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
+import os
+import time
 from importlib import resources
+from pathlib import Path
 
 import duckdb
 
 from ingest.storage.flat_columns import FLAT_VIEWS, flat_view_sql
 from ingest.storage.schema import TABLES
-from ingest.storage.sql_views import define_raw_view, define_sql_views
+from ingest.storage.sql_views import define_raw_view, define_sql_views, quote_literal
 
 DUCKDB_CONFIG = {
     # Only the extensions built into the wheel load here; never try to download others.
@@ -53,6 +65,94 @@ def define_views(
             con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM {view}_resolved")
         else:
             con.execute(flat_view_sql(view, flat_files.get(view, [])))
+
+
+VIEWS_FOLDER = "views"  # in the catalog folder: one small database of view definitions per snapshot
+VIEWS_ALIAS = "dumpcat"  # the name a connection attaches it under (its current database)
+_KEEP_SECONDS = 600  # older views databases of earlier snapshots are removed when a new one is made
+
+
+@functools.cache
+def _definitions_digest() -> str:
+    """What the view definitions depend on besides the files: DuckDB's version (its file format and
+    binder), sql/*.sql, and the Python that writes the SQL of the raw and flat views."""
+    from ingest.storage import flat_columns, schema, sql_views
+
+    digest = hashlib.sha256(duckdb.__version__.encode())
+    for _name, text in sql_views.view_sql_files():
+        digest.update(text.encode())
+    for module in (flat_columns, schema, sql_views):
+        digest.update(Path(module.__file__).read_bytes())
+    digest.update(Path(__file__).read_bytes())
+    return digest.hexdigest()
+
+
+def views_key(
+    table_files: dict[str, list[str]],
+    flat_files: dict[str, list[str]] | None,
+    full_schema: set[str] | frozenset[str],
+) -> str:
+    """The name of the views database of one snapshot (its live files, flat files and schema)."""
+    listing = json.dumps(
+        [_definitions_digest(), sorted(table_files.items()), flat_files, sorted(full_schema)], sort_keys=True
+    )
+    return hashlib.sha256(listing.encode()).hexdigest()[:32]
+
+
+def use_views(
+    con: duckdb.DuckDBPyConnection,
+    catalog_root: str | os.PathLike,
+    table_files: dict[str, list[str]],
+    flat_files: dict[str, list[str]] | None = None,
+    full_schema: set[str] | frozenset[str] = frozenset(),
+) -> str:
+    """Make the views of this snapshot `con`'s current database and return its name (run `USE name`
+    on each cursor): the snapshot's views database, attached read-only (made first if no one has),
+    else, where the catalog folder is read-only, the views defined in `con`'s own memory."""
+    folder = Path(catalog_root) / VIEWS_FOLDER
+    path = folder / f"{views_key(table_files, flat_files, full_schema)}.duckdb"
+    for attempt in (1, 2):
+        try:
+            if attempt == 2 or not path.exists():  # the second time, the file that failed is made anew
+                _write_views_database(folder, path, table_files, flat_files, full_schema)
+            # OR REPLACE swaps the previous snapshot's database atomically: a query running
+            # meanwhile on another cursor finishes on the old one, the next binds the new one
+            con.execute(f"ATTACH OR REPLACE {quote_literal(str(path))} AS {VIEWS_ALIAS} (READ_ONLY)")
+            con.execute(f"USE {VIEWS_ALIAS}")
+            return VIEWS_ALIAS
+        except (OSError, duckdb.Error):  # a read-only catalog folder, a damaged or removed file
+            continue
+    con.execute("USE memory")
+    define_views(con, table_files, flat_files, full_schema)
+    return "memory"
+
+
+def _write_views_database(
+    folder: Path,
+    path: Path,
+    table_files: dict[str, list[str]],
+    flat_files: dict[str, list[str]] | None,
+    full_schema: set[str] | frozenset[str],
+) -> None:
+    """Define the views into a new file and move it to `path` (atomic: concurrent writers of the
+    same snapshot write the same definitions, the last rename wins); remove old ones."""
+    folder.mkdir(exist_ok=True)
+    partial = folder / f".{path.stem}.{os.getpid()}.{time.monotonic_ns()}.duckdb"
+    try:
+        with duckdb.connect(str(partial), config=DUCKDB_CONFIG) as con:
+            define_views(con, table_files, flat_files, full_schema)
+            con.execute("CHECKPOINT")
+        os.replace(partial, path)
+    finally:
+        for leftover in (partial, partial.with_name(partial.name + ".wal")):
+            leftover.unlink(missing_ok=True)
+    now = time.time()
+    for old in folder.iterdir():
+        try:
+            if old != path and now - old.stat().st_mtime > _KEEP_SECONDS:
+                old.unlink()  # a process that has it attached keeps reading its open file
+        except OSError:
+            pass
 
 
 # Views users query, with one line each; docs/views.md documents their columns.

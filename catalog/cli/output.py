@@ -16,7 +16,6 @@ from decimal import Decimal
 from typing import Any, TextIO
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from tabulate import tabulate
 
 # C0 controls but tab and newline, DEL, and the C1 controls (8-bit CSI, OSC, ...)
@@ -80,9 +79,7 @@ def _rows(table: pa.Table) -> list[dict]:
     try:
         return table.to_pylist()
     except (OverflowError, ValueError, pa.ArrowInvalid):
-        columns = [
-            pc.cast(col, pa.string()) if pa.types.is_temporal(col.type) else col for col in table.columns
-        ]
+        columns = [col.cast(pa.string()) if pa.types.is_temporal(col.type) else col for col in table.columns]
         return pa.Table.from_arrays(columns, names=table.column_names).to_pylist()
 
 
