@@ -75,6 +75,7 @@ class Catalog:
         self._flat_files: dict[str, list[str]] | None = None
         self._views_token: tuple | None = None
         self._views_db = "memory"  # the database each cursor uses (catalog.views.use_views)
+        self._views_file: str | None = None  # the views database file attached, if any
         # (shard, run) -> dump root: each writer's shard of a run has its own root
         self._roots: dict[tuple[str, str], str] | None = None
         self._shard_of: dict[str, str] = {}
@@ -136,9 +137,10 @@ class Catalog:
         with self._lock:
             self._sync()
             if self._views_token != self._token:
-                self._views_db = use_views(
-                    self._con, self.path, self._files, self._flat_files, self._full_schema
-                )
+                self._views_db, self._views_file = use_views(
+                    self._con, self.path, self._files, self._flat_files, self._full_schema,
+                    previous=self._views_file,
+                )  # fmt: skip
                 self._views_token = self._token
 
     def unreadable_parts(self) -> list[str]:

@@ -17,6 +17,7 @@ import functools
 import hashlib
 import json
 import os
+import shutil
 import time
 from importlib import resources
 from pathlib import Path
@@ -92,9 +93,22 @@ def views_key(
     flat_files: dict[str, list[str]] | None,
     full_schema: set[str] | frozenset[str],
 ) -> str:
-    """The name of the views database of one snapshot (its live files, flat files and schema)."""
+    """The name of the views database of one snapshot: its live files, flat files and schema, and
+    the identity of each file whose columns the definitions read (flat files, and the files of
+    tables not known to have every column): dumpcat never rewrites a file in place, but a hand or
+    a tool might."""
+    inspected = [f for files in (flat_files or {}).values() for f in files]
+    inspected += [f for table, files in table_files.items() if table not in full_schema for f in files]
+    identities = []
+    for file in inspected:
+        try:
+            st = os.stat(file)
+            identities.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        except OSError:
+            identities.append(None)
     listing = json.dumps(
-        [_definitions_digest(), sorted(table_files.items()), flat_files, sorted(full_schema)], sort_keys=True
+        [_definitions_digest(), sorted(table_files.items()), flat_files, sorted(full_schema), identities],
+        sort_keys=True,
     )
     return hashlib.sha256(listing.encode()).hexdigest()[:32]
 
@@ -105,26 +119,34 @@ def use_views(
     table_files: dict[str, list[str]],
     flat_files: dict[str, list[str]] | None = None,
     full_schema: set[str] | frozenset[str] = frozenset(),
-) -> str:
-    """Make the views of this snapshot `con`'s current database and return its name (run `USE name`
-    on each cursor): the snapshot's views database, attached read-only (made first if no one has),
-    else, where the catalog folder is read-only, the views defined in `con`'s own memory."""
+    *,
+    previous: str | None = None,
+) -> tuple[str, str | None]:
+    """Make the views of this snapshot `con`'s current database: the snapshot's views database,
+    attached read-only (made first if no one has), else, where the catalog folder is read-only,
+    the views defined in `con`'s own memory. Returns the database's name (run `USE name` on each
+    cursor) and the file attached (None in memory).
+
+    `previous` is the views file `con` has attached for an older snapshot (a live catalog moving
+    on): the new file starts as a copy of it, in which only the file lists are defined again,
+    instead of every view of sql/*.sql for each commit."""
     folder = Path(catalog_root) / VIEWS_FOLDER
     path = folder / f"{views_key(table_files, flat_files, full_schema)}.duckdb"
     for attempt in (1, 2):
         try:
             if attempt == 2 or not path.exists():  # the second time, the file that failed is made anew
-                _write_views_database(folder, path, table_files, flat_files, full_schema)
+                base = Path(previous) if previous and attempt == 1 else None
+                _write_views_database(folder, path, table_files, flat_files, full_schema, base)
             # OR REPLACE swaps the previous snapshot's database atomically: a query running
             # meanwhile on another cursor finishes on the old one, the next binds the new one
             con.execute(f"ATTACH OR REPLACE {quote_literal(str(path))} AS {VIEWS_ALIAS} (READ_ONLY)")
             con.execute(f"USE {VIEWS_ALIAS}")
-            return VIEWS_ALIAS
+            return VIEWS_ALIAS, str(path)
         except (OSError, duckdb.Error):  # a read-only catalog folder, a damaged or removed file
             continue
     con.execute("USE memory")
     define_views(con, table_files, flat_files, full_schema)
-    return "memory"
+    return "memory", None
 
 
 def _write_views_database(
@@ -133,12 +155,16 @@ def _write_views_database(
     table_files: dict[str, list[str]],
     flat_files: dict[str, list[str]] | None,
     full_schema: set[str] | frozenset[str],
+    base: Path | None = None,
 ) -> None:
-    """Define the views into a new file and move it to `path` (atomic: concurrent writers of the
-    same snapshot write the same definitions, the last rename wins); remove old ones."""
+    """Define the views into a new file (a copy of `base`, which already holds those of sql/*.sql,
+    when given) and move it to `path` (atomic: concurrent writers of the same snapshot write the
+    same definitions, the last rename wins); remove old ones."""
     folder.mkdir(exist_ok=True)
     partial = folder / f".{path.stem}.{os.getpid()}.{time.monotonic_ns()}.duckdb"
     try:
+        if base is not None:
+            shutil.copyfile(base, partial)
         with duckdb.connect(str(partial), config=DUCKDB_CONFIG) as con:
             define_views(con, table_files, flat_files, full_schema)
             con.execute("CHECKPOINT")
