@@ -15,7 +15,31 @@ venv="${DUMPCAT_SUPERSET_VENV:-$repo/.superset-venv}"
 pins=(apache-superset==6.1.0 flask-caching==2.3.1 rich==15.0.0 cachetools==8.0.2 psycopg2-binary==2.9.13)
 stamp="$venv/.dumpcat-pins"
 
+# An initialised metadata database (`superset db upgrade` and `superset init`: its schema, roles and
+# permissions, no users, nothing secret) that the harness copies for each test run instead of
+# redoing those two steps (~40 s of CPU) every time; tests/superset/harness.py says where.
+template="$venv/dumpcat-metadata-template.db"
+make_template() {
+    local tmpl_scratch
+    tmpl_scratch="$(mktemp -d)"
+    printf 'SECRET_KEY = "%s"\nSQLALCHEMY_DATABASE_URI = "sqlite:///%s/superset.db"\n' \
+        "template-$RANDOM$RANDOM$RANDOM" "$tmpl_scratch" > "$tmpl_scratch/superset_config.py"
+    if SUPERSET_CONFIG_PATH="$tmpl_scratch/superset_config.py" SUPERSET_HOME="$tmpl_scratch" \
+        FLASK_APP=superset "$venv/bin/superset" db upgrade > "$tmpl_scratch/template.log" 2>&1 &&
+        SUPERSET_CONFIG_PATH="$tmpl_scratch/superset_config.py" SUPERSET_HOME="$tmpl_scratch" \
+        FLASK_APP=superset "$venv/bin/superset" init >> "$tmpl_scratch/template.log" 2>&1; then
+        cp "$tmpl_scratch/superset.db" "$template.partial" && mv "$template.partial" "$template"
+        rm -rf "$tmpl_scratch"
+    else
+        cat "$tmpl_scratch/template.log" >&2
+        rm -rf "$tmpl_scratch"
+        echo "superset: making the metadata template failed" >&2
+        exit 1
+    fi
+}
+
 if [ -x "$venv/bin/superset" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "${pins[*]}" ]; then
+    [ -f "$template" ] || make_template
     echo "superset: $venv already has ${pins[*]}"
     exit 0
 fi
@@ -38,5 +62,7 @@ if ! install > "$log" 2>&1; then
     echo "superset: installing ${pins[*]} in $venv failed" >&2
     exit 1
 fi
+rm -f "$template"
+make_template
 echo "${pins[*]}" > "$stamp"
 echo "superset: installed ${pins[*]} in $venv"
