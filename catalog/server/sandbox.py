@@ -37,7 +37,7 @@ from catalog.guard import MAX_EXPRESSION_DEPTH
 from catalog.server import pg_catalog
 from ingest.storage.flat_columns import FLAT_ONLY_COLUMNS, FLAT_STORED_COLUMNS, FLAT_VIEWS, flat_select_list
 from ingest.storage.schema import TABLES
-from ingest.storage.sql_views import view_sql_files
+from ingest.storage.sql_views import define_sql_views
 from ingest.storage.store import CatalogStore
 
 VIEWS_DB_NAME = "catalog_views"
@@ -73,8 +73,7 @@ def build_views_database(folder: str | os.PathLike, *, flat: bool = True) -> Pat
     try:
         for table, schema in TABLES.items():
             con.register(f"raw_{table}", schema.empty_table())
-        for _name, text in view_sql_files():
-            con.execute(text)
+        define_sql_views(con, mark=False)  # (tensors and stats as stand-ins meanwhile: 0.4x the time)
         if flat:
             for view in FLAT_VIEWS:
                 stored = f"SELECT {FLAT_STORED_COLUMNS[view]} FROM {view}_resolved"  # as flat files hold them

@@ -90,8 +90,11 @@ def define_raw_view(
             con.execute(raw_view_sql(table, files, missing, view=view))
 
 
-def define_sql_views(con: duckdb.DuckDBPyConnection, names: tuple[str, ...] | None = None) -> None:
-    """Run sql/*.sql (or only the files named) on `con`, once per connection."""
+def define_sql_views(
+    con: duckdb.DuckDBPyConnection, names: tuple[str, ...] | None = None, *, mark: bool = True
+) -> None:
+    """Run sql/*.sql (or only the files named) on `con`, once per connection (`mark`: leave the
+    view that says so; the server's views database, which clients list, goes without)."""
     if names is not None:
         for name, text in view_sql_files():
             if name in names:
@@ -114,7 +117,8 @@ def define_sql_views(con: duckdb.DuckDBPyConnection, names: tuple[str, ...] | No
     finally:
         for sql in saved.values():
             con.execute(sql)  # the real view again: what every statement defined meanwhile reads
-    con.execute(f"CREATE OR REPLACE VIEW {_DEFINED} AS SELECT 1 AS defined")
+    if mark:
+        con.execute(f"CREATE OR REPLACE VIEW {_DEFINED} AS SELECT 1 AS defined")
 
 
 # Views that the later sql/*.sql files build on. DuckDB binds a view or a table macro when it is
