@@ -104,10 +104,11 @@ def _bad_tree(root: Path) -> Path:
     return dump
 
 
-@pytest.mark.parametrize("workers", [1, 3])  # one process; the ingesting one and two helpers
-def test_batching_and_helpers_do_not_change_the_catalog(tmp_path, monkeypatch, workers):
-    """Small batches and groups (so that leaves are split across batches and a batch spans
-    leaves) on 1 and 3 processes give exactly the catalog of the file-by-file path."""
+@pytest.fixture(scope="module")
+def file_by_file(tmp_path_factory) -> tuple[Path, tuple]:
+    """The bad tree and the content of its catalog made by the file-by-file path (the reference of
+    both parameters below: made once)."""
+    tmp_path = tmp_path_factory.mktemp("file_by_file")
     dump = _bad_tree(tmp_path)
     reference = Catalog.open(tmp_path / "ref", create=True)
 
@@ -130,7 +131,7 @@ def test_batching_and_helpers_do_not_change_the_catalog(tmp_path, monkeypatch, w
     engine = npy_reader.LeafEngine
     process_leaf, ingest_leaf = engine._process_leaf, engine.ingest_leaf
 
-    def file_by_file(self, leaf, *, scanned):
+    def one_file_at_a_time(self, leaf, *, scanned):
         modes.append(scanned)
         return process_leaf(self, leaf, scanned=scanned)
 
@@ -141,15 +142,22 @@ def test_batching_and_helpers_do_not_change_the_catalog(tmp_path, monkeypatch, w
         finally:
             self.sink = sink
 
-    with monkeypatch.context() as reference_only:  # the leaf engine, for the reference ingest only
-        reference_only.setattr(engine, "_process_leaf", file_by_file)
+    with pytest.MonkeyPatch.context() as reference_only:  # the leaf engine, for the reference only
+        reference_only.setattr(engine, "_process_leaf", one_file_at_a_time)
         reference_only.setattr(engine, "ingest_leaf", with_live_rules)
         reference.ingest(dump, run="r")
     assert modes and not any(modes), "the reference must be the file-by-file path"
     expected = _content(reference)
     assert sum(1 for r in expected[2] if r["stage"] == "npy_header") == 3
     assert sum(1 for r in expected[2] if r["stage"] == "name") == 3
+    return dump, expected
 
+
+@pytest.mark.parametrize("workers", [1, 3])  # one process; the ingesting one and two helpers
+def test_batching_and_helpers_do_not_change_the_catalog(tmp_path, monkeypatch, workers, file_by_file):
+    """Small batches and groups (so that leaves are split across batches and a batch spans
+    leaves) on 1 and 3 processes give exactly the catalog of the file-by-file path."""
+    dump, expected = file_by_file
     monkeypatch.setattr(npy_reader, "_SCAN_BATCH_FILES", 50)
     monkeypatch.setattr(npy_reader, "_SCAN_GROUP_FILES", 700)
     monkeypatch.setattr(helper_pool, "_CALLER_COMPUTES", False)
