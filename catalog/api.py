@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from catalog.report import ReportSummary
     from ingest.pipeline import IngestSummary
     from ingest.readers.base import Detection
-from catalog.views import DUCKDB_CONFIG, query_text, use_views
+from catalog.views import DUCKDB_CONFIG, VIEWS_ALIAS, query_text, use_views
 from ingest.storage.store import CatalogError, CatalogStore
 
 __all__ = ["Catalog", "CatalogError", "QueryRefused", "TensorNotFoundError"]
@@ -74,8 +74,7 @@ class Catalog:
         self._flat_index: list[str] | None = None
         self._flat_files: dict[str, list[str]] | None = None
         self._views_token: tuple | None = None
-        self._views_db = "memory"  # the database each cursor uses (catalog.views.use_views)
-        self._views_file: str | None = None  # the views database file attached, if any
+        self._views_in_memory = False  # the views are defined in memory, not attached (use_views)
         # (shard, run) -> dump root: each writer's shard of a run has its own root
         self._roots: dict[tuple[str, str], str] | None = None
         self._shard_of: dict[str, str] = {}
@@ -137,9 +136,9 @@ class Catalog:
         with self._lock:
             self._sync()
             if self._views_token != self._token:
-                self._views_db, self._views_file = use_views(
+                self._views_in_memory = use_views(
                     self._con, self.path, self._files, self._flat_files, self._full_schema,
-                    previous=self._views_file,
+                    follow=self._views_token is not None, in_memory=self._views_in_memory,
                 )  # fmt: skip
                 self._views_token = self._token
 
@@ -154,7 +153,7 @@ class Catalog:
         """A DuckDB cursor over the current views (also after later refreshes); use one per thread."""
         self.refresh()
         cur = self._con.cursor()
-        cur.execute(f"USE {self._views_db}")
+        cur.execute(f"USE {VIEWS_ALIAS}")
         return cur
 
     def sql(self, query: str, params: list | tuple | dict | None = None) -> pa.Table:
