@@ -692,10 +692,11 @@ def param_count(query: str) -> int:
     return max((int(m) for m in re.findall(r"\$(\d{1,5})", query)), default=0)
 
 
-def main() -> None:
-    config = json.loads(sys.argv[1])
-    data = socket.socket(fileno=int(config["data_fd"]))
-    control = socket.socket(fileno=int(config["control_fd"]))
+def run(data_fd: int, control_fd: int, config: dict) -> None:
+    """Start on the server's two sockets, say READY (or why not), then serve until the server
+    closes the data socket. Started as a program (`main`) or forked by `worker_launcher`."""
+    data = socket.socket(fileno=data_fd)
+    control = socket.socket(fileno=control_fd)
     started = time.monotonic()
     try:
         worker = Worker(data, control, config)
@@ -712,6 +713,11 @@ def main() -> None:
     data.sendall(json_frame(READY, {"pid": os.getpid(), "address_space": cap,
                                     "seconds": round(time.monotonic() - started, 3)}))  # fmt: skip
     worker.serve()
+
+
+def main() -> None:
+    config = json.loads(sys.argv[1])
+    run(int(config["data_fd"]), int(config["control_fd"]), config)
 
 
 if __name__ == "__main__":

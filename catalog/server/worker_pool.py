@@ -26,6 +26,7 @@ import json
 import logging
 import math
 import os
+import select
 import signal
 import socket
 import struct
@@ -75,7 +76,7 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
 class WorkerProcess:
     """One statement worker as the server sees it."""
 
-    def __init__(self, proc: subprocess.Popen, reader, writer, control: socket.socket, info: dict) -> None:
+    def __init__(self, proc: ForkedProcess, reader, writer, control: socket.socket, info: dict) -> None:
         self.proc = proc
         self.reader: asyncio.StreamReader = reader
         self.writer: asyncio.StreamWriter = writer
@@ -93,6 +94,10 @@ class WorkerProcess:
         self.alive = False
         with contextlib.suppress(ProcessLookupError, OSError):
             self.proc.kill()
+        if self.proc.pidfd is not None:
+            with contextlib.suppress(RuntimeError):  # no loop: nothing watches it
+                asyncio.get_running_loop().remove_reader(self.proc.pidfd)
+            self.proc.close()
         with contextlib.suppress(Exception):
             self.writer.close()
         with contextlib.suppress(OSError):
@@ -103,10 +108,159 @@ class WorkerProcess:
         code = self.proc.poll()
         if code is None:
             return "stopped answering"
+        if self.proc.lost:
+            return "ended after its launcher"
         if code < 0:
             with contextlib.suppress(ValueError):
                 return f"was ended by {signal.Signals(-code).name}"
         return f"exited with status {code}"
+
+
+class ForkedProcess:
+    """A statement worker forked by the launcher, with the part of `subprocess.Popen` the pool
+    uses. Its exit status comes from the launcher (its parent) as a notice; a pidfd tells that it
+    ended even when the launcher is gone, and signals it without the risk of a reused pid."""
+
+    def __init__(self, pid: int, launcher: Launcher) -> None:
+        self.pid = pid
+        self._launcher = launcher
+        self.lost = False  # it ended after its launcher, so its exit status is unknown
+        try:
+            self.pidfd: int | None = os.pidfd_open(pid)
+        except (AttributeError, OSError):  # no pidfds (not Linux 5.3+), or ended and reaped already
+            self.pidfd = None
+
+    def _ended(self) -> bool:
+        if self.pidfd is None:
+            return not _exists(self.pid)
+        return bool(select.select([self.pidfd], [], [], 0)[0])
+
+    def poll(self) -> int | None:
+        status = self._launcher.statuses.get(self.pid)
+        if status is None and not self._launcher.alive and self._ended():
+            self.lost = True
+            return -signal.SIGKILL
+        return status
+
+    def kill(self) -> None:
+        if self.pidfd is not None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        elif self.poll() is None:  # once reaped, the pid may be another process's
+            os.kill(self.pid, signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("statement worker", timeout or 0)
+            time.sleep(0.02)
+        return code
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Launcher:
+    """The server's side of `catalog.server.worker_launcher`: the process that forks workers."""
+
+    def __init__(self, proc: subprocess.Popen, requests: socket.socket) -> None:
+        self.proc = proc
+        self.requests = requests
+        self.statuses: dict[int, int] = {}  # pid -> exit status of each worker that ended
+        self._started: dict[int, asyncio.Future] = {}
+        self._numbers = itertools.count(1)
+        self._reading: asyncio.Task | None = None
+        self._notices: asyncio.StreamWriter | None = None
+        self.alive = True
+
+    @classmethod
+    async def start(cls) -> Launcher:
+        requests, requests_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        notices, notices_child = socket.socketpair()
+        env = {**os.environ, "MALLOC_ARENA_MAX": "2", "OPENBLAS_NUM_THREADS": "1"}
+        env["PYTHONPATH"] = _import_path()
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "catalog.server.worker_launcher",
+                 str(requests_child.fileno()), str(notices_child.fileno())],
+                pass_fds=(requests_child.fileno(), notices_child.fileno()),
+                stdin=subprocess.DEVNULL,
+                env=env,
+            )  # fmt: skip
+        except OSError as exc:
+            requests.close()
+            notices.close()
+            raise WorkerStartError(f"the statement workers' launcher did not start: {exc}") from exc
+        finally:
+            requests_child.close()
+            notices_child.close()
+        launcher = cls(proc, requests)
+        reader, launcher._notices = await asyncio.open_connection(sock=notices)  # kept: its end closes
+        launcher._reading = asyncio.get_running_loop().create_task(launcher._read(reader))
+        return launcher
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while line := await reader.readline():
+                notice = json.loads(line)
+                if "exited" in notice:
+                    self.statuses[notice["exited"]] = notice["status"]
+                elif (started := self._started.pop(notice.get("started"), None)) and not started.done():
+                    started.set_result(notice["pid"])
+        except (ConnectionError, ValueError) as exc:
+            log.warning("the statement workers' launcher sent a bad notice: %r", exc)
+        finally:
+            self.alive = False
+            self.requests.close()
+            if self._notices is not None:
+                self._notices.close()
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            await asyncio.get_running_loop().run_in_executor(None, self.proc.wait)
+            for started in self._started.values():
+                if not started.done():
+                    started.set_exception(WorkerStartError("the statement workers' launcher ended"))
+            self._started.clear()
+
+    async def spawn(self, config: dict, data: socket.socket, control: socket.socket) -> ForkedProcess:
+        """Fork a worker serving on `data` and `control` (the launcher gets copies of both)."""
+        number = next(self._numbers)
+        started = asyncio.get_running_loop().create_future()
+        self._started[number] = started
+        try:
+            socket.send_fds(
+                self.requests, [json.dumps({"n": number, "config": config}).encode()],
+                [data.fileno(), control.fileno()],
+            )  # fmt: skip
+        except OSError as exc:
+            self._started.pop(number, None)
+            raise WorkerStartError(f"the statement workers' launcher is gone: {exc}") from exc
+        try:
+            pid = await asyncio.wait_for(started, START_SECONDS)
+        except TimeoutError as exc:
+            raise WorkerStartError("the statement workers' launcher did not answer") from exc
+        return ForkedProcess(pid, self)
+
+    async def close(self) -> None:
+        """End the launcher (the workers it forked were killed by then)."""
+        with contextlib.suppress(OSError):
+            self.requests.shutdown(socket.SHUT_RDWR)
+        if self._reading is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._reading), 5)
 
 
 @dataclass(eq=False)
@@ -138,6 +292,8 @@ class WorkerPool:
         self._jobs = itertools.count(1)
         self._seq = itertools.count()
         self._tasks: set[asyncio.Task] = set()
+        self._launcher: Launcher | None = None
+        self._launching = asyncio.Lock()
         self.closed = False
 
     async def start(self) -> None:
@@ -166,15 +322,15 @@ class WorkerPool:
     async def _spawn(self) -> WorkerProcess:
         data, data_child = socket.socketpair()
         control, control_child = socket.socketpair()
-        config = {**self.config, "data_fd": data_child.fileno(), "control_fd": control_child.fileno()}
-        env = {**os.environ, "MALLOC_ARENA_MAX": "2", "PYTHONPATH": _import_path()}
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "catalog.server.statement_worker", json.dumps(config)],
-                pass_fds=(data_child.fileno(), control_child.fileno()),
-                stdin=subprocess.DEVNULL,
-                env=env,
-            )
+            async with self._launching:
+                if self._launcher is None or not self._launcher.alive:
+                    self._launcher = await Launcher.start()
+            proc = await self._launcher.spawn(self.config, data_child, control_child)
+        except WorkerStartError:
+            data.close()
+            control.close()
+            raise
         finally:
             data_child.close()
             control_child.close()
@@ -185,12 +341,33 @@ class WorkerPool:
             kind, payload = await asyncio.wait_for(read_frame(reader), START_SECONDS)
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError) as exc:
             proc.kill()
+            writer.close()
+            control.close()
             raise WorkerStartError(f"a statement worker did not start: {exc!r}") from exc
         info = json.loads(payload)
         if kind != READY:
             proc.kill()
+            writer.close()
+            control.close()
             raise WorkerStartError(info.get("message", "a statement worker did not start"))
-        return WorkerProcess(proc, reader, writer, control, info)
+        worker = WorkerProcess(proc, reader, writer, control, info)
+        if proc.pidfd is not None:
+            asyncio.get_running_loop().add_reader(proc.pidfd, self._ended, worker)
+        return worker
+
+    def _ended(self, worker: WorkerProcess) -> None:
+        """A worker's process ended (its pidfd is readable). An idle one, or the spare, is replaced
+        now rather than when a request would find it dead; a busy one's job sees the end itself."""
+        asyncio.get_running_loop().remove_reader(worker.proc.pidfd)
+        if not worker.alive or self.closed:
+            return
+        if worker is self.spare:
+            self.spare = None
+            worker.kill()
+            self._replace()
+        elif worker in self._idle:
+            self._idle.remove(worker)
+            self.discard(worker)
 
     # -- who runs next ---------------------------------------------------------------------------
 
@@ -308,7 +485,7 @@ class WorkerPool:
 
         The spare is what keeps the reserve a guarantee: a probe that does not stop when
         interrupted (DuckDB folds constants while planning, and planning cannot be interrupted) is
-        killed, and a worker takes a second or more to start."""
+        killed, and a worker takes a few tenths of a second to start (more under load)."""
         worker.kill()
         self._all.discard(worker)
         if self.closed:
@@ -318,6 +495,11 @@ class WorkerPool:
             self._enlist(spare)
         elif spare is not None:
             spare.kill()
+
+        self._replace()
+
+    def _replace(self) -> None:
+        """Start a worker in the background; it goes into service, or becomes the spare."""
 
         async def replace() -> None:
             while not self.closed:
@@ -367,6 +549,8 @@ class WorkerPool:
             with contextlib.suppress(Exception):
                 await asyncio.get_running_loop().run_in_executor(None, w.proc.wait, 5)
         self._all.clear()
+        if self._launcher is not None:
+            await self._launcher.close()
 
 
 class Job:

@@ -52,12 +52,14 @@ def serve(server):
 
 
 def settled(srv: ServeProcess, workers: int = 4 + 1, quiet: float = 2.0) -> None:
-    """Wait until the server has its workers and its spare, unchanged for `quiet` seconds."""
+    """Wait until the server has its workers and its spare, unchanged for `quiet` seconds (the
+    workers are the children of the server's one child, the launcher that forks them)."""
     main = psutil.Process(srv.proc.pid)
     deadline = time.monotonic() + 120
     seen, since = None, time.monotonic()
     while time.monotonic() < deadline:
-        pids = {p.pid for p in main.children() if p.status() != psutil.STATUS_ZOMBIE}
+        forked = [w for launcher in main.children() for w in launcher.children()]
+        pids = {w.pid for w in forked if w.status() != psutil.STATUS_ZOMBIE}
         if pids != seen:
             seen, since = pids, time.monotonic()
         elif len(pids) == workers and time.monotonic() - since >= quiet:
