@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from catalog.api import Catalog  # noqa: E402
-from catalog.server.server import Server, build_views_database, private_folder  # noqa: E402
+from catalog.server.sandbox import build_views_database, private_folder  # noqa: E402
+from catalog.server.server import Server  # noqa: E402
 from catalog.server.statement_worker import HEADER, READY  # noqa: E402
 from catalog.server.worker_pool import _import_path  # noqa: E402
 

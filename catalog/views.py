@@ -73,7 +73,7 @@ _KEEP_SECONDS = 600  # older views databases of earlier snapshots are removed wh
 
 
 @functools.cache
-def _definitions_digest() -> str:
+def definitions_digest() -> str:
     """What the view definitions depend on besides the files: DuckDB's version (its file format and
     binder), sql/*.sql, and the Python that writes the SQL of the raw and flat views."""
     from ingest.storage import flat_columns, schema, sql_views
@@ -106,7 +106,7 @@ def views_key(
         except OSError:
             identities.append(None)
     listing = json.dumps(
-        [_definitions_digest(), sorted(table_files.items()), flat_files, sorted(full_schema), identities],
+        [definitions_digest(), sorted(table_files.items()), flat_files, sorted(full_schema), identities],
         sort_keys=True,
     )
     return hashlib.sha256(listing.encode()).hexdigest()[:32]

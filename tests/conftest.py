@@ -38,6 +38,15 @@ SLOWEST_FILES = {
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config.option, "loadscopereorder"):  # pytest-xdist's --no-loadscope-reorder
         config.option.loadscopereorder = False
+    # Servers keep the views database they build in a cache folder (catalog/server/sandbox.py
+    # `cache_folder`): the tests' is a temporary folder of this run (xdist's workers inherit it
+    # from the controller), never the user's ~/.cache.
+    if "DUMPCAT_CACHE_DIR" not in os.environ:
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="dumpcat-test-cache-")
+        os.environ["DUMPCAT_CACHE_DIR"] = folder
+        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

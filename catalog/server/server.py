@@ -50,7 +50,7 @@ from catalog.server.memory import (
     return_memory,
     text_bytes,
 )
-from catalog.server.sandbox import build_views_database, private_folder
+from catalog.server.sandbox import private_folder, views_database
 from catalog.server.statement_worker import (
     COPYOUT,
     DATA,
@@ -220,7 +220,7 @@ class Server:
         self._folder = private_folder()
         # A catalog from before flat files gets them from its first writer: the watcher, or here.
         flat = watch is not None or self.store.upgrade()
-        views_db = build_views_database(self._folder, flat=flat)
+        views_db = views_database(self._folder, flat=flat)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         threads = self.limits.threads or max(1, cores // self.limits.max_concurrent)
         self.worker_config = {
