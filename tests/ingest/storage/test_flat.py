@@ -147,8 +147,11 @@ SMALL_BATCH_ROOTS = [
 
 
 # One-row batches of ge_stats are a commit per csv file: its 72 files were 72 commits (~50 s, most of
-# the `small` case). One step of one rank (18 files, 18 commits) still merges by tier and re-resolves
-# many times; the whole tree is in `all` (one shot) and in `small-dictionaries` (24 commits of 5 rows).
+# the `small` case). One step of one rank (18 files, 18 commits; 9 commits of 3 rows with
+# dictionaries) still merges and re-resolves many times; the whole tree is in `all` (one shot).
+# (A MindSpore npy or Ascend raw tree is one batch whatever `batch_rows`, a batch per leaf group:
+# control_flow in one-row batches was the very ingest of `all`; it stays in `small-dictionaries`,
+# where its pending rows are dictionary-encoded. nan_log_rank, as cheap, gives `small` its tensors.)
 GE_STATS_ONE_STEP = DATA / "ge" / "ge_stats" / "worldsize2_global_rank0"
 
 
@@ -165,8 +168,8 @@ def _one_step_of_ge_stats(folder: Path) -> Path:
     # (dictionaries: batches of a few rows still merge many files; one-row batches are the small case)
     [
         (200_000, ROOTS, False),
-        (1, [*SMALL_BATCH_ROOTS[:-1], GE_STATS_ONE_STEP], False),
-        (5, SMALL_BATCH_ROOTS, True),
+        (1, [*SMALL_BATCH_ROOTS[1:3], GE_STATS_ONE_STEP], False),
+        (3, [*SMALL_BATCH_ROOTS[:-1], GE_STATS_ONE_STEP], True),
     ],
     ids=["all", "small", "small-dictionaries"],
 )
@@ -208,7 +211,8 @@ def test_every_committed_dump_flat_equals_query_time(tmp_path, monkeypatch, batc
             "SELECT count(*) FILTER (name_match = 'exact') AS e, count(*) AS n FROM tensors "
             "WHERE run LIKE 'ms210-%'"
         ).to_pylist()[0]
-        assert exact["e"] > 0.5 * exact["n"]
+        ms210 = any(r.is_relative_to(DATA / "ms210") for r in roots)
+        assert (exact["n"] > 0) == ms210 and (exact["e"] > 0.5 * exact["n"] or not ms210)
         if batch_rows < 1000:
             assert len(snap["batches"]) > 12 and snap.get("retired"), "no merge or re-resolution happened"
         assert ("op_name" in held) == dictionaries
