@@ -165,9 +165,11 @@ def test_batching_and_helpers_do_not_change_the_catalog(tmp_path, monkeypatch, w
     summary = cat.ingest(dump, run="r", workers=workers)
     assert summary.errors == 6
     assert _content(cat) == expected
-    # A directory over the giant-leaf bound goes file by file, flushing as it goes.
+    # A directory over the giant-leaf bound goes file by file, flushing as it goes (batches of 200
+    # rows end inside leaves of 80-81 files; each commit costs ~0.5 s of resolving, and 100-row
+    # batches, 29 commits, proved nothing more).
     monkeypatch.setattr(npy_reader, "_GIANT_LEAF_FILES", 60)
-    summary = pipeline.ingest_dump(tmp_path / f"giant{workers}", dump, "r", workers=workers, batch_rows=100)
+    summary = pipeline.ingest_dump(tmp_path / f"giant{workers}", dump, "r", workers=workers, batch_rows=200)
     assert summary.errors == 6 and summary.batches > 12
     assert _content(Catalog.open(tmp_path / f"giant{workers}")) == expected
 
@@ -386,19 +388,20 @@ def test_one_shot_ingest_judges_irregular_files_from_a_new_listing(copy_dump, tm
 
 
 @pytest.mark.parametrize("smallest", [1, 81])
-def test_pending_rows_held_dictionary_encoded_give_the_same_catalog(tmp_path, monkeypatch, smallest):
+def test_pending_rows_held_dictionary_encoded_give_the_same_catalog(
+    tmp_path, monkeypatch, smallest, file_by_file
+):
     """Big pending chunks hold their repetitive text columns dictionary-encoded (a full batch's
     rows take ~27% less memory); chunks of both kinds in one batch (`smallest` 81: the leaves
     with broken files, 80 rows, stay plain) are joined without decoding, and the written catalog
-    is exactly the one of plain pending rows, its raw files in their schema."""
+    is exactly the one of plain pending rows (the file-by-file reference, which plain pending rows
+    of any batching give: test_batching_and_helpers_do_not_change_the_catalog), its raw files in
+    their schema."""
     import pyarrow.parquet as pq
 
     from ingest.storage.schema import TABLES
 
-    dump = _bad_tree(tmp_path)
-    monkeypatch.setattr(pipeline, "_DICTIONARY_MIN_ROWS", 10**12)
-    pipeline.ingest_dump(tmp_path / "ref", dump, "r", workers=1, batch_rows=400)
-    expected = _content(Catalog.open(tmp_path / "ref"))
+    dump, expected = file_by_file
 
     encoded, mixed = [], []
     batch_tables, concat = pipeline.Ingester._batch_tables, pipeline.concat_pending
