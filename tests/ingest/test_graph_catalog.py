@@ -182,10 +182,23 @@ def _dumpcat(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+def _dumpcat_here(*args: str) -> subprocess.CompletedProcess:
+    """The same command run in this process by click's runner (its output and exit code as a
+    subprocess gives them): the start-up of `python -m catalog.cli` is `_dumpcat`'s."""
+    from click.testing import CliRunner
+
+    from catalog.cli.commands import main
+
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+
+
 def test_cli_where_and_anomalies(tmp_path):
+    """`dumpcat ingest` as a command, then `where` and `anomalies` on its catalog (in this process:
+    each command's start-up was a second of the test, and proved nothing about them)."""
     cat = tmp_path / "cat"
     assert _dumpcat("ingest", dump_of("nan_log"), "--catalog", cat, "--run", "nan").returncode == 0
-    by_line = _dumpcat("where", cat, "--line", "train.py:16", "--format", "json")
+    by_line = _dumpcat_here("where", cat, "--line", "train.py:16", "--format", "json")
     assert by_line.returncode == 0
     import json
 
@@ -194,13 +207,13 @@ def test_cli_where_and_anomalies(tmp_path):
     assert "Default/network-WithLossCell/_backbone-Net/Log-op0" in ops
     log0 = next(r for r in rows if r["op_name"].endswith("/Log-op0") and r["iteration"] == 0)
     assert log0["tensors"] == ["output.0", "input.0"] and len(log0["row_ids"]) == 2
-    by_code = _dumpcat("where", cat, "--code", "x = self.log(x)", "--format", "json")
+    by_code = _dumpcat_here("where", cat, "--code", "x = self.log(x)", "--format", "json")
     assert [json.loads(x) for x in by_code.stdout.splitlines()] == rows
-    table = _dumpcat("anomalies", cat).stdout
+    table = _dumpcat_here("anomalies", cat).stdout
     assert "Log-op0" in table and "train.py:16" in table and "x = self.log(x)" in table
-    bad = _dumpcat("where", cat, "--line", "train.py")
+    bad = _dumpcat_here("where", cat, "--line", "train.py")
     assert bad.returncode == 1 and "FILE:LINE" in bad.stderr
-    none = _dumpcat("where", cat, "--line", "train.py:999")
+    none = _dumpcat_here("where", cat, "--line", "train.py:999")
     assert none.returncode == 0 and "no operator was created by that line" in none.stderr
 
 
