@@ -17,10 +17,25 @@ MAPPING = (
 
 
 @pytest.fixture(scope="module")
-def nan_cat(tmp_path_factory):
-    cat = Catalog.open(tmp_path_factory.mktemp("g") / "cat", create=True)
-    cat.ingest(dump_of("nan_log"), run="nan_log")
-    return cat
+def scenario_cat(tmp_path_factory):
+    """`scenario_cat(scenario)`: an open catalog of the committed dump as it is (run "r"), made
+    once per scenario for the module (the tests below only read it)."""
+    made: dict[str, Catalog] = {}
+
+    def of(scenario: str) -> Catalog:
+        if scenario not in made:
+            made[scenario] = Catalog.open(tmp_path_factory.mktemp(scenario) / "cat", create=True)
+            made[scenario].ingest(dump_of(scenario), run="r")
+        return made[scenario]
+
+    yield of
+    for cat in made.values():
+        cat.close()
+
+
+@pytest.fixture
+def nan_cat(scenario_cat):
+    return scenario_cat("nan_log")
 
 
 def test_first_anomaly_is_the_log_line(nan_cat):
@@ -74,12 +89,11 @@ def test_edges_and_frames(nan_cat):
 
 
 @pytest.mark.parametrize("scenario", ["simple", "multigraph", "nan_log", "long_names", "iter_filter"])
-def test_every_forward_operator_has_a_user_line(tmp_path, scenario):
+def test_every_forward_operator_has_a_user_line(scenario_cat, scenario):
     """Forward kernels of the user's network (`Default/network-...` outside the built-in loss)
     all map to the user's script; built-in loss and optimizer kernels are created inside
     MindSpore and have framework frames only."""
-    cat = Catalog.open(tmp_path / "cat", create=True)
-    cat.ingest(dump_of(scenario))
+    cat = scenario_cat(scenario)
     missing = cat.sql(
         "SELECT op_name FROM ops WHERE op_name LIKE 'Default/network-%' AND op_name NOT LIKE '%/_loss_fn-%' "
         "AND source_line IS NULL"
@@ -94,13 +108,11 @@ def test_every_forward_operator_has_a_user_line(tmp_path, scenario):
 
 
 @pytest.mark.parametrize("scenario", ["simple", "multigraph", "nan_log"])
-def test_pb_and_ir_give_the_same_mapping(tmp_path, copy_dump, scenario):
-    with_pb = copy_dump(scenario, "with_pb")
+def test_pb_and_ir_give_the_same_mapping(tmp_path, copy_dump, scenario, scenario_cat):
     ir_only = copy_dump(scenario, "ir_only")
     for pb in (ir_only / "rank_0/graphs").glob("*.pb"):
         pb.unlink()
-    a = Catalog.open(tmp_path / "a", create=True)
-    a.ingest(with_pb, run="r")
+    a = scenario_cat(scenario)  # the dump as committed, with its .pb files
     b = Catalog.open(tmp_path / "b", create=True)
     b.ingest(ir_only, run="r")
     assert set(a.sql("SELECT DISTINCT source FROM ir_nodes").column(0).to_pylist()) == {"pb"}
@@ -170,10 +182,23 @@ def _dumpcat(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+def _dumpcat_here(*args: str) -> subprocess.CompletedProcess:
+    """The same command run in this process by click's runner (its output and exit code as a
+    subprocess gives them): the start-up of `python -m catalog.cli` is `_dumpcat`'s."""
+    from click.testing import CliRunner
+
+    from catalog.cli.commands import main
+
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+
+
 def test_cli_where_and_anomalies(tmp_path):
+    """`dumpcat ingest` as a command, then `where` and `anomalies` on its catalog (in this process:
+    each command's start-up was a second of the test, and proved nothing about them)."""
     cat = tmp_path / "cat"
     assert _dumpcat("ingest", dump_of("nan_log"), "--catalog", cat, "--run", "nan").returncode == 0
-    by_line = _dumpcat("where", cat, "--line", "train.py:16", "--format", "json")
+    by_line = _dumpcat_here("where", cat, "--line", "train.py:16", "--format", "json")
     assert by_line.returncode == 0
     import json
 
@@ -182,13 +207,13 @@ def test_cli_where_and_anomalies(tmp_path):
     assert "Default/network-WithLossCell/_backbone-Net/Log-op0" in ops
     log0 = next(r for r in rows if r["op_name"].endswith("/Log-op0") and r["iteration"] == 0)
     assert log0["tensors"] == ["output.0", "input.0"] and len(log0["row_ids"]) == 2
-    by_code = _dumpcat("where", cat, "--code", "x = self.log(x)", "--format", "json")
+    by_code = _dumpcat_here("where", cat, "--code", "x = self.log(x)", "--format", "json")
     assert [json.loads(x) for x in by_code.stdout.splitlines()] == rows
-    table = _dumpcat("anomalies", cat).stdout
+    table = _dumpcat_here("anomalies", cat).stdout
     assert "Log-op0" in table and "train.py:16" in table and "x = self.log(x)" in table
-    bad = _dumpcat("where", cat, "--line", "train.py")
+    bad = _dumpcat_here("where", cat, "--line", "train.py")
     assert bad.returncode == 1 and "FILE:LINE" in bad.stderr
-    none = _dumpcat("where", cat, "--line", "train.py:999")
+    none = _dumpcat_here("where", cat, "--line", "train.py:999")
     assert none.returncode == 0 and "no operator was created by that line" in none.stderr
 
 

@@ -63,6 +63,28 @@ def _ingest(tree: Path, cat_dir: Path, **options) -> tuple[Catalog, object]:
     return cat, cat.ingest(tree, run="r", **options)
 
 
+@pytest.fixture(scope="module")
+def clean_catalog(tmp_path_factory: pytest.TempPathFactory):
+    """`clean_catalog(src, drop)`: an open catalog (run "r") of a clean copy of `src` less the files
+    `drop`, made once per tree for the module: the reference of every case that alters that tree."""
+    made: dict[tuple[Path, tuple[str, ...]], Catalog] = {}
+
+    def of(src: Path, drop: tuple[str, ...] = ()) -> Catalog:
+        if (src, drop) not in made:
+            folder = tmp_path_factory.mktemp("clean")
+            clean = _tree(src, folder / "dump")
+            for name in drop:
+                (clean / name).unlink()
+            cat = Catalog.open(folder / "cat", create=True)
+            cat.ingest(clean, run="r")
+            made[src, drop] = cat
+        return made[src, drop]
+
+    yield of
+    for cat in made.values():
+        cat.close()
+
+
 def _cap_row(errors: list[dict], rel: str, kind: str) -> dict:
     """The one error row of `rel`, which must name the cap of `kind` and how to raise it."""
     rows = [e for e in errors if e["path"] == rel]
@@ -99,15 +121,11 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_an_oversize_metadata_file_is_one_error_row_and_the_rest_is_cataloged(case, tmp_path):
+def test_an_oversize_metadata_file_is_one_error_row_and_the_rest_is_cataloged(case, tmp_path, clean_catalog):
     scenario, rel, kind, stage, changed = CASES[case]
-    clean = _tree(dump_of(scenario), tmp_path / "clean")
-    drop = ["rank_0/graphs/ms_output_trace_code_graph_0.pb"] if case == "graph ir" else []
-    for name in drop:
-        (clean / name).unlink()
-    with Catalog.open(tmp_path / "clean.cat", create=True) as cat:
-        cat.ingest(clean, run="r")
-        want, clean_errors = _counts(cat), _errors(cat)
+    drop = ("rank_0/graphs/ms_output_trace_code_graph_0.pb",) if case == "graph ir" else ()
+    cat = clean_catalog(dump_of(scenario), drop)
+    want, clean_errors = _counts(cat), _errors(cat)
     tree = _tree(dump_of(scenario), tmp_path / "dump")
     for name in drop:
         (tree / name).unlink()
@@ -166,13 +184,11 @@ MSPROBE_CASES = {
 
 
 @pytest.mark.parametrize("case", list(MSPROBE_CASES))
-def test_oversize_msprobe_json_files(case, tmp_path):
+def test_oversize_msprobe_json_files(case, tmp_path, clean_catalog):
     rel, kind, stage, only = MSPROBE_CASES[case]
-    clean = _tree(MSPROBE, tmp_path / "clean")
-    with Catalog.open(tmp_path / "clean.cat", create=True) as cat:
-        cat.ingest(clean, run="r")
-        want = _counts(cat)
-        assert only is None or cat.sql(only).column(0)[0].as_py() > 0
+    cat = clean_catalog(MSPROBE)
+    want = _counts(cat)
+    assert only is None or cat.sql(only).column(0)[0].as_py() > 0
     tree = _tree(MSPROBE, tmp_path / "dump")
     _oversize(tree / rel, DEFAULT_CAPS.of(kind) + 1)
     cat, _ = _ingest(tree, tmp_path / "cat")
@@ -315,17 +331,14 @@ def test_statistic_csv_rows_with_100_kb_op_names_are_error_rows(tmp_path):
 # -- msprobe dump.json: streamed, and one huge entry is skipped -------------------------------------
 
 
-def test_dump_json_is_streamed_and_an_entry_over_the_cap_is_one_problem(tmp_path, monkeypatch):
+def test_dump_json_is_streamed_and_an_entry_over_the_cap_is_one_problem(tmp_path, monkeypatch, clean_catalog):
     """A dump.json is read in pieces (here 4 KiB, so the real file takes many); an entry over the
     json cap (lowered to 2 KiB) is one error row naming it and the cap, and every other entry is
     cataloged as from the clean file."""
     from ingest.formats.msprobe import dump_json as msprobe_json
 
+    want = _stats(clean_catalog(MSPROBE))  # (read whole: the module's clean catalog)
     monkeypatch.setattr(msprobe_json, "_STREAM_BYTES", 4096)
-    clean = _tree(MSPROBE, tmp_path / "clean")
-    with Catalog.open(tmp_path / "clean.cat", create=True) as cat:
-        cat.ingest(clean, run="r")
-        want = _stats(cat)
     tree = _tree(MSPROBE, tmp_path / "dump")
     path = tree / "step1/rank0/dump.json"
     text = path.read_text()

@@ -147,8 +147,11 @@ SMALL_BATCH_ROOTS = [
 
 
 # One-row batches of ge_stats are a commit per csv file: its 72 files were 72 commits (~50 s, most of
-# the `small` case). One step of one rank (18 files, 18 commits) still merges by tier and re-resolves
-# many times; the whole tree is in `all` (one shot) and in `small-dictionaries` (24 commits of 5 rows).
+# the `small` case). One step of one rank (18 files, 18 commits; 9 commits of 3 rows with
+# dictionaries) still merges and re-resolves many times; the whole tree is in `all` (one shot).
+# (A MindSpore npy or Ascend raw tree is one batch whatever `batch_rows`, a batch per leaf group:
+# control_flow in one-row batches was the very ingest of `all`; it stays in `small-dictionaries`,
+# where its pending rows are dictionary-encoded. nan_log_rank, as cheap, gives `small` its tensors.)
 GE_STATS_ONE_STEP = DATA / "ge" / "ge_stats" / "worldsize2_global_rank0"
 
 
@@ -165,8 +168,8 @@ def _one_step_of_ge_stats(folder: Path) -> Path:
     # (dictionaries: batches of a few rows still merge many files; one-row batches are the small case)
     [
         (200_000, ROOTS, False),
-        (1, [*SMALL_BATCH_ROOTS[:-1], GE_STATS_ONE_STEP], False),
-        (5, SMALL_BATCH_ROOTS, True),
+        (1, [*SMALL_BATCH_ROOTS[1:3], GE_STATS_ONE_STEP], False),
+        (3, [*SMALL_BATCH_ROOTS[:-1], GE_STATS_ONE_STEP], True),
     ],
     ids=["all", "small", "small-dictionaries"],
 )
@@ -208,7 +211,8 @@ def test_every_committed_dump_flat_equals_query_time(tmp_path, monkeypatch, batc
             "SELECT count(*) FILTER (name_match = 'exact') AS e, count(*) AS n FROM tensors "
             "WHERE run LIKE 'ms210-%'"
         ).to_pylist()[0]
-        assert exact["e"] > 0.5 * exact["n"]
+        ms210 = any(r.is_relative_to(DATA / "ms210") for r in roots)
+        assert (exact["n"] > 0) == ms210 and (exact["e"] > 0.5 * exact["n"] or not ms210)
         if batch_rows < 1000:
             assert len(snap["batches"]) > 12 and snap.get("retired"), "no merge or re-resolution happened"
         assert ("op_name" in held) == dictionaries
@@ -430,11 +434,12 @@ def test_one_shot_ingest_writes_interim_files_then_one_file_in_duckdbs_row_group
     import synth
 
     root = tmp_path / "tree"
-    synth.generate(root, 10_000, ranks=1, iterations=2, statistic_csv=False, workers=1)
+    # (5,000 tensors: batches of more than one part; 10,000 proved nothing more)
+    synth.generate(root, 5_000, ranks=1, iterations=2, statistic_csv=False, workers=1)
     # sort parts, and so interim row groups, of DuckDB's smallest: one vector of 2,048 rows
     monkeypatch.setattr(flat, "rows_per_part", lambda row_bytes, limit: 2048)
     path = tmp_path / "cat"
-    with _walked_one_shot(root, path, batch_rows=4000) as store:
+    with _walked_one_shot(root, path, batch_rows=2_000) as store:
         walked = store.snapshot()["flat"]
         assert all(e.get("interim") for es in walked.values() for e in es)
         assert max(e["rows"] for e in walked["tensors"]) > 2048
@@ -446,7 +451,7 @@ def test_one_shot_ingest_writes_interim_files_then_one_file_in_duckdbs_row_group
         _assert_flat_exact(cat)
     for view in flat.FLAT_SOURCES:
         (entry,) = done[view]
-        assert "interim" not in entry and _row_groups(path, entry) == [10_000]  # one (< 122,880)
+        assert "interim" not in entry and _row_groups(path, entry) == [5_000]  # one (< 122,880)
 
 
 @pytest.mark.parametrize("fanin", [32, 4])
@@ -570,22 +575,32 @@ def test_a_one_shot_ingest_gives_back_its_writer_duckdb_after_each_batch(tmp_pat
         _assert_flat_exact(cat)
 
 
-def _served_tensors(path: Path) -> list[dict]:
-    """`tensors` as the server's engine (its own views database) gives it, by row id."""
-    from catalog.server.sandbox import ContainedEngine, build_views_database, private_folder
+@contextlib.contextmanager
+def _server_views() -> Iterator[Path]:
+    """A views database as the server builds it (in a private folder, removed after)."""
+    from catalog.server.sandbox import build_views_database, private_folder
 
     folder = private_folder()
     try:
-        engine = ContainedEngine(path, build_views_database(folder))
-        try:
-            return engine.cursor(1).sql("SELECT * FROM tensors ORDER BY row_id").to_arrow_table().to_pylist()
-        finally:
-            engine.close()
+        yield build_views_database(folder)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_flat_tensors_store_file_name_and_path_only_where_rel_path_does_not_give_them(tmp_path, copy_dump):
+def _served_tensors(path: Path, views: Path) -> list[dict]:
+    """`tensors` as the server's engine (its own views database) gives it, by row id."""
+    from catalog.server.sandbox import ContainedEngine
+
+    engine = ContainedEngine(path, views)
+    try:
+        return engine.cursor(1).sql("SELECT * FROM tensors ORDER BY row_id").to_arrow_table().to_pylist()
+    finally:
+        engine.close()
+
+
+def test_flat_tensors_store_file_name_and_path_only_where_rel_path_does_not_give_them(
+    tmp_path, nan_log_catalog
+):
     """`file_name` is stored NULL where it is the last part of `rel_path`, and `path` where it is
     the dump root (stored once per row in `dump_root`, which the views do not show), '/' and
     `rel_path` (a narrower row for the writer's DuckDB to hold); DuckDB's views and the server's
@@ -595,34 +610,35 @@ def test_flat_tensors_store_file_name_and_path_only_where_rel_path_does_not_give
     from ingest.storage.flat_columns import FILE_NAME_OF_REL_PATH, FLAT_STORED_COLUMNS, flat_select_list
 
     path = tmp_path / "cat"
-    dump = copy_dump("nan_log")
-    ingest_dump(path, dump, run="r", workers=1)
-    with Catalog.open(path) as cat:
-        entry = cat.store.snapshot()["flat"]["tensors"][0]
-        data = cat.store.root / entry["path"] / flat.DATA_FILE
-        stored = pq.read_table(data, columns=["file_name", "path", "dump_root"])
-        assert stored.column("file_name").null_count == stored.num_rows == entry["rows"] == 180
-        assert stored.column("path").null_count == 180
-        assert set(stored.column("dump_root").to_pylist()) == {str(dump.resolve())}
-        names = cat.sql("SELECT file_name, rel_path, path FROM tensors ORDER BY row_id").to_pylist()
-        assert all(r["file_name"] and r["rel_path"].endswith("/" + r["file_name"]) for r in names)
-        assert all(r["path"] == f"{dump.resolve()}/{r['rel_path']}" for r in names)
-        assert "dump_root" not in cat.sql("SELECT * FROM tensors LIMIT 0").column_names
-        _assert_flat_exact(cat)
-        expected = cat.sql("SELECT * FROM tensors_resolved ORDER BY row_id").to_pylist()
-        # the server's engine reads the flat files through its own view
-        assert _served_tensors(path) == expected
-        # a flat file as written before: every name and path stored, no dump_root
-        cur = cat.cursor()  # (Catalog.sql refuses COPY)
-        cur.execute(f"COPY (SELECT * FROM tensors ORDER BY row_id) TO '{data}.full' (FORMAT parquet)")
-        cur.close()
-        Path(f"{data}.full").replace(data)
-        old = pq.read_table(data)
-        assert old.column("file_name").null_count == old.column("path").null_count == 0
-        assert "dump_root" not in old.column_names
-    with Catalog.open(path) as cat:
-        assert cat.sql("SELECT * FROM tensors ORDER BY row_id").to_pylist() == expected
-    assert _served_tensors(path) == expected
+    dump = DATA / "ms210" / "nan_log" / "dump"  # (the module's one-shot ingest of it, copied: changed below)
+    shutil.copytree(nan_log_catalog, path)
+    with _server_views() as views:
+        with Catalog.open(path) as cat:
+            entry = cat.store.snapshot()["flat"]["tensors"][0]
+            data = cat.store.root / entry["path"] / flat.DATA_FILE
+            stored = pq.read_table(data, columns=["file_name", "path", "dump_root"])
+            assert stored.column("file_name").null_count == stored.num_rows == entry["rows"] == 180
+            assert stored.column("path").null_count == 180
+            assert set(stored.column("dump_root").to_pylist()) == {str(dump.resolve())}
+            names = cat.sql("SELECT file_name, rel_path, path FROM tensors ORDER BY row_id").to_pylist()
+            assert all(r["file_name"] and r["rel_path"].endswith("/" + r["file_name"]) for r in names)
+            assert all(r["path"] == f"{dump.resolve()}/{r['rel_path']}" for r in names)
+            assert "dump_root" not in cat.sql("SELECT * FROM tensors LIMIT 0").column_names
+            _assert_flat_exact(cat)
+            expected = cat.sql("SELECT * FROM tensors_resolved ORDER BY row_id").to_pylist()
+            # the server's engine reads the flat files through its own view
+            assert _served_tensors(path, views) == expected
+            # a flat file as written before: every name and path stored, no dump_root
+            cur = cat.cursor()  # (Catalog.sql refuses COPY)
+            cur.execute(f"COPY (SELECT * FROM tensors ORDER BY row_id) TO '{data}.full' (FORMAT parquet)")
+            cur.close()
+            Path(f"{data}.full").replace(data)
+            old = pq.read_table(data)
+            assert old.column("file_name").null_count == old.column("path").null_count == 0
+            assert "dump_root" not in old.column_names
+        with Catalog.open(path) as cat:
+            assert cat.sql("SELECT * FROM tensors ORDER BY row_id").to_pylist() == expected
+        assert _served_tensors(path, views) == expected
     # names and paths that the rules do not give are stored as they are
     import duckdb
 

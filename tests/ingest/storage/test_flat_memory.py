@@ -107,16 +107,17 @@ def test_row_groups_are_duckdbs_whatever_the_width(wide):
 
 
 # The retry test's own catalog: the same wide rows, fewer of them. What it proves is the retry
-# (16 MiB is too little for the resolution joins of rows this wide: 2 x 10^4 run out at 16 and
-# 32 MiB, as 10^5 do) and that the files are the same; at 10^5 rows the writer then spent
-# ~70 s resolving them in 64 MiB parts, which proved nothing more.
-RETRY_ROWS, RETRY_STEP_ROWS = 20_000, 500  # 4 ranks of 10 iterations, a commit each
+# (16 MiB is too little for the resolution joins of rows this wide: 8 x 10^3 run out at 16 and
+# 32 MiB, as 2 x 10^4 and 10^5 do) and that the files are the same; at 10^5 rows the writer then
+# spent ~70 s resolving them in 64 MiB parts, and 2 x 10^4 took twice the time of 8 x 10^3, which
+# proved nothing more.
+RETRY_ROWS, RETRY_STEP_ROWS = 8_000, 200  # 4 ranks of 10 iterations, a commit each
 
 
 def test_a_statement_that_runs_out_of_memory_is_retried_with_a_doubled_cap(tmp_path, caplog):
     """The same raw batches given flat files by a writer capped at 16 MiB (too little for the
     resolution joins): it says so, doubles its cap until they fit, and writes the same files as
-    the writer under the module's 128 MiB cap (2 x 10^4 wide rows: see RETRY_ROWS)."""
+    the writer under the module's 128 MiB cap (8 x 10^3 wide rows: see RETRY_ROWS)."""
     path = tmp_path / "cat"
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(flat, "_MEMORY_LIMIT", CAP)

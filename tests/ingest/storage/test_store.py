@@ -15,7 +15,7 @@ from tests.conftest import as_written_before_flat_files, dump_of
 from tests.ingest.test_incremental import _content
 
 # Compaction merges at least MIN_BATCHES consecutive small batches and at most 4 x MIN_BATCHES.
-# 2 (the watcher's default is 16) with 10 batches still leaves batches past a full group, at ~2 s
+# 2 (the watcher's default is 16) with 9 batches still leaves a batch past a full group, at ~2 s
 # an ingest: 19 ingests (min_batches=4) were most of this test's time and proved nothing more.
 MIN_BATCHES = 2
 
@@ -25,7 +25,7 @@ def test_compaction_keeps_content_and_readers_see_no_change(tmp_path, copy_dump)
 
     dump = copy_dump("nan_log", "simple")
     cat_dir = tmp_path / "cat"
-    for rank in range(1, 4 * MIN_BATCHES + 2):  # ranks arriving one by one: one small batch per ingest
+    for rank in range(1, 4 * MIN_BATCHES + 1):  # ranks arriving one by one: one small batch per ingest
         ingest_dump(cat_dir, dump)
         shutil.copytree(dump / "rank_0", dump / f"rank_{rank}")
     ingest_dump(cat_dir, dump)
