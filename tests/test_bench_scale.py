@@ -175,10 +175,16 @@ def test_a_catalog_path_with_quotes(tmp_path):
     reason="Spark needs Java",
 )
 @pytest.mark.parametrize("generated", [True], indirect=True, ids=["tensor_files"])
-def test_spark_gives_the_same_answers(generated, tmp_path):
+def test_spark_gives_the_same_answers(generated, tmp_path, monkeypatch):
     """Every query the benchmark times gives the generator's answers in Spark local mode too
-    (time_spark checks each; once, on the catalog with tensor files: Spark starts in ~10 s)."""
+    (time_spark checks each; once, on the catalog with tensor files: Spark starts in ~10 s). Its
+    JVM compiles as the Spark tests' do (tests/catalog/spark/conftest.py); Spark's settings are the
+    benchmark's."""
     pytest.importorskip("pyspark")
+    from tests.catalog.spark.conftest import lean_jvm_env
+
+    for key, value in lean_jvm_env().items():
+        monkeypatch.setenv(key, value)
     path, summary = generated
     assert summary.tensor_files
     spark = bench_scale.spark_session(tmp_path, "1g", shuffle_partitions=2)

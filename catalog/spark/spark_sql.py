@@ -210,7 +210,7 @@ def _substitute(body: exp.Expression, values: dict[str, exp.Expression]) -> exp.
             )
         return node
 
-    return body.copy().transform(replace)
+    return body.copy().transform(replace, copy=False)
 
 
 def _call_args(node: exp.Expression) -> tuple[list[exp.Expression], dict[str, exp.Expression]]:
@@ -245,7 +245,7 @@ def _expand(tree: exp.Expression, macros: dict[str, Macro]) -> exp.Expression:
 
     for _ in range(32):
         inlined = 0
-        tree = tree.transform(inline)
+        tree = tree.transform(inline, copy=False)  # the caller's own copy: no copy per round
         if not inlined:
             return tree
     raise RecursionError("macros nest deeper than 32 levels")
@@ -422,10 +422,14 @@ _FIXUPS = (
 
 
 def _to_spark(tree: exp.Expression) -> str:
+    # One copy of the source tree, changed in place from then on (sqlglot copies the whole tree
+    # for each transform and for the generator by default: most of the translation's time).
     tree = _expand(tree.copy(), _sources().macros)
     for fix in _FIXUPS:
-        tree = tree.transform(fix)
-    return tree.sql(dialect=_TARGET, identify=True, comments=False, unsupported_level=ErrorLevel.RAISE)
+        tree = tree.transform(fix, copy=False)
+    return tree.sql(
+        dialect=_TARGET, identify=True, comments=False, unsupported_level=ErrorLevel.RAISE, copy=False
+    )
 
 
 @functools.cache
@@ -548,29 +552,71 @@ def _read_flat(spark: SparkSession, files: list[str]) -> DataFrame:
     return frame
 
 
-def register_views(spark: SparkSession, catalog_path: str | Path) -> list[str]:
+@functools.cache
+def _reads() -> dict[str, frozenset[str]]:
+    """Each view's (and default-callable macro's) name -> the names its query reads (raw tables,
+    views), its macros expanded."""
+    queries = [*_sources().views]
+    queries += [
+        (name, exp.select("*").from_(exp.Table(this=exp.Anonymous(this=name))))
+        for name in _default_callable()
+    ]
+    return {
+        name: frozenset(t.name.lower() for t in _expand(query.copy(), _sources().macros).find_all(exp.Table))
+        for name, query in queries
+    }
+
+
+def _closure(views: list[str], flat: set[str]) -> set[str]:
+    """`views` and every view and raw table they read, directly or through other views (a view
+    read from flat files reads nothing else)."""
+    reads = _reads()
+    unknown = [v for v in views if v not in reads and v.removeprefix("raw_") not in TABLES]
+    if unknown:
+        raise KeyError(f"no dumpcat view {', '.join(unknown)}")
+    wanted: set[str] = set()
+    todo = list(views)
+    while todo:
+        name = todo.pop()
+        if name not in wanted:
+            wanted.add(name)
+            if name not in flat:
+                todo += [r for r in reads.get(name, ()) if r in reads or r.removeprefix("raw_") in TABLES]
+    return wanted
+
+
+def register_views(
+    spark: SparkSession, catalog_path: str | Path, views: list[str] | None = None
+) -> list[str]:
     """Register every dumpcat view of the catalog at `catalog_path` as a temporary view of `spark`
     (raw tables, the views of sql/*.sql, and the table macros that run with their defaults);
-    returns their names in the order they were defined. Call it again to see later commits."""
+    returns their names in the order they were defined. Call it again to see later commits.
+    `views` (names): only those and what they read (each view takes Spark a moment to analyse)."""
     store = CatalogStore(catalog_path)
     snap = store.union_snapshot()  # the default shard and every writer's (docs/scale-out.md)
     table_files = store.table_files(snap)
     flat_files = store.flat_files(snap)
+    flat = {name for name in FLAT_VIEWS if flat_files is not None and flat_files.get(name)}
+    wanted = None if views is None else _closure(views, flat)
     # by value (a lambda), so that executors need not have dumpcat installed
     spark.udf.register(FORMAT_G, lambda v: None if v is None else format(v, "g"), "string")
     names: list[str] = []
     for table in TABLES:
-        _read_raw(spark, table, table_files.get(table, [])).createOrReplaceTempView(f"raw_{table}")
-        names.append(f"raw_{table}")
+        if wanted is None or f"raw_{table}" in wanted:
+            _read_raw(spark, table, table_files.get(table, [])).createOrReplaceTempView(f"raw_{table}")
+            names.append(f"raw_{table}")
     for name, _query in _sources().views:
-        if name in FLAT_VIEWS and flat_files is not None and flat_files.get(name):
+        if wanted is not None and name not in wanted:
+            continue
+        if name in flat:
             _read_flat(spark, flat_files[name]).createOrReplaceTempView(name)
         else:
             _define(spark, name, spark_sql)
         names.append(name)
     for name in _default_callable():
-        _define(spark, name, _default_macro_sql)
-        names.append(name)
+        if wanted is None or name in wanted:
+            _define(spark, name, _default_macro_sql)
+            names.append(name)
     return names
 
 

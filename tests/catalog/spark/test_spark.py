@@ -343,10 +343,14 @@ def test_catalog_written_before_flat_files_reads_at_query_time(spark, registered
         file = store.table_files()[table][0]
         pq.write_table(pq.read_table(file).drop_columns([column]), file)
     session = spark.newSession()  # its own temporary views
-    names = dspark.register_views(session, path)
+    read = ("raw_tensors", "raw_rank_meta", "rank_metadata", "tensors", "stats", "first_anomaly")
+    names = dspark.register_views(session, path, views=list(read))  # and what they read
+    assert set(read) < set(names) < set(registered)
+    with pytest.raises(KeyError, match="no dumpcat view nope"):
+        dspark.register_views(session, path, views=["stats", "nope"])
     with Catalog.open(path) as cat:
         assert cat.store.flat_files() is None
-        for view in ("raw_tensors", "raw_rank_meta", "rank_metadata", "tensors", "stats", "first_anomaly"):
+        for view in read:
             assert view in names
             duck = _duckdb_rows(cat, f"SELECT * FROM {view}")
             spark_rows = _spark_rows(session.table(view))
@@ -379,10 +383,11 @@ def test_a_damaged_shard_is_left_out_with_a_warning(spark, tmp_path):
     snap = path / shard_path("sharded", "host1") / "snapshot.json"
     snap.write_text(snap.read_text()[:200])
     session = spark.newSession()
+    read = ("tensors", "stats", "first_anomaly", "runs", "raw_tensors")
     with pytest.warns(CatalogWarning, match="shard writer=host1 of run 'sharded' is left out"):
-        dspark.register_views(session, path)
+        dspark.register_views(session, path, views=list(read))  # and what they read
     with pytest.warns(CatalogWarning), Catalog.open(path) as cat:
-        for view in ("tensors", "stats", "first_anomaly", "runs", "raw_tensors"):
+        for view in read:
             duck = _duckdb_rows(cat, f"SELECT * FROM {view}")
             assert duck[1], view
             _assert_same(view, duck, _spark_rows(session.table(view)))
