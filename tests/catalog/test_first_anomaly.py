@@ -132,19 +132,45 @@ def _without(tmp_path: Path, scenario: str, *parts: str) -> Path:
 COLUMNS = "row_id, op_name, source_file, source_line, source_code, name_match"
 
 
-@pytest.mark.parametrize("scenario", ["nan_log", "long_names", "kernels_filter", "multigraph", "simple"])
-def test_graph_ir_resolves_names_when_there_is_no_execution_order(tmp_path, scenario):
+IR_SCENARIOS = ["nan_log", "long_names", "kernels_filter", "multigraph", "simple"]
+
+
+@pytest.fixture(scope="module")
+def ir_catalogs(tmp_path_factory) -> tuple[Catalog, Catalog, list[str]]:
+    """(full, bare, scenarios): `bare` holds every committed real MindSpore dump (ms210 and the
+    samples) with its execution_order/ removed, one run per scenario; `full` holds IR_SCENARIOS as
+    committed, under the same run names (a row id is a hash of run and file, so equal rows have equal
+    ids in both). The tests only read them."""
+    tmp = tmp_path_factory.mktemp("ir")
+    scenarios = [p.name for p in sorted(MS210.iterdir()) if (p / "dump").is_dir()]
+    scenarios += [p.name for p in sorted(SAMPLES.iterdir())]
+    assert set(IR_SCENARIOS) <= set(scenarios)
+    bare = Catalog.open(tmp / "bare.cat", create=True)
+    for scenario in scenarios:
+        bare.ingest(_without(tmp, scenario, "execution_order"), run=scenario)
+    full = Catalog.open(tmp / "full.cat", create=True)
+    for scenario in IR_SCENARIOS:
+        full.ingest(dump_of(scenario), run=scenario)
+    return full, bare, scenarios
+
+
+@pytest.mark.parametrize("scenario", IR_SCENARIOS)
+def test_graph_ir_resolves_names_when_there_is_no_execution_order(ir_catalogs, scenario):
     """Without execution_order/ the IR resolves every operator the execution order did: the same
     op_name, source line and match kind for every statistic; only exec_index is unknown."""
-    full = _catalog(tmp_path, dump_of(scenario), "x")
-    bare = _catalog(tmp_path / "bare", _without(tmp_path, scenario, "execution_order"), "x")
-    query = f"SELECT {COLUMNS} FROM stats ORDER BY row_id"
-    want = full.sql(query).to_pylist()
-    got = bare.sql(query).to_pylist()
-    assert got == want
+    full, bare, _ = ir_catalogs
+    query = f"SELECT {COLUMNS} FROM stats WHERE run = $run ORDER BY row_id"
+    want = full.sql(query, {"run": scenario}).to_pylist()
+    got = bare.sql(query, {"run": scenario}).to_pylist()
+    assert want and got == want
     assert sum(r["name_match"] != "unresolved" for r in got) > 0
-    assert bare.sql("SELECT count(*) FROM stats WHERE exec_index IS NOT NULL").column(0)[0].as_py() == 0
-    assert bare.sql("SELECT count(*) FROM ops").column(0)[0].as_py() == 0
+    count = "SELECT count(*) FROM {} WHERE run = $run{}"
+    assert (
+        bare.sql(count.format("stats", " AND exec_index IS NOT NULL"), {"run": scenario}).column(0)[0].as_py()
+        == 0
+    )
+    assert bare.sql(count.format("ops", ""), {"run": scenario}).column(0)[0].as_py() == 0
+    assert full.sql(count.format("ops", ""), {"run": scenario}).column(0)[0].as_py() > 0
 
 
 def test_first_anomaly_without_execution_order(tmp_path):
@@ -205,14 +231,11 @@ def test_inputs_answer_when_no_output_was_dumped(tmp_path):
     assert rows[0]["op_name"] == first[0].as_py()
 
 
-def test_sql_sanitising_of_ir_names_matches_python(tmp_path):
+def test_sql_sanitising_of_ir_names_matches_python(ir_catalogs):
     """ir_ops builds the file-name forms in SQL; on every real graph IR committed here they equal
     the forms ingest.formats.mindspore.npy_name gives the execution order."""
-    cat = Catalog.open(tmp_path / "cat", create=True)
-    scenarios = [p.name for p in sorted(MS210.iterdir()) if (p / "dump").is_dir()]
-    scenarios += [p.name for p in sorted(SAMPLES.iterdir())]
-    for scenario in scenarios:
-        cat.ingest(_without(tmp_path, scenario, "execution_order"), run=scenario)
+    _, cat, scenarios = ir_catalogs
+    assert cat.sql("SELECT count(DISTINCT run) FROM runs").column(0)[0].as_py() == len(scenarios)
     rows = cat.sql("SELECT full_name, sanitized_name, short_name, base_name FROM ir_ops").to_pylist()
     assert len({r["full_name"] for r in rows}) > 100
     for row in rows:
