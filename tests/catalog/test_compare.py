@@ -16,6 +16,7 @@ import pytest
 
 from catalog import Catalog
 from catalog.compare import CompareError
+from tests.catalog.cli.in_process import dumpcat_in_process
 from tests.conftest import DATA
 
 MS = DATA / "ms210" / "compare"
@@ -225,10 +226,7 @@ def test_cli_compare_prints_the_first_divergence(tmp_path, cat):
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "compared 'cast' with 'base': 0 new pairs" in out.stderr
-    bad = subprocess.run(
-        [sys.executable, "-m", "catalog.cli", "compare", str(cat.path), "cast", "nope"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    bad = dumpcat_in_process("compare", cat.path, "cast", "nope")  # the command's code, in this process
     assert bad.returncode == 1 and "not in the catalog" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -289,5 +287,5 @@ def test_cli_compare_says_where_runs_differ_below_the_tolerances(tmp_path):
         f"the first in execution order: {first['op_name']} output 0 (rank 0, iteration {first['iteration']})"
     )
     assert f"{where}, max_abs_err 0.00018" in said, said
-    same = subprocess.run([*run, "c", "a"], capture_output=True, text=True, timeout=120)
+    same = dumpcat_in_process("compare", tmp_path / "cat", "c", "a")  # the command's code, in this process
     assert "compared outputs are identical)" in same.stderr, same.stderr
