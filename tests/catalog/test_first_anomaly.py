@@ -138,11 +138,11 @@ IR_SCENARIOS = ["nan_log", "long_names", "kernels_filter", "multigraph", "simple
 
 
 @pytest.fixture(scope="module")
-def ir_catalogs(tmp_path_factory) -> tuple[Catalog, Catalog, list[str]]:
-    """(full, bare, scenarios): `bare` holds every committed real MindSpore dump (ms210 and the
-    samples) with its execution_order/ removed, one run per scenario; `full` holds IR_SCENARIOS as
-    committed, under the same run names (a row id is a hash of run and file, so equal rows have equal
-    ids in both). The tests only read them."""
+def ir_catalogs(tmp_path_factory) -> tuple[Catalog, Catalog, list[str], Path]:
+    """(full, bare, scenarios, folder): `bare` holds every committed real MindSpore dump (ms210 and
+    the samples) with its execution_order/ removed (folder/<scenario>), one run per scenario; `full`
+    holds IR_SCENARIOS as committed, under the same run names (a row id is a hash of run and file, so
+    equal rows have equal ids in both). The tests only read them."""
     tmp = tmp_path_factory.mktemp("ir")
     scenarios = [p.name for p in sorted(MS210.iterdir()) if (p / "dump").is_dir()]
     scenarios += [p.name for p in sorted(SAMPLES.iterdir())]
@@ -153,14 +153,14 @@ def ir_catalogs(tmp_path_factory) -> tuple[Catalog, Catalog, list[str]]:
     full = Catalog.open(tmp / "full.cat", create=True)
     for scenario in IR_SCENARIOS:
         full.ingest(dump_of(scenario), run=scenario)
-    return full, bare, scenarios
+    return full, bare, scenarios, tmp
 
 
 @pytest.mark.parametrize("scenario", IR_SCENARIOS)
 def test_graph_ir_resolves_names_when_there_is_no_execution_order(ir_catalogs, scenario):
     """Without execution_order/ the IR resolves every operator the execution order did: the same
     op_name, source line and match kind for every statistic; only exec_index is unknown."""
-    full, bare, _ = ir_catalogs
+    full, bare, _, _ = ir_catalogs
     query = f"SELECT {COLUMNS} FROM stats WHERE run = $run ORDER BY row_id"
     want = full.sql(query, {"run": scenario}).to_pylist()
     got = bare.sql(query, {"run": scenario}).to_pylist()
@@ -175,11 +175,11 @@ def test_graph_ir_resolves_names_when_there_is_no_execution_order(ir_catalogs, s
     assert full.sql(count.format("ops", ""), {"run": scenario}).column(0)[0].as_py() > 0
 
 
-def test_first_anomaly_without_execution_order(tmp_path):
-    cat = _catalog(tmp_path, _without(tmp_path, "nan_log", "execution_order"), "noeo")
+def test_first_anomaly_without_execution_order(ir_catalogs):
+    _, cat, _, _ = ir_catalogs  # nan_log without execution_order/, run 'nan_log'
     rows = cat.sql(
         "SELECT iteration, op_name, exec_index, source_line, source_code, input_ops FROM first_anomaly "
-        "ORDER BY iteration"
+        "WHERE run = 'nan_log' ORDER BY iteration"
     ).to_pylist()
     assert rows == [
         {
@@ -236,7 +236,7 @@ def test_inputs_answer_when_no_output_was_dumped(tmp_path):
 def test_sql_sanitising_of_ir_names_matches_python(ir_catalogs):
     """ir_ops builds the file-name forms in SQL; on every real graph IR committed here they equal
     the forms ingest.formats.mindspore.npy_name gives the execution order."""
-    _, cat, scenarios = ir_catalogs
+    _, cat, scenarios, _ = ir_catalogs
     assert cat.sql("SELECT count(DISTINCT run) FROM runs").column(0)[0].as_py() == len(scenarios)
     rows = cat.sql("SELECT full_name, sanitized_name, short_name, base_name FROM ir_ops").to_pylist()
     assert len({r["full_name"] for r in rows}) > 100
@@ -265,13 +265,19 @@ def _first_nan_output_by_numpy(iteration_dir_glob: list[Path]) -> Path:
 
 
 @pytest.mark.parametrize("without", [(), ("execution_order",)])
-def test_control_flow_step_answer_is_the_sqrt(tmp_path, without):
+def test_control_flow_step_answer_is_the_sqrt(tmp_path, ir_catalogs, without):
     """MindSpore 2.10 compiles the control-flow net into many kernel graphs; the NaN made by
     `ops.Sqrt` at iteration 0 spreads to outputs in many of them. One row per step, and it is the
-    sqrt — with or without the execution order."""
-    dump = _without(tmp_path, "control_flow", *without)
-    cat = _catalog(tmp_path, dump, "cf")
-    rows = cat.sql("SELECT * FROM first_anomaly ORDER BY iteration").to_pylist()
+    sqrt — with or without the execution order (the module's catalog of dumps without it)."""
+    if without:
+        _, cat, _, folder = ir_catalogs
+        dump, run = folder / "control_flow", "control_flow"
+    else:
+        dump, run = dump_of("control_flow"), "cf"
+        cat = _catalog(tmp_path, dump, run)
+    rows = cat.sql(
+        "SELECT * FROM first_anomaly WHERE run = $run ORDER BY iteration", {"run": run}
+    ).to_pylist()
     assert [(r["rank"], r["iteration"]) for r in rows] == [(0, 0), (0, 1)]
     first = rows[0]
     assert (first["op_name"], first["io"], first["slot"]) == (SQRT_OP, "output", 0)
@@ -279,6 +285,8 @@ def test_control_flow_step_answer_is_the_sqrt(tmp_path, without):
     assert first["source_code"] == "x = self.sqrt(x)"
     expected = _first_nan_output_by_numpy(sorted(dump.glob("rank_0/Net/*/0/*.npy")))
     assert cat.locate(first["row_id"])[0] == expected.resolve()
-    per_graph = cat.sql("SELECT graph_id FROM first_anomaly_by_graph WHERE iteration = 0").column(0)
+    per_graph = cat.sql(
+        "SELECT graph_id FROM first_anomaly_by_graph WHERE run = $run AND iteration = 0", {"run": run}
+    ).column(0)
     assert len(per_graph) > 5 and first["anomalous_graphs"] == len(per_graph)
     assert first["graph_id"] in per_graph.to_pylist()
