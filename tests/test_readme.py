@@ -2,7 +2,8 @@
 the clone's tests/data at the same relative path, the README's set-up ingest runs, then every
 `dumpcat` command of the page that works on a catalog made from the committed dumps, in the order of
 the page: each `$ dumpcat ...` example's output is compared line by line, and each command without a
-`$` must succeed. A `…` in a shown line stands for any text (a machine's path)."""
+`$` must succeed. A `…` in a shown line stands for any text (a machine's path). The *HTML report*
+section's printed lines, and the error line docs/report.md quotes, are checked the same way."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from tests.catalog.cli.in_process import dumpcat_in_process
 from tests.conftest import REPO
 
 ROOT = REPO
@@ -105,16 +107,40 @@ def test_readme_examples_print_what_the_readme_shows(tmp_path):
     # The set-up command's own answer is among the examples shown.
     last = setup.rsplit("&&", 1)[1].strip()
     assert last in [c.text for c in examples], last
+    # The first command of each kind runs as a real process (`python -m catalog.cli`, as the user's
+    # `dumpcat`); later ones of a kind that only reads a catalog run the same command code in this
+    # process (tests/catalog/cli/in_process.py). Commands that write a catalog always run for real.
+    seen: set[str] = set()
+    reports: list[str] = []  # what each `dumpcat report` printed
     for command in found:
         args = shlex.split(command.text)[1:]
-        proc = subprocess.run([*CLI, *args], cwd=tmp_path, capture_output=True, text=True)
+        if args[0] in seen and args[0] not in ("ingest", "compare"):
+            proc = dumpcat_in_process(*args, cwd=tmp_path)
+        else:
+            proc = subprocess.run([*CLI, *args], cwd=tmp_path, capture_output=True, text=True)
+        seen.add(args[0])
         assert proc.returncode == 0, (command.text, proc.stderr)
+        if args[0] == "report":
+            reports += proc.stdout.splitlines()
         if command.expected is None:
             continue
         printed = [ln.rstrip() for ln in proc.stdout.splitlines()]
         assert len(printed) == len(command.expected), (command.text, printed)
         for shown_line, printed_line in zip(command.expected, printed, strict=True):
             assert matches(shown_line, printed_line), (command.text, shown_line, printed_line)
+    # *The HTML report*: each `dumpcat report` printed the line the README shows (but for the
+    # seconds), and the error line docs/report.md quotes is the one printed.
+    shown_reports = [ln[4:] for ln in lines if re.match(r"    wrote scratch/\S+\.html ", ln)]
+    assert shown_reports and any(c.text.startswith("dumpcat report ") for c in found), shown_reports
+    seconds = re.compile(r" in \d+\.\d\d s$")
+    assert [seconds.sub(" in S s", ln) for ln in reports] == [
+        seconds.sub(" in S s", ln) for ln in shown_reports
+    ]
+    doc = (ROOT / "docs" / "report.md").read_text(encoding="utf-8")
+    quoted = re.search(r"\(`(dumpcat: error: run 'nope' [^`]+)`", doc).group(1)
+    proc = dumpcat_in_process("report", "scratch/demo.cat", "--run", "nope", "--out", "scratch/nope.html",
+                              cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 1 and proc.stderr == quoted + "\n", proc.stderr
     # Every file the examples wrote is in the scratch folder the page names (git ignores it).
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scratch", "tests"]
     assert "scratch/" in (ROOT / ".gitignore").read_text().splitlines()

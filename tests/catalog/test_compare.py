@@ -16,6 +16,7 @@ import pytest
 
 from catalog import Catalog
 from catalog.compare import CompareError
+from tests.catalog.cli.in_process import dumpcat_in_process
 from tests.conftest import DATA
 
 MS = DATA / "ms210" / "compare"
@@ -119,17 +120,19 @@ def test_killed_compare_resumes_to_the_one_shot_result(tmp_path):
         dump[name] = tmp_path / name
         for r in range(8):
             shutil.copytree(MS / name / "dump" / "rank_0", dump[name] / f"rank_{r}")
-    ref = Catalog.open(tmp_path / "ref", create=True)
-    for name in dump:
-        ref.ingest(dump[name], run=name)
-    ref.compare("cast", "base", workers=1)
-    query = "SELECT * EXCLUDE (compared_at) FROM comparisons ORDER BY row_id NULLS LAST, baseline_row_id"
-    expected = [{k: ("nan" if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
-                for r in _rows(ref, query)]  # fmt: skip
     path = tmp_path / "killed"
     cat = Catalog.open(path, create=True)
     for name in dump:
         cat.ingest(dump[name], run=name)
+    cat.close()
+    # the reference: a copy of the same ingested catalog (a catalog folder is relocatable), compared
+    # in one go
+    shutil.copytree(path, tmp_path / "ref")
+    ref = Catalog.open(tmp_path / "ref")
+    ref.compare("cast", "base", workers=1)
+    query = "SELECT * EXCLUDE (compared_at) FROM comparisons ORDER BY row_id NULLS LAST, baseline_row_id"
+    expected = [{k: ("nan" if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+                for r in _rows(ref, query)]  # fmt: skip
     script = (
         "import sys, os, signal\n"
         "import catalog.compare as c\n"
@@ -223,10 +226,7 @@ def test_cli_compare_prints_the_first_divergence(tmp_path, cat):
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "compared 'cast' with 'base': 0 new pairs" in out.stderr
-    bad = subprocess.run(
-        [sys.executable, "-m", "catalog.cli", "compare", str(cat.path), "cast", "nope"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    bad = dumpcat_in_process("compare", cat.path, "cast", "nope")  # the command's code, in this process
     assert bad.returncode == 1 and "not in the catalog" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -242,17 +242,19 @@ def test_runs_that_agree_do_not_diverge_even_where_both_hold_nan(tmp_path):
     s = cat.compare("b", "a", workers=1)
     assert s.statuses["nan_in_both"] > 0 and set(s.statuses) <= {"ok", "unsupported", "nan_in_both"}
     assert _rows(cat, "SELECT * FROM first_divergence(max_abs := 0)") == []
-    # now the NaN in one run only: the copy's first NaN output gets a finite value
+    # now the NaN in one run only: another copy, whose first NaN output gets a finite value, compared
+    # with the same baseline as run `b2`
     first_nan = "SELECT row_id FROM first_anomaly WHERE run = 'b' ORDER BY iteration LIMIT 1"
     row = _rows(cat, f"SELECT rel_path FROM tensors WHERE run = 'b' AND row_id = ({first_nan})")[0]
-    arr = np.load(copy / row["rel_path"])
-    np.save(copy / row["rel_path"], np.nan_to_num(arr, nan=1.0))
-    cat2 = Catalog.open(tmp_path / "cat2", create=True)
-    cat2.ingest(nan_log, run="a")
-    cat2.ingest(copy, run="b")
-    cat2.compare("b", "a", workers=1)
-    first = _rows(cat2, "SELECT iteration, reason FROM first_divergence() ORDER BY iteration")
+    copy2 = tmp_path / "b2"
+    shutil.copytree(nan_log, copy2)
+    arr = np.load(copy2 / row["rel_path"])
+    np.save(copy2 / row["rel_path"], np.nan_to_num(arr, nan=1.0))
+    cat.ingest(copy2, run="b2")
+    cat.compare("b2", "a", workers=1)
+    first = _rows(cat, "SELECT iteration, reason FROM first_divergence() WHERE run = 'b2' ORDER BY iteration")
     assert first and first[0]["reason"] == "nan_in_baseline"
+    assert _rows(cat, "SELECT * FROM first_divergence() WHERE run = 'b'") == []
 
 
 def test_cli_compare_says_where_runs_differ_below_the_tolerances(tmp_path):
@@ -285,5 +287,5 @@ def test_cli_compare_says_where_runs_differ_below_the_tolerances(tmp_path):
         f"the first in execution order: {first['op_name']} output 0 (rank 0, iteration {first['iteration']})"
     )
     assert f"{where}, max_abs_err 0.00018" in said, said
-    same = subprocess.run([*run, "c", "a"], capture_output=True, text=True, timeout=120)
+    same = dumpcat_in_process("compare", tmp_path / "cat", "c", "a")  # the command's code, in this process
     assert "compared outputs are identical)" in same.stderr, same.stderr

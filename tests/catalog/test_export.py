@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -226,10 +227,9 @@ def test_replaces_atomically_and_leaves_no_temporary_files(cat_path, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cat.duckdb"]
 
 
-def test_views_export_needs_reexport_after_ingest(tmp_path):
-    cat_path = tmp_path / "cat"
-    with Catalog.open(cat_path, create=True) as cat:
-        cat.ingest(dump_of("nan_log"), run="nan_log")
+def test_views_export_needs_reexport_after_ingest(cat_path, tmp_path):
+    cat_path = Path(shutil.copytree(cat_path, tmp_path / "cat"))  # the module's catalog, nan_log
+    with Catalog.open(cat_path) as cat:
         out = tmp_path / "views.duckdb"
         export_duckdb(cat_path, out)
         cat.ingest(dump_of("simple"), run="simple")
@@ -246,10 +246,8 @@ def test_views_export_needs_reexport_after_ingest(tmp_path):
     assert runs() == ["nan_log", "simple"]
 
 
-def test_materialized_export_is_self_contained(tmp_path):
-    cat_path = tmp_path / "cat"
-    with Catalog.open(cat_path, create=True) as cat:
-        cat.ingest(dump_of("nan_log"), run="nan_log")
+def test_materialized_export_is_self_contained(cat_path, tmp_path):
+    cat_path = Path(shutil.copytree(cat_path, tmp_path / "cat"))  # the module's catalog, moved below
     views_out, mat_out = tmp_path / "views.duckdb", tmp_path / "mat.duckdb"
     export_duckdb(cat_path, views_out)
     summary = export_duckdb(cat_path, mat_out, materialize=True)

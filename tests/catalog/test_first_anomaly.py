@@ -14,6 +14,7 @@ import pytest
 
 from catalog import Catalog
 from ingest.formats.mindspore.npy_name import parse_tensor_name, sanitize_v23, short_name, without_op_index
+from tests.catalog.cli.in_process import dumpcat_in_process
 from tests.conftest import MS210, SAMPLES, dump_of
 
 LOG_OP = "Default/network-WithLossCell/_backbone-Net/Log-op0"
@@ -106,12 +107,13 @@ def test_cli_shows_the_step_answer_and_points_to_by_graph(poisoned_multigraph):
     lines = step.stdout.splitlines()
     assert lines[0].startswith("run,rank,iteration,graph_id,op_name,io,slot,nan_count,")
     assert len(lines) == 2 and ",Expand/_Muls/Mul-op0,output,0," in lines[1]
-    table = subprocess.run(cli, capture_output=True, text=True, check=True)
+    # the same command's code in this process, for the other two forms
+    table = dumpcat_in_process(*cli[3:])
+    assert table.returncode == 0, table.stderr
     assert "Expand/_Muls/Mul-op0" in table.stdout and "(1 row)" in table.stdout
     assert "--by-graph" in table.stderr
-    per_graph = subprocess.run(
-        [*cli, "--by-graph", "--format", "csv"], capture_output=True, text=True, check=True
-    )
+    per_graph = dumpcat_in_process(*cli[3:], "--by-graph", "--format", "csv")
+    assert per_graph.returncode == 0, per_graph.stderr
     body = per_graph.stdout.splitlines()[1:]
     assert len(body) >= 2
     assert ",Expand/_Muls/Mul-op0," in body[0]  # steps in order, their graphs in time order
@@ -132,26 +134,52 @@ def _without(tmp_path: Path, scenario: str, *parts: str) -> Path:
 COLUMNS = "row_id, op_name, source_file, source_line, source_code, name_match"
 
 
-@pytest.mark.parametrize("scenario", ["nan_log", "long_names", "kernels_filter", "multigraph", "simple"])
-def test_graph_ir_resolves_names_when_there_is_no_execution_order(tmp_path, scenario):
+IR_SCENARIOS = ["nan_log", "long_names", "kernels_filter", "multigraph", "simple"]
+
+
+@pytest.fixture(scope="module")
+def ir_catalogs(tmp_path_factory) -> tuple[Catalog, Catalog, list[str], Path]:
+    """(full, bare, scenarios, folder): `bare` holds every committed real MindSpore dump (ms210 and
+    the samples) with its execution_order/ removed (folder/<scenario>), one run per scenario; `full`
+    holds IR_SCENARIOS as committed, under the same run names (a row id is a hash of run and file, so
+    equal rows have equal ids in both). The tests only read them."""
+    tmp = tmp_path_factory.mktemp("ir")
+    scenarios = [p.name for p in sorted(MS210.iterdir()) if (p / "dump").is_dir()]
+    scenarios += [p.name for p in sorted(SAMPLES.iterdir())]
+    assert set(IR_SCENARIOS) <= set(scenarios)
+    bare = Catalog.open(tmp / "bare.cat", create=True)
+    for scenario in scenarios:
+        bare.ingest(_without(tmp, scenario, "execution_order"), run=scenario)
+    full = Catalog.open(tmp / "full.cat", create=True)
+    for scenario in IR_SCENARIOS:
+        full.ingest(dump_of(scenario), run=scenario)
+    return full, bare, scenarios, tmp
+
+
+@pytest.mark.parametrize("scenario", IR_SCENARIOS)
+def test_graph_ir_resolves_names_when_there_is_no_execution_order(ir_catalogs, scenario):
     """Without execution_order/ the IR resolves every operator the execution order did: the same
     op_name, source line and match kind for every statistic; only exec_index is unknown."""
-    full = _catalog(tmp_path, dump_of(scenario), "x")
-    bare = _catalog(tmp_path / "bare", _without(tmp_path, scenario, "execution_order"), "x")
-    query = f"SELECT {COLUMNS} FROM stats ORDER BY row_id"
-    want = full.sql(query).to_pylist()
-    got = bare.sql(query).to_pylist()
-    assert got == want
+    full, bare, _, _ = ir_catalogs
+    query = f"SELECT {COLUMNS} FROM stats WHERE run = $run ORDER BY row_id"
+    want = full.sql(query, {"run": scenario}).to_pylist()
+    got = bare.sql(query, {"run": scenario}).to_pylist()
+    assert want and got == want
     assert sum(r["name_match"] != "unresolved" for r in got) > 0
-    assert bare.sql("SELECT count(*) FROM stats WHERE exec_index IS NOT NULL").column(0)[0].as_py() == 0
-    assert bare.sql("SELECT count(*) FROM ops").column(0)[0].as_py() == 0
+    count = "SELECT count(*) FROM {} WHERE run = $run{}"
+    assert (
+        bare.sql(count.format("stats", " AND exec_index IS NOT NULL"), {"run": scenario}).column(0)[0].as_py()
+        == 0
+    )
+    assert bare.sql(count.format("ops", ""), {"run": scenario}).column(0)[0].as_py() == 0
+    assert full.sql(count.format("ops", ""), {"run": scenario}).column(0)[0].as_py() > 0
 
 
-def test_first_anomaly_without_execution_order(tmp_path):
-    cat = _catalog(tmp_path, _without(tmp_path, "nan_log", "execution_order"), "noeo")
+def test_first_anomaly_without_execution_order(ir_catalogs):
+    _, cat, _, _ = ir_catalogs  # nan_log without execution_order/, run 'nan_log'
     rows = cat.sql(
         "SELECT iteration, op_name, exec_index, source_line, source_code, input_ops FROM first_anomaly "
-        "ORDER BY iteration"
+        "WHERE run = 'nan_log' ORDER BY iteration"
     ).to_pylist()
     assert rows == [
         {
@@ -205,14 +233,11 @@ def test_inputs_answer_when_no_output_was_dumped(tmp_path):
     assert rows[0]["op_name"] == first[0].as_py()
 
 
-def test_sql_sanitising_of_ir_names_matches_python(tmp_path):
+def test_sql_sanitising_of_ir_names_matches_python(ir_catalogs):
     """ir_ops builds the file-name forms in SQL; on every real graph IR committed here they equal
     the forms ingest.formats.mindspore.npy_name gives the execution order."""
-    cat = Catalog.open(tmp_path / "cat", create=True)
-    scenarios = [p.name for p in sorted(MS210.iterdir()) if (p / "dump").is_dir()]
-    scenarios += [p.name for p in sorted(SAMPLES.iterdir())]
-    for scenario in scenarios:
-        cat.ingest(_without(tmp_path, scenario, "execution_order"), run=scenario)
+    _, cat, scenarios, _ = ir_catalogs
+    assert cat.sql("SELECT count(DISTINCT run) FROM runs").column(0)[0].as_py() == len(scenarios)
     rows = cat.sql("SELECT full_name, sanitized_name, short_name, base_name FROM ir_ops").to_pylist()
     assert len({r["full_name"] for r in rows}) > 100
     for row in rows:
@@ -240,13 +265,19 @@ def _first_nan_output_by_numpy(iteration_dir_glob: list[Path]) -> Path:
 
 
 @pytest.mark.parametrize("without", [(), ("execution_order",)])
-def test_control_flow_step_answer_is_the_sqrt(tmp_path, without):
+def test_control_flow_step_answer_is_the_sqrt(tmp_path, ir_catalogs, without):
     """MindSpore 2.10 compiles the control-flow net into many kernel graphs; the NaN made by
     `ops.Sqrt` at iteration 0 spreads to outputs in many of them. One row per step, and it is the
-    sqrt — with or without the execution order."""
-    dump = _without(tmp_path, "control_flow", *without)
-    cat = _catalog(tmp_path, dump, "cf")
-    rows = cat.sql("SELECT * FROM first_anomaly ORDER BY iteration").to_pylist()
+    sqrt — with or without the execution order (the module's catalog of dumps without it)."""
+    if without:
+        _, cat, _, folder = ir_catalogs
+        dump, run = folder / "control_flow", "control_flow"
+    else:
+        dump, run = dump_of("control_flow"), "cf"
+        cat = _catalog(tmp_path, dump, run)
+    rows = cat.sql(
+        "SELECT * FROM first_anomaly WHERE run = $run ORDER BY iteration", {"run": run}
+    ).to_pylist()
     assert [(r["rank"], r["iteration"]) for r in rows] == [(0, 0), (0, 1)]
     first = rows[0]
     assert (first["op_name"], first["io"], first["slot"]) == (SQRT_OP, "output", 0)
@@ -254,6 +285,8 @@ def test_control_flow_step_answer_is_the_sqrt(tmp_path, without):
     assert first["source_code"] == "x = self.sqrt(x)"
     expected = _first_nan_output_by_numpy(sorted(dump.glob("rank_0/Net/*/0/*.npy")))
     assert cat.locate(first["row_id"])[0] == expected.resolve()
-    per_graph = cat.sql("SELECT graph_id FROM first_anomaly_by_graph WHERE iteration = 0").column(0)
+    per_graph = cat.sql(
+        "SELECT graph_id FROM first_anomaly_by_graph WHERE run = $run AND iteration = 0", {"run": run}
+    ).column(0)
     assert len(per_graph) > 5 and first["anomalous_graphs"] == len(per_graph)
     assert first["graph_id"] in per_graph.to_pylist()

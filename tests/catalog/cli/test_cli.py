@@ -12,6 +12,8 @@ import sys
 import numpy as np
 import pytest
 
+from catalog import Catalog
+from tests.catalog.cli.in_process import dumpcat_in_process
 from tests.conftest import dump_of
 
 
@@ -44,9 +46,10 @@ def test_readme_query_table(cat):
 
 def test_sql_csv_and_json(cat):
     q = "SELECT row_id, op_name, shape, max FROM stats WHERE op_type = 'Log' AND io = 'output' ORDER BY 1"
-    rows = list(csv.DictReader(io.StringIO(dumpcat("sql", cat, q, "--format", "csv").stdout)))
+    # output formatting: the command's code in this process (test_readme_query_table runs `sql` for real)
+    rows = list(csv.DictReader(io.StringIO(dumpcat_in_process("sql", cat, q, "--format", "csv").stdout)))
     assert len(rows) == 2 and rows[0]["shape"] == "[2, 3]" and rows[0]["max"] == "nan"
-    lines = dumpcat("sql", cat, q, "--format", "json").stdout.splitlines()
+    lines = dumpcat_in_process("sql", cat, q, "--format", "json").stdout.splitlines()
     recs = [json.loads(line) for line in lines]
     assert recs[0]["shape"] == [2, 3] and recs[0]["max"] == "nan"
     assert str(recs[0]["row_id"]) == rows[0]["row_id"]
@@ -59,24 +62,24 @@ def test_json_and_csv_hold_every_duckdb_value(cat):
         "SELECT sum(nbytes) AS total, '\\x01\\xff'::BLOB AS raw, {'m': max(max)} AS st,"
         " 'infinity'::TIMESTAMPTZ AS forever FROM stats WHERE op_type = 'Log'"
     )
-    [line] = dumpcat("sql", cat, q, "--format", "json").stdout.splitlines()
+    [line] = dumpcat_in_process("sql", cat, q, "--format", "json").stdout.splitlines()
     assert "NaN" not in line and "Infinity" not in line  # strict JSON has neither
     rec = json.loads(line)
     assert isinstance(rec["total"], int) and rec["total"] > 0
     assert rec["raw"] == "01ff" and rec["st"] == {"m": "nan"} and rec["forever"]
-    rows = list(csv.DictReader(io.StringIO(dumpcat("sql", cat, q, "--format", "csv").stdout)))
+    rows = list(csv.DictReader(io.StringIO(dumpcat_in_process("sql", cat, q, "--format", "csv").stdout)))
     assert rows[0]["total"] == str(rec["total"])
-    assert "(1 row)" in dumpcat("sql", cat, q).stdout
+    assert "(1 row)" in dumpcat_in_process("sql", cat, q).stdout
 
 
 def test_tensor_out_and_print(cat, tmp_path):
     q = "SELECT row_id FROM tensors WHERE op_type='Log' AND io='output' AND iteration=0"
-    row_id = dumpcat("sql", cat, q, "--format", "csv").stdout.splitlines()[1]
+    row_id = dumpcat_in_process("sql", cat, q, "--format", "csv").stdout.splitlines()[1]
     out_file = tmp_path / "t.npy"
-    dumpcat("tensor", cat, row_id, "--out", out_file)
+    dumpcat("tensor", cat, row_id, "--out", out_file)  # a real process
     arr = np.load(out_file)
     assert arr.shape == (2, 3) and np.isnan(arr).sum() == 1
-    printed = dumpcat("tensor", cat, row_id).stdout
+    printed = dumpcat_in_process("tensor", cat, row_id).stdout
     assert "shape (2, 3), dtype float32" in printed and "nan" in printed
 
 
@@ -85,38 +88,60 @@ def test_views_lists_columns(cat):
     assert "stats:" in out and "    nan_count BIGINT" in out and "ingest_errors:" in out
 
 
+@pytest.fixture(scope="module")
+def damaged(cat, tmp_path_factory):
+    """A copy of the catalog whose snapshot.json is cut (the tests only read it)."""
+    path = tmp_path_factory.mktemp("damaged") / "cat"
+    shutil.copytree(cat, path)
+    (path / "snapshot.json").write_text("{")
+    return path
+
+
+# (args, message, in a real process): one case per command runs as a real `dumpcat` process (its
+# start-up path and the interpreter's exit status); the others run the same command code in this
+# process (tests/catalog/cli/in_process.py), with the same checks on exit status and stderr.
 @pytest.mark.parametrize(
-    "args, message",
+    "args, message, real",
     [
-        (("tensor", "{cat}", "42"), "no tensor with row id 42"),
-        (("sql", "{cat}", "SELEC nonsense"), "syntax error"),
-        (("sql", "{cat}", "SELECT no_such_column FROM stats"), "no_such_column"),
-        (("sql", "{missing}", "SELECT 1"), "is not a dumpcat catalog"),
-        (("ingest", "{missing}", "--catalog", "{tmp}/c2"), "does not exist"),
-        (("ingest", "{tmp}", "--catalog", "{tmp}/c3"), "not a dump dumpcat can read. Looked for"),
-        (("sql", "{damaged}", "SELECT 1"), "cannot read"),  # a damaged snapshot.json
-        (("sql", "{cat}", "SELECT 1; SELECT 2"), "one SQL statement at a time"),
-        (("sql", "{cat}", "DROP VIEW stats"), "refused: DROP statements are not allowed"),
-        (("sql", "{cat}", "CREATE TABLE t AS SELECT 1"), "refused: CREATE statements are not allowed"),
-        (("sql", "{cat}", "COPY stats TO 'x.csv'"), "refused: COPY to a file or program is not allowed"),
-        (("sql", "{cat}", "SELECT * FROM read_csv('/etc/passwd')"), "refused: table function read_csv()"),
-        (("sql", "{cat}", "  ;  "), "refused: empty statement"),
-        (("serve", "{cat}", "--memory-limit", "10MB"), "--memory-limit must be at least 128 MiB"),
-        (("serve", "{cat}", "--max-result-bytes", "lots"), "not a size: 'lots'"),
-        (("status", "{damaged}"), "cannot read"),
-        (("tensor", "{cat}", "{row_id}", "--out", "{tmp}/no/such/dir/t.npy"), "No such file or directory"),
+        (("tensor", "{cat}", "42"), "no tensor with row id 42", True),
+        (("sql", "{cat}", "SELEC nonsense"), "syntax error", True),
+        (("sql", "{cat}", "SELECT no_such_column FROM stats"), "no_such_column", False),
+        (("sql", "{missing}", "SELECT 1"), "is not a dumpcat catalog", False),
+        (("ingest", "{missing}", "--catalog", "{tmp}/c2"), "does not exist", True),
+        (("ingest", "{tmp}", "--catalog", "{tmp}/c3"), "not a dump dumpcat can read. Looked for", True),
+        (("sql", "{damaged}", "SELECT 1"), "cannot read", False),  # a damaged snapshot.json
+        (("sql", "{cat}", "SELECT 1; SELECT 2"), "one SQL statement at a time", False),
+        (("sql", "{cat}", "DROP VIEW stats"), "refused: DROP statements are not allowed", False),
+        (("sql", "{cat}", "CREATE TABLE t AS SELECT 1"), "refused: CREATE statements are not allowed", False),
+        (
+            ("sql", "{cat}", "COPY stats TO 'x.csv'"),
+            "refused: COPY to a file or program is not allowed",
+            False,
+        ),
+        (
+            ("sql", "{cat}", "SELECT * FROM read_csv('/etc/passwd')"),
+            "refused: table function read_csv()",
+            False,
+        ),
+        (("sql", "{cat}", "  ;  "), "refused: empty statement", False),
+        (("serve", "{cat}", "--memory-limit", "10MB"), "--memory-limit must be at least 128 MiB", True),
+        (("serve", "{cat}", "--max-result-bytes", "lots"), "not a size: 'lots'", False),
+        (("status", "{damaged}"), "cannot read", True),
+        (
+            ("tensor", "{cat}", "{row_id}", "--out", "{tmp}/no/such/dir/t.npy"),
+            "No such file or directory",
+            False,
+        ),
     ],
 )
-def test_errors_are_one_line_exit_1(cat, tmp_path, args, message):
-    damaged = tmp_path / "damaged"
-    shutil.copytree(cat, damaged)
-    (damaged / "snapshot.json").write_text("{")
-    row_id = dumpcat("sql", cat, "SELECT min(row_id) FROM tensors", "--format", "csv").stdout.split()[1]
+def test_errors_are_one_line_exit_1(cat, damaged, tmp_path, args, message, real):
+    with Catalog.open(cat) as c:
+        row_id = c.sql("SELECT min(row_id) FROM tensors").column(0)[0].as_py()
     args = [
         a.format(cat=cat, missing=tmp_path / "missing", tmp=tmp_path, damaged=damaged, row_id=row_id)
         for a in args
     ]
-    proc = dumpcat(*args, check=False)
+    proc = dumpcat(*args, check=False) if real else dumpcat_in_process(*args)
     assert proc.returncode == 1
     assert proc.stderr.startswith("dumpcat: error: ") and message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
@@ -148,14 +173,12 @@ def test_a_failed_ingest_leaves_no_catalog_folder(tmp_path):
 def test_several_dumps_become_several_runs(tmp_path, copy_dump):
     a, b = copy_dump("simple", "job_a"), copy_dump("nan_log", "job_b")
     dumpcat("ingest", a, b, "--catalog", tmp_path / "c", "--no-stats")
-    out = dumpcat(
+    out = dumpcat_in_process(
         "sql", tmp_path / "c", "SELECT run, count(*) FROM tensors GROUP BY 1 ORDER BY 1", "--format", "csv"
     )
     assert out.stdout.split() == ["run,count_star()", "job_a,243", "job_b,180"]
-    assert (
-        dumpcat("sql", tmp_path / "c", "SELECT count(*) FROM stats", "--format", "csv").stdout.split()[1]
-        == "0"
-    )
+    stats = dumpcat_in_process("sql", tmp_path / "c", "SELECT count(*) FROM stats", "--format", "csv")
+    assert stats.stdout.split()[1] == "0"
 
 
 def test_two_dumps_with_the_same_folder_name_need_run(tmp_path):
@@ -175,7 +198,7 @@ def test_a_dump_folder_named_dump_is_run_after_its_parent(tmp_path, given):
     detected, summary = proc.stdout.splitlines()[:2]
     assert "MindSpore 1.3+ (npy)" in detected and "*.npy in rank_0/Net/0/" in detected
     assert summary.startswith("run 'nan_log' (")
-    out = dumpcat("sql", tmp_path / "c", "SELECT run FROM runs", "--format", "csv").stdout.split()
+    out = dumpcat_in_process("sql", tmp_path / "c", "SELECT run FROM runs", "--format", "csv").stdout.split()
     assert out == ["run", "nan_log"]
 
 
@@ -188,7 +211,7 @@ def test_export_duckdb_command(cat, tmp_path):
     con = duckdb.connect(str(out), read_only=True)
     rows = con.sql("SELECT DISTINCT op_name FROM stats WHERE nan_count > 0 AND op_type = 'Log'").fetchall()
     assert rows == [("Default/network-WithLossCell/_backbone-Net/Log-op0",)]
-    bad = dumpcat("export-duckdb", tmp_path / "missing", out, check=False)
+    bad = dumpcat_in_process("export-duckdb", tmp_path / "missing", out)
     assert bad.returncode == 1 and "not a dumpcat catalog" in bad.stderr
 
 

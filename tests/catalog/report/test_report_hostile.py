@@ -82,12 +82,6 @@ def hostile_tree(dest: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def browser():
-    with Browser() as b:
-        yield b
-
-
-@pytest.fixture(scope="module")
 def hostile(tmp_path_factory) -> tuple[Path, Path]:
     """(catalog, report) of the hostile tree, whose dump root is itself a `</script>` breakout."""
     folder = tmp_path_factory.mktemp("hostile")

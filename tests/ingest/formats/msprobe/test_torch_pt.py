@@ -411,6 +411,14 @@ def _zip_bytes(entries: dict[str, bytes]) -> bytes:
 # --- fuzz -----------------------------------------------------------------------------------------
 
 
+def _overwrite(path: Path, blob: bytes) -> None:
+    """Make the file hold exactly `blob`. Rewritten in place, not truncated to 0 first: on ext4 a file
+    truncated to 0 and written again is flushed at close (auto_da_alloc), ~1.5 ms per variant."""
+    with open(path, "r+b" if path.exists() else "wb") as f:
+        f.write(blob)
+        f.truncate()
+
+
 def _strided_from_bytes(blob: bytes, h: torch_pt.PtTensor, like: np.ndarray) -> np.ndarray:
     """The values the header describes, read straight from the file bytes (a second, naive decoder)."""
     item = itemsize(h)
@@ -446,7 +454,7 @@ def test_every_truncation_and_byte_flip(tmp_path, name):
     path = tmp_path / "v.pt"
     read = 0
     for what, blob, flipped in variants:
-        path.write_bytes(blob)
+        _overwrite(path, blob)
         try:
             arr = load_pt(path)
             h = read_pt_header(path)
@@ -480,7 +488,7 @@ def test_random_mutations_raise_only_pt_or_os_errors(tmp_path):
                 del blob[at : at + int(rng.integers(1, 9))]
             else:
                 blob[at:at] = rng.integers(0, 256, int(rng.integers(1, 9)), dtype=np.uint8).tobytes()
-        path.write_bytes(blob)
+        _overwrite(path, blob)
         for read in (read_pt_header, load_pt, lambda p: load_pt(p, mapped=False)):
             with contextlib.suppress(PtError, OSError):
                 read(path)
