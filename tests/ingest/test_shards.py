@@ -597,7 +597,8 @@ def test_one_writer_per_shard_name_and_bad_names(tree, tmp_path):
         assert proc.returncode == 1
         assert f"locked by pid {watch.pid} on " in proc.stderr, proc.stderr
         assert "writer=host0 of run 'multi'" in proc.stderr
-        dumpcat("ingest", hosts[1], "--catalog", cat_dir, "--run", RUN, "--writer", "host1")
+        with Catalog.open(cat_dir) as cat:  # another name proceeds meanwhile
+            cat.ingest(hosts[1], run=RUN, writer="host1")
         st = read_status(cat_dir)[RUN]
         assert st["alive"] and st["writer"] == "host0"
         table = dumpcat("status", cat_dir).stdout
@@ -861,20 +862,25 @@ def test_three_watchers_killed_at_random_while_training_writes(live_tree, tmp_pa
         except BaseException as exc:
             failure.append(exc)
 
-    def start(k: int) -> subprocess.Popen:
-        status = status_path(cat_dir, RUN, f"host{k}")
-        status.unlink(missing_ok=True)
-        proc = subprocess.Popen(
+    def launch(k: int) -> subprocess.Popen:
+        status_path(cat_dir, RUN, f"host{k}").unlink(missing_ok=True)
+        return subprocess.Popen(
             [sys.executable, "-m", "catalog.cli", "watch", str(dsts[k]), "--catalog", str(cat_dir),
              "--run", RUN, "--writer", f"host{k}", "--interval", "0.2"],
             cwd=REPO, env=ENV, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
+
+    def up(k: int, proc: subprocess.Popen) -> subprocess.Popen:
+        status = status_path(cat_dir, RUN, f"host{k}")
         deadline = time.monotonic() + 60
         while proc.poll() is None and not status.exists() and time.monotonic() < deadline:
             time.sleep(0.05)  # its first pass is done once it writes its status
         assert proc.poll() is None, f"host{k}'s watcher exited: {proc.stderr.read()[-2000:]}"
         gate.up(k)
         return proc
+
+    def start(k: int) -> subprocess.Popen:
+        return up(k, launch(k))
 
     writers = [threading.Thread(target=write, args=(k,)) for k in range(HOSTS)]
     procs: list[subprocess.Popen | None] = [None] * HOSTS
@@ -884,8 +890,10 @@ def test_three_watchers_killed_at_random_while_training_writes(live_tree, tmp_pa
     try:
         for w in writers:
             w.start()
+        for k in range(HOSTS):  # the hosts start together
+            procs[k] = launch(k)
         for k in range(HOSTS):
-            procs[k] = start(k)
+            up(k, procs[k])
         reader.start()
         for k in rng.sample(range(HOSTS), HOSTS):
             before = committed_tensors(cat_dir, f"host{k}")
@@ -918,10 +926,12 @@ def test_three_watchers_killed_at_random_while_training_writes(live_tree, tmp_pa
         want = content(expected_dir)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            got = content(cat_dir)
-            if not shard_diff(want, got):
-                break
+            if sum(committed_tensors(cat_dir, f"host{k}") for k in range(HOSTS)) >= len(want["tensors"]):
+                got = content(cat_dir)
+                if not shard_diff(want, got):
+                    break
             time.sleep(0.1)
+        got = content(cat_dir)
         assert not shard_diff(want, got), f"seed {seed}, kills {kills}:\n{shard_diff(want, got)}"
         st = read_status(cat_dir)[RUN]
         assert st["alive"] and len(st["watchers"]) == HOSTS and st["pending"] == 0, st
