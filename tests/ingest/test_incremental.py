@@ -3,6 +3,7 @@ SIGKILL at any moment leaves a catalog that a re-run completes to exactly a one-
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -140,49 +141,98 @@ def _start_ingest(cat_dir: Path, dump: Path) -> subprocess.Popen:
 
 @pytest.fixture(scope="module")
 def big_dump(tmp_path_factory):
-    """The simple sample as 12 ranks (2,916 real tensors): long enough to kill mid-ingest."""
+    """The simple sample as 4 ranks (972 real tensors, some 40 batches of 25 rows)."""
     from tests.conftest import dump_of
 
     root = tmp_path_factory.mktemp("big") / "dump"
-    for r in range(12):
+    for r in range(4):
         shutil.copytree(dump_of("simple") / "rank_0", root / f"rank_{r}")
     return root
 
 
-def test_sigkill_at_random_moments_then_rerun_equals_one_shot(tmp_path, big_dump):
-    """Kills are anchored to progress (after a random number of leaf directories, plus a random
-    few milliseconds) rather than to wall time, so they land mid-ingest on a slow or a fast machine."""
+def _phase_on_disk(cat_dir: Path) -> str:
+    """How far an ingest into a new catalog got, as seen on disk: 'read' (nothing written yet),
+    'write' (a batch's directory not listed by the snapshot), 'flat' (its flat files too),
+    'committed' (the snapshot lists rows)."""
+    try:
+        snap = json.loads((cat_dir / "snapshot.json").read_text())
+        if any(b["tables"].get("tensors", 0) for b in snap["batches"]):
+            return "committed"
+    except (FileNotFoundError, json.JSONDecodeError, KeyError):
+        pass
+    data = cat_dir / "data"
+    try:
+        if (data / "flat").is_dir() and any(any(t.iterdir()) for t in (data / "flat").iterdir()):
+            return "flat"
+        if data.is_dir() and any(any(r.iterdir()) for r in data.iterdir() if r.name != "flat"):
+            return "write"
+    except FileNotFoundError:  # a directory removed as it was listed
+        return "write"
+    return "read"
+
+
+PHASES = ("read", "write", "flat", "committed")
+
+
+def test_sigkill_in_each_phase_then_rerun_equals_one_shot(tmp_path, big_dump):
+    """An ingest reaches every leaf directory within a moment (the walk), reads the files, writes
+    its batch, then its flat files, commits, and exits. Each run is SIGKILLed in one of these
+    phases: at a leaf of the walk; while it reads (a seeded moment within the reading time of an
+    uninterrupted run timed first); as soon as its batch, its flat files, its commit show on disk
+    (plus a seeded jitter). After every kill the catalog is readable and shows no row twice; a
+    re-run completes it to exactly a one-shot ingest."""
     reference = Catalog.open(tmp_path / "ref", create=True)
     reference.ingest(big_dump)
     expected = _content(reference)
-    rng = random.Random(20261121)
+    seed = 20261121
+    rng = random.Random(seed)
+    # the uninterrupted run: when it ends its walk, when its first batch shows on disk
     timing = _start_ingest(tmp_path / "timing", big_dump)
-    leaves = sum(1 for _ in timing.stdout)
-    assert timing.wait() == 0 and leaves == 36
-    kills = 0
-    for attempt in range(3):
+    walked = sum(1 for _ in range(12) if timing.stdout.readline())
+    walk_end = time.monotonic()
+    while timing.poll() is None and _phase_on_disk(tmp_path / "timing") == "read":
+        time.sleep(0.005)
+    reading = time.monotonic() - walk_end
+    walked += sum(1 for _ in timing.stdout)
+    assert timing.wait() == 0 and walked == 12, f"{walked} leaves"
+    # per catalog, the kill of each run: ("walk", n) once it reached n leaves; ("read", s) s seconds
+    # after its walk; (phase, jitter) once the phase shows on disk
+    plans = [
+        [("walk", rng.randint(1, 11)), ("write", rng.uniform(0, 0.02)), ("committed", rng.uniform(0, 0.02))],
+        [("read", rng.uniform(0.2, 0.7) * reading), ("flat", rng.uniform(0, 0.02))],
+    ]
+    kills = []  # (catalog, run, planned, phase seen at the kill, committed tensors after it)
+    for attempt, plan in enumerate(plans):
         cat_dir = tmp_path / f"cat{attempt}"
-        killed_at = []
-        for _ in range(3):  # kill up to 3 times, each at a random moment
+        for run, (aim, at) in enumerate(plan):
             proc = _start_ingest(cat_dir, big_dump)
-            target = rng.randint(1, leaves)
             seen = 0
-            while seen < target and proc.stdout.readline():
+            while seen < (at if aim == "walk" else 12) and proc.stdout.readline():
                 seen += 1
-            time.sleep(rng.uniform(0, 0.05))
+            if aim == "read":
+                time.sleep(at)
+            elif aim != "walk":
+                while proc.poll() is None and PHASES.index(_phase_on_disk(cat_dir)) < PHASES.index(aim):
+                    time.sleep(0.002)
+                time.sleep(at)
+            phase = "walk" if aim == "walk" else _phase_on_disk(cat_dir)
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
-                killed_at.append((seen, target))
-                kills += 1
+            else:
+                phase = "exited"
             proc.stdout.read()
             proc.wait()
+            committed = 0
             # Whatever survived is a consistent catalog: readable, never a row twice.
             if (cat_dir / "snapshot.json").exists():
-                partial = Catalog.open(cat_dir)
-                dup = partial.sql("SELECT row_id FROM tensors GROUP BY 1 HAVING count(*) > 1")
-                assert dup.num_rows == 0
-                partial.close()
+                with Catalog.open(cat_dir) as partial:
+                    dup = partial.sql("SELECT row_id FROM tensors GROUP BY 1 HAVING count(*) > 1")
+                    assert dup.num_rows == 0, f"seed {seed}, kills {kills}"
+                    committed = partial.sql("SELECT count(*) FROM tensors").column(0)[0].as_py()
+            kills.append((attempt, run, (aim, round(at, 3)), phase, committed))
         final = Catalog.open(cat_dir, create=True)
         final.ingest(big_dump)
-        assert _content(final) == expected, f"attempt {attempt}, killed after leaves {killed_at}"
-    assert kills >= 6, "the ingest finished before most kills: the test would prove nothing"
+        assert _content(final) == expected, f"seed {seed}, kills {kills}"
+    print(f"seed {seed}, reading {reading:.2f} s, kills {kills}")
+    landed = {k[3] for k in kills}
+    assert {"walk", "write", "flat", "committed"} <= landed, f"seed {seed}: kills missed a phase: {kills}"

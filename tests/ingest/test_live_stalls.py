@@ -27,8 +27,35 @@ from ingest.pipeline import Ingester
 from ingest.readers.registry import detect
 from ingest.storage.store import CatalogStore
 from tests.conftest import dump_of
-from tests.ingest.test_replay import RUN, content, diff, one_shot
+from tests.ingest.test_replay import RUN, assert_same_tree, content, diff, one_shot
 from tests.replay import make_stat_csv_tree, timestamp_of
+
+
+@pytest.fixture(scope="module")
+def stat_simple(tmp_path_factory) -> Path:
+    """The `simple` sample with a statistic.csv per iteration directory (tests copy it)."""
+    return make_stat_csv_tree(dump_of("simple"), tmp_path_factory.mktemp("stat_simple") / "dump")
+
+
+@pytest.fixture(scope="module")
+def big_leaf(tmp_path_factory) -> Path:
+    """`_big_leaf_dump(copies=4)`, made once (tests copy it)."""
+    return _big_leaf_dump(tmp_path_factory.mktemp("big_leaf"), copies=4)
+
+
+@pytest.fixture(scope="module")
+def one_shot_of(tmp_path_factory):
+    """Content of a one-shot ingest of a finished tree, ingested once per module: a test whose
+    tree ends byte for byte equal to it (checked) compares with this."""
+    cache: dict[Path, dict[str, list]] = {}
+
+    def get(src: Path, dump: Path) -> dict[str, list]:
+        assert_same_tree(src, dump)
+        if src not in cache:
+            cache[src] = one_shot(tmp_path_factory.mktemp("one_shot"), src)
+        return cache[src]
+
+    return get
 
 
 def _age_tree(root: Path, seconds: float) -> None:
@@ -57,11 +84,12 @@ def _unmatched_stat_rows(cat_dir: Path) -> int:
         return cat.sql("SELECT count(*) FROM stats WHERE row_id IS NULL").column(0)[0].as_py()
 
 
-def test_a_row_waits_for_a_file_written_after_the_settle_window(tmp_path):
+def test_a_row_waits_for_a_file_written_after_the_settle_window(tmp_path, stat_simple, one_shot_of):
     """The last row of a directory is on disk, its file is not, and nothing has changed for 3 s
     (past the 1 s settle window, within the 10 s grace): the row waits, and gets its row id once
     the file comes."""
-    dump = make_stat_csv_tree(dump_of("simple"), tmp_path / "dump")
+    dump = tmp_path / "dump"
+    shutil.copytree(stat_simple, dump)
     leaf = dump / "rank_0/Net/0/1"
     late = _last_tensor(leaf)
     held = tmp_path / late.name
@@ -79,12 +107,13 @@ def test_a_row_waits_for_a_file_written_after_the_settle_window(tmp_path):
     ing.scan_path(str(leaf))
     ing.commit()
     assert not ing.pending_files
-    assert not diff(one_shot(tmp_path, dump), content(cat_dir))
+    assert not diff(one_shot_of(stat_simple, dump), content(cat_dir))
 
 
-def test_a_row_whose_file_never_comes_is_committed_once_statistic_csv_is_quiet(tmp_path):
+def test_a_row_whose_file_never_comes_is_committed_once_statistic_csv_is_quiet(tmp_path, stat_simple):
     """Past the grace period a row without its file is cataloged as it is (row_id NULL)."""
-    dump = make_stat_csv_tree(dump_of("simple"), tmp_path / "dump")
+    dump = tmp_path / "dump"
+    shutil.copytree(stat_simple, dump)
     late = _last_tensor(dump / "rank_0/Net/0/1")
     late.unlink()
     _age_tree(dump, 30.0)
@@ -112,12 +141,13 @@ def _big_leaf_dump(root: Path, copies: int) -> Path:
 
 
 def _scan_with_a_file_arriving_mid_scan(
-    tmp_path: Path, workers: int
+    tmp_path: Path, workers: int, big_leaf: Path
 ) -> tuple[Path, Path, Path, Path, Ingester]:
-    """A live ingester's first pass over a settled big directory whose last tensor file (and its
-    row) is created after the directory is listed, before its leaf is finished: (dump, leaf, the
-    late file, catalog dir, ingester)."""
-    dump = _big_leaf_dump(tmp_path, copies=4)
+    """A live ingester's first pass over a settled big directory (a copy of `big_leaf`) whose last
+    tensor file (and its row) is created after the directory is listed, before its leaf is
+    finished: (dump, leaf, the late file, catalog dir, ingester)."""
+    dump = tmp_path / "dump"
+    shutil.copytree(big_leaf, dump)
     leaf = dump / "rank_0/Net/0/0"
     assert len(list(leaf.iterdir())) >= 256
     late = _last_tensor(leaf)
@@ -147,15 +177,17 @@ def _scan_with_a_file_arriving_mid_scan(
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_a_file_created_between_listing_and_reading_statistic_csv_is_matched(tmp_path, workers):
+def test_a_file_created_between_listing_and_reading_statistic_csv_is_matched(
+    tmp_path, workers, big_leaf, one_shot_of
+):
     """A settled big directory is listed, its files scanned, then finished: a tensor file (and its
     row) created in between is matched, though the listing does not show it."""
-    dump, leaf, _, cat_dir, ing = _scan_with_a_file_arriving_mid_scan(tmp_path, workers)
+    dump, leaf, _, cat_dir, ing = _scan_with_a_file_arriving_mid_scan(tmp_path, workers, big_leaf)
     assert _unmatched_stat_rows(cat_dir) == 0
 
     ing.scan_path(str(leaf))  # the watcher's next pass catalogs the file itself
     ing.commit()
-    assert not diff(one_shot(tmp_path, dump), content(cat_dir))
+    assert not diff(one_shot_of(big_leaf, dump), content(cat_dir))
 
 
 def test_metadata_written_in_two_goes_shows_its_latest_copy_once(tmp_path):
@@ -187,11 +219,13 @@ def test_metadata_written_in_two_goes_shows_its_latest_copy_once(tmp_path):
     assert not diff(one_shot(tmp_path, dump), content(cat_dir))
 
 
-def test_a_file_matched_late_is_cataloged_at_once_while_its_directory_is_still_written(tmp_path):
+def test_a_file_matched_late_is_cataloged_at_once_while_its_directory_is_still_written(
+    tmp_path, big_leaf, one_shot_of
+):
     """The file created between listing and reading statistic.csv got its row's row id in that
     pass; in the next pass, with statistic.csv and the directory still changing, the file must not
     wait for a row that is already cataloged, nor get statistics computed beside it."""
-    dump, leaf, late, cat_dir, ing = _scan_with_a_file_arriving_mid_scan(tmp_path, workers=2)
+    dump, leaf, late, cat_dir, ing = _scan_with_a_file_arriving_mid_scan(tmp_path, 2, big_leaf)
 
     for p in (leaf, leaf / "statistic.csv"):  # the producer goes on writing this iteration
         os.utime(p)
@@ -211,4 +245,4 @@ def test_a_file_matched_late_is_cataloged_at_once_while_its_directory_is_still_w
             .to_pylist()
         )
     assert rows == ["statistic.csv"], rows
-    assert not diff(one_shot(tmp_path, dump), content(cat_dir))
+    assert not diff(one_shot_of(big_leaf, dump), content(cat_dir))

@@ -422,12 +422,29 @@ def diff(expected: dict[str, list], actual: dict[str, list]) -> str:
     return "\n".join(out)
 
 
+@pytest.fixture(scope="module")
+def one_shot_of(tmp_path_factory):
+    """Content of a one-shot ingest of a source tree, ingested once per module: a replay that ran
+    to the end rebuilt its source byte for byte (its callers check it), so a one-shot ingest of
+    the rebuilt tree is this one."""
+    cache: dict[Path, dict[str, list]] = {}
+
+    def get(src: Path) -> dict[str, list]:
+        if src not in cache:
+            cache[src] = one_shot(tmp_path_factory.mktemp("one_shot"), src)
+        return cache[src]
+
+    return get
+
+
 def _tensor_count(cat_dir: Path) -> int:
-    """Tensors a catalog holds now (0 before its first commit)."""
-    if not (cat_dir / "snapshot.json").exists():
+    """Tensors the catalog's snapshot lists now (0 before its first commit): a file read, cheap
+    enough to poll."""
+    try:
+        snap = json.loads((cat_dir / "snapshot.json").read_text())
+    except FileNotFoundError:
         return 0
-    with Catalog.open(cat_dir) as cat:
-        return cat.sql("SELECT count(*) FROM tensors").column(0)[0].as_py()
+    return sum(b["tables"].get("tensors", 0) for b in snap["batches"])
 
 
 def start_watcher(cat_dir: Path, dst: Path, **kw):
@@ -440,9 +457,10 @@ def start_watcher(cat_dir: Path, dst: Path, **kw):
 
 
 def watch_replay(tmp_path: Path, src: Path, *, seed: int, watcher_kw=None, during=None, empty_root=False,
-                 **replay_kw) -> tuple[dict, dict, dict, dict]:  # fmt: skip
+                 one_shot_of=None, **replay_kw) -> tuple[dict, dict, dict, dict]:  # fmt: skip
     """Replay src into a watched directory. Returns (watcher content after wait_idle, status then,
-    content after stop, one-shot content of the final tree)."""
+    content after stop, one-shot content of the final tree: `one_shot_of(src)` once the final tree
+    is checked to be src's bytes, when given)."""
     dst, cat_dir = tmp_path / "dump", tmp_path / "cat"
     dst.mkdir()
     if not empty_root:
@@ -468,7 +486,10 @@ def watch_replay(tmp_path: Path, src: Path, *, seed: int, watcher_kw=None, durin
             w.stop()
     assert idle, f"wait_idle(20) still False (seed {seed}); status {w.status()}"
     status["idle_after"] = idle_after
-    return live, status, content(cat_dir), one_shot(tmp_path, dst)
+    if one_shot_of is None:
+        return live, status, content(cat_dir), one_shot(tmp_path, dst)
+    assert_same_tree(src, dst)
+    return live, status, content(cat_dir), one_shot_of(src)
 
 
 @pytest.mark.parametrize(
@@ -480,9 +501,13 @@ def watch_replay(tmp_path: Path, src: Path, *, seed: int, watcher_kw=None, durin
         ("two_ranks", "before", 104),
     ],
 )
-def test_watcher_ends_equal_to_one_shot_ingest(tmp_path, scenario, stat_rows, seed, stat_tree, two_ranks):
+def test_watcher_ends_equal_to_one_shot_ingest(
+    tmp_path, scenario, stat_rows, seed, stat_tree, two_ranks, one_shot_of
+):
     src = _source(scenario, stat_tree, two_ranks)
-    live, status, stopped, expected = watch_replay(tmp_path, src, seed=seed, stat_rows=stat_rows)
+    live, status, stopped, expected = watch_replay(
+        tmp_path, src, seed=seed, stat_rows=stat_rows, one_shot_of=one_shot_of
+    )
     assert not diff(expected, live), f"seed {seed}:\n{diff(expected, live)}"
     assert live["ingest_errors"] == [], f"half-written files became errors (seed {seed})"
     assert not diff(expected, stopped), f"after stop(), seed {seed}:\n{diff(expected, stopped)}"
@@ -546,10 +571,10 @@ class Reader:
             self._thread.join(30)
 
 
-def test_concurrent_reader_never_sees_duplicates_or_lost_rows(tmp_path, stat_tree):
+def test_concurrent_reader_never_sees_duplicates_or_lost_rows(tmp_path, stat_tree, one_shot_of):
     reader = Reader()
     live, status, _, expected = watch_replay(
-        tmp_path, stat_tree, seed=106, rate=80, during=reader, stat_rows="after",
+        tmp_path, stat_tree, seed=106, rate=80, during=reader, stat_rows="after", one_shot_of=one_shot_of,
         watcher_kw={"compact_min_batches": 4},  # compact often while the reader reads
     )  # fmt: skip
     assert not reader.errors, f"{len(reader.errors)} reader errors, first: {reader.errors[:2]}"
@@ -627,12 +652,13 @@ def _freshness(tmp_path: Path, with_csv: bool) -> None:
     within(late[-1][0], 5.0, f"(the slowest tensors: {late[-3:]})")
 
 
-def test_poll_mode_and_status_command(tmp_path, stat_tree):
+def test_poll_mode_and_status_command(tmp_path, stat_tree, one_shot_of):
     dst, cat_dir = tmp_path / "dump", tmp_path / "cat"
     (dst / "rank_0").mkdir(parents=True)
     w = start_watcher(cat_dir, dst, poll=True)
     try:
-        replay(stat_tree, dst, seed=107, half_written=0.15, pause=(0.05, 0.6), stat_rows="after")
+        # a dozen files stay half-written for longer than a poll interval (0.2 s) or two
+        replay(stat_tree, dst, seed=107, half_written=0.05, pause=(0.15, 0.5), stat_rows="after")
         assert w.wait_idle(timeout=20), w.status()
         live = content(cat_dir)
         assert w.status()["mode"] == "poll", w.status()
@@ -640,7 +666,8 @@ def test_poll_mode_and_status_command(tmp_path, stat_tree):
         rows = [json.loads(line) for line in dumpcat("status", cat_dir, "--format", "json").splitlines()]
     finally:
         w.stop()
-    expected = one_shot(tmp_path, dst)
+    assert_same_tree(stat_tree, dst)
+    expected = one_shot_of(stat_tree)
     assert not diff(expected, live), diff(expected, live)
     assert RUN in table and "pending" in table
     assert len(rows) == 1 and rows[0]["run"] == RUN, rows
@@ -690,7 +717,7 @@ def test_writer_killed_mid_file_is_an_error_after_grace(tmp_path, stat_tree):
     assert status["errors"] == 1 and status["pending"] == 0, status
 
 
-def test_watcher_sigkilled_at_random_moments_then_restarted(tmp_path, stat_tree):
+def test_watcher_sigkilled_at_random_moments_then_restarted(tmp_path, stat_tree, one_shot_of):
     """kill -9 the `dumpcat watch` process 3 times during the replay, restart it each time: the
     catalog is consistent after every kill and ends equal to a one-shot ingest."""
     seed = 20261122
@@ -708,7 +735,7 @@ def test_watcher_sigkilled_at_random_moments_then_restarted(tmp_path, stat_tree)
 
     def write() -> None:
         try:
-            replay(stat_tree, dst, seed=seed, rate=35, pause=(0.005, 0.2),
+            replay(stat_tree, dst, seed=seed, rate=80, pause=(0.005, 0.1),
                    on_file=lambda rel, event: gate.wait(0, event))  # fmt: skip
         except BaseException as exc:
             failure.append(exc)
@@ -751,21 +778,21 @@ def test_watcher_sigkilled_at_random_moments_then_restarted(tmp_path, stat_tree)
         gate.open_all()  # the last stretch of training is caught up by the final watcher
         writer.join(60)
         assert not failure, failure
-        expected = one_shot(tmp_path, dst)
+        assert_same_tree(stat_tree, dst)
+        expected = one_shot_of(stat_tree)
         proc = subprocess.Popen(cmd, cwd=REPO, env=ENV, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            time.sleep(0.5)
-            if (cat_dir / "snapshot.json").exists() and not diff(expected, content(cat_dir)):
+            if _tensor_count(cat_dir) >= len(expected["tensors"]) and not diff(expected, content(cat_dir)):
                 break
+            time.sleep(0.1)
         live = content(cat_dir)
         assert not diff(expected, live), f"seed {seed}, killed at {kills}:\n{diff(expected, live)}"
         n = len(expected["tensors"])
         assert counts == sorted(counts), f"rows lost between restarts: {counts}"
         assert all(0 < c < n for c in counts), f"kills did not land mid-run: {counts} of {n}"
+        # (the table format of `dumpcat status`: test_poll_mode_and_status_command)
         rows = [json.loads(line) for line in dumpcat("status", cat_dir, "--format", "json").splitlines()]
-        table = dumpcat("status", cat_dir)
-        assert RUN in table
         assert rows[0]["run"] == RUN and rows[0]["pending"] == 0 and rows[0]["errors"] == 0, rows
         assert str(proc.pid) in rows[0]["watcher"], rows
         proc.send_signal(signal.SIGTERM)
