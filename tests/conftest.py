@@ -27,7 +27,7 @@ MS210 = DATA / "ms210"
 # the long ones start first, and the short ones fill the gaps at the end, instead of one worker
 # running a 5-minute file alone.
 SLOWEST_FILES = {
-    "test_spark_jobs.py": 205, "test_shards.py": 196, "test_spark.py": 182, "test_flat.py": 153,
+    "test_spark.py": 300, "test_shards.py": 196, "test_flat.py": 153,
     "test_replay.py": 149, "test_server_limits.py": 113, "test_report.py": 93, "test_superset.py": 84,
     "test_leaf_scan.py": 66, "test_server_availability.py": 61, "test_bench_scale.py": 56,
     "test_flat_memory.py": 49, "test_server.py": 42, "test_incremental.py": 40,
@@ -213,7 +213,7 @@ def _session(master: str, tmp: Path):
 @pytest.fixture(scope="module", params=["local", "standalone"])
 def spark(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """One SparkSession per mode and test module: local[2], then a standalone master + worker on
-    127.0.0.1 (tests/catalog/spark/test_spark.py, tests/catalog/spark/test_spark_jobs.py)."""
+    127.0.0.1 (tests/catalog/spark/test_spark.py)."""
     tmp = tmp_path_factory.mktemp(f"spark_{request.param}")
     saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON")}
     os.environ.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)

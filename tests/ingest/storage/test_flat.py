@@ -41,7 +41,7 @@ def _dump_roots() -> list[Path]:
 
 
 ROOTS = _dump_roots()
-# The Spark tests (test_spark.py, test_spark_jobs.py) run the same SQL over every view whatever the
+# The Spark tests (tests/catalog/spark/test_spark.py) run the same SQL over every view whatever the
 # data: one tree per reader and feature is enough there, and each Spark query costs ~1 s, each tree
 # an ingest per catalog. Every tree of ROOTS is still checked against DuckDB above.
 SPARK_ROOTS = [
