@@ -592,10 +592,14 @@ def test_concurrent_reader_never_sees_duplicates_or_lost_rows(tmp_path, stat_tre
 
 
 @pytest.mark.parametrize("with_csv", [False, True], ids=["computed_stats", "statistic_csv"])
-def test_tensor_queryable_within_2s_while_its_iteration_is_written(tmp_path, with_csv):
-    """Freshness: a complete file is queryable within 2 s even though its iteration directory (and
-    its statistic.csv) keeps growing for several more seconds. A latency: a busy machine may run it
-    again (tests/timing.py); a tensor that waits for a reconciliation scan misses every time."""
+def test_tensor_queryable_while_its_iteration_is_written(tmp_path, with_csv):
+    """Freshness: a complete file is queryable while its iteration directory (and its
+    statistic.csv) is still being written, and no tensor waits for a reconciliation scan (the
+    watcher's is an hour away here, so such a tensor is never seen). The first tensor of each
+    iteration must be seen before the iteration's last file is complete, about 4 s later: a
+    watcher that waited for the iteration misses every time, a loaded machine rarely (then the
+    test runs again, tests/timing.py). The target, p95 under 2 s at 2,000 files/s, is measured
+    by bench/bench_watch.py (docs/benchmarks.md), not here."""
     attempts = iter(range(ATTEMPTS))
     with_retries(lambda: _freshness(tmp_path / f"attempt{next(attempts)}", with_csv))
 
@@ -626,7 +630,7 @@ def _freshness(tmp_path: Path, with_csv: bool) -> None:
             time.sleep(0.05)
         cat.close()
 
-    w = start_watcher(cat_dir, dst)
+    w = start_watcher(cat_dir, dst, reconcile_every=3600.0)
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
@@ -642,14 +646,16 @@ def _freshness(tmp_path: Path, with_csv: bool) -> None:
         stop.set()
         reader.join(10)
         w.stop()
-    late = sorted(
-        ((seen[r] - d if r in seen else math.inf), r.rsplit("/", 1)[1][:50]) for r, d in done.items()
-    )
-    # The target is p95 under 2 s; no tensor may be lost or wait for a reconciliation scan (30 s).
-    p95 = late[math.ceil(0.95 * len(late)) - 1][0]
-    assert late[-1][0] < math.inf, f"a tensor never became queryable: {late[-3:]}"
-    within(p95, 2.0, f"(p95; {sum(x > 2 for x, _ in late)} of {len(late)} tensors took > 2 s: {late[-3:]})")
-    within(late[-1][0], 5.0, f"(the slowest tensors: {late[-3:]})")
+    unseen = sorted(set(done) - set(seen))
+    assert not unseen, f"{len(unseen)} tensors never became queryable: {unseen[:3]}"
+    iterations: dict[str, list[str]] = {}
+    for rel in done:
+        iterations.setdefault(rel.rsplit("/", 1)[0], []).append(rel)
+    assert len(iterations) >= 2, iterations.keys()
+    for folder, files in iterations.items():
+        first = min(files, key=done.get)
+        still_written = max(done[f] for f in files) - done[first]  # until its last file is complete
+        within(seen[first] - done[first], still_written, f"(the first tensor of {folder})")
 
 
 def test_poll_mode_and_status_command(tmp_path, stat_tree, one_shot_of):
