@@ -22,16 +22,16 @@ SAMPLES = DATA / "samples" / "mindspore-2.10-cpu"
 MS210 = DATA / "ms210"
 
 # The slowest test files, longest first (seconds of test time on a quiet 2-core machine, measured
-# 2026-11-28 with --durations after issue 34's test changes). `--dist loadfile` hands files to the
+# 2026-11-29 with --durations: the whole suite in 15.2 min). `--dist loadfile` hands files to the
 # two workers in collection order (pytest_configure turns xdist's reordering by test count off):
 # the long ones start first, and the short ones fill the gaps at the end, instead of one worker
 # running a 5-minute file alone.
 SLOWEST_FILES = {
-    "test_spark.py": 300, "test_shards.py": 196, "test_flat.py": 153,
-    "test_replay.py": 149, "test_server_limits.py": 113, "test_report.py": 93, "test_superset.py": 84,
-    "test_leaf_scan.py": 66, "test_server_availability.py": 61, "test_bench_scale.py": 56,
-    "test_flat_memory.py": 49, "test_server.py": 42, "test_incremental.py": 40,
-    "test_server_memory.py": 35, "test_cli.py": 32, "test_protocol_fuzz.py": 29,
+    "test_spark.py": 289, "test_shards.py": 125, "test_replay.py": 119, "test_flat.py": 114,
+    "test_server_limits.py": 93, "test_server_availability.py": 62, "test_report.py": 60,
+    "test_leaf_scan.py": 53, "test_bench_scale.py": 47, "test_superset.py": 42,
+    "test_flat_memory.py": 40, "test_hostile_metadata.py": 30, "test_cli.py": 29,
+    "test_incremental.py": 26, "test_ascend_raw.py": 26, "test_protocol_fuzz.py": 25,
 }  # fmt: skip
 
 
