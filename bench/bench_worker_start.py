@@ -32,7 +32,7 @@ from catalog.api import Catalog  # noqa: E402
 from catalog.server.sandbox import build_views_database, private_folder  # noqa: E402
 from catalog.server.server import Server  # noqa: E402
 from catalog.server.statement_worker import HEADER, READY  # noqa: E402
-from catalog.server.worker_pool import _import_path  # noqa: E402
+from catalog.server.worker_pool import worker_environment  # noqa: E402
 
 NAN_LOG = ROOT / "tests" / "data" / "ms210" / "nan_log" / "dump"
 
@@ -59,7 +59,7 @@ def program_worker(config: dict) -> tuple[float, float]:
     data, data_child = socket.socketpair()
     control, control_child = socket.socketpair()
     cfg = {**config, "data_fd": data_child.fileno(), "control_fd": control_child.fileno()}
-    env = {**os.environ, "MALLOC_ARENA_MAX": "2", "PYTHONPATH": _import_path()}
+    env = worker_environment()
     cpu0, t0 = _children_cpu(), time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "catalog.server.statement_worker", json.dumps(cfg)],
@@ -81,12 +81,7 @@ class Forker:
     def __init__(self) -> None:
         self.requests, requests_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.notices, notices_child = socket.socketpair()
-        env = {
-            **os.environ,
-            "MALLOC_ARENA_MAX": "2",
-            "OPENBLAS_NUM_THREADS": "1",
-            "PYTHONPATH": _import_path(),
-        }
+        env = worker_environment()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "catalog.server.worker_launcher",
              str(requests_child.fileno()), str(notices_child.fileno())],

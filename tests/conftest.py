@@ -215,19 +215,12 @@ def spark(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     """One SparkSession per mode and test module: local[2], then a standalone master + worker on
     127.0.0.1 (tests/catalog/spark/test_spark.py)."""
     tmp = tmp_path_factory.mktemp(f"spark_{request.param}")
-    saved = {k: os.environ.get(k) for k in ("SPARK_LOCAL_IP", "PYSPARK_PYTHON")}
-    os.environ.update(SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
-    try:
-        with contextlib.ExitStack() as stack:
-            master = "local[2]"
-            if request.param == "standalone":
-                master = stack.enter_context(standalone_cluster(tmp))
-            session = _session(master, tmp)
-            stack.callback(session.stop)
-            yield session
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with pytest.MonkeyPatch.context() as mp, contextlib.ExitStack() as stack:
+        mp.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+        mp.setenv("PYSPARK_PYTHON", sys.executable)
+        master = "local[2]"
+        if request.param == "standalone":
+            master = stack.enter_context(standalone_cluster(tmp))
+        session = _session(master, tmp)
+        stack.callback(session.stop)
+        yield session

@@ -190,8 +190,7 @@ class Launcher:
     async def start(cls) -> Launcher:
         requests, requests_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         notices, notices_child = socket.socketpair()
-        env = {**os.environ, "MALLOC_ARENA_MAX": "2", "OPENBLAS_NUM_THREADS": "1"}
-        env["PYTHONPATH"] = _import_path()
+        env = worker_environment()
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "catalog.server.worker_launcher",
@@ -891,6 +890,13 @@ def error_of(payload: bytes) -> tuple[str, str]:
     """(sqlstate, message) of an ERROR frame."""
     info = json.loads(payload)
     return info.get("sqlstate", "XX000"), info.get("message", "error")
+
+
+def worker_environment() -> dict[str, str]:
+    """The environment of the launcher, and so of every worker it forks: two malloc arenas (a
+    worker runs one statement at a time), no BLAS thread pool (a forked child keeps only the
+    thread that forked it), and this package first on the import path."""
+    return {**os.environ, "MALLOC_ARENA_MAX": "2", "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": _import_path()}
 
 
 def _import_path() -> str:

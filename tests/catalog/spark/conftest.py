@@ -7,7 +7,6 @@ computes does not depend on it (Java 17 evaluates floating point strictly at eve
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -24,14 +23,7 @@ def lean_jvm_env() -> dict[str, str]:
 
 @pytest.fixture(scope="module", autouse=True)
 def _lean_jvms() -> Iterator[None]:
-    wanted = lean_jvm_env()
-    saved = {k: os.environ.get(k) for k in wanted}
-    os.environ.update(wanted)
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in lean_jvm_env().items():
+            mp.setenv(key, value)
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
