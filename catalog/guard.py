@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import duckdb
 
 from catalog import session_commands
-from catalog.views import define_views
+from catalog.views import definitions_connection
 
 SQLSTATE_PRIVILEGE = "42501"  # insufficient_privilege: reads of files, writes, settings, extensions
 SQLSTATE_UNSUPPORTED = "0A000"  # feature_not_supported
@@ -80,8 +80,7 @@ def dumpcat_table_macros() -> frozenset[str]:
     builtin_sql = listing + "IN ('table', 'table_macro')"
     with duckdb.connect(":memory:", config=config) as fresh:
         builtin = {str(r[0]).lower() for r in fresh.execute(builtin_sql).fetchall()}
-    with duckdb.connect(":memory:", config=config) as scratch:
-        define_views(scratch, {})
+    with definitions_connection(config) as scratch:
         rows = scratch.execute(listing + "= 'table_macro' AND NOT internal").fetchall()
     return frozenset(str(r[0]).lower() for r in rows) - builtin
 

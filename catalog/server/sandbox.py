@@ -26,7 +26,6 @@ import hashlib
 import os
 import shutil
 import tempfile
-import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -38,6 +37,7 @@ import pyarrow.parquet as pq
 
 from catalog.guard import MAX_EXPRESSION_DEPTH
 from catalog.server import pg_catalog
+from ingest.storage.definitions_cache import cached_database, opens_with_view
 from ingest.storage.flat_columns import FLAT_ONLY_COLUMNS, FLAT_STORED_COLUMNS, FLAT_VIEWS, flat_select_list
 from ingest.storage.schema import TABLES
 from ingest.storage.sql_views import define_sql_views
@@ -92,28 +92,6 @@ def build_views_database(folder: str | os.PathLike, *, flat: bool = True) -> Pat
     return path
 
 
-CACHE_ENV = "DUMPCAT_CACHE_DIR"
-_CACHE_KEEP_SECONDS = 7 * 86400  # cached views databases of other dumpcat versions unused this long go
-
-
-def cache_folder() -> Path | None:
-    """Where a server keeps the views database it built, for the next server of the same dumpcat
-    and DuckDB: `$DUMPCAT_CACHE_DIR`, else `$XDG_CACHE_HOME/dumpcat`, else `~/.cache/dumpcat`. None
-    where it cannot be made, or is not this user's alone (another user could plant definitions)."""
-    base = os.environ.get(CACHE_ENV) or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "dumpcat"
-    )
-    try:
-        folder = Path(base)
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = folder.stat()
-    except (OSError, RuntimeError):  # RuntimeError: no home folder to expand ~ in
-        return None
-    if st.st_uid != os.geteuid() or st.st_mode & 0o077:
-        return None
-    return folder
-
-
 def _views_database_key(flat: bool) -> str:
     """What the server's views database depends on: the catalog's view definitions (sql/*.sql, the
     Python writing them, DuckDB's version), the PostgreSQL emulation, this module, and `flat`."""
@@ -126,45 +104,29 @@ def _views_database_key(flat: bool) -> str:
     return digest.hexdigest()[:32]
 
 
-def _opens(path: Path) -> bool:
-    try:
-        with duckdb.connect(str(path), read_only=True) as con:
-            found = con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'stats'").fetchone()
-            return found[0] > 0
-    except duckdb.Error:
-        return False
-
-
 def views_database(folder: str | os.PathLike, *, flat: bool = True) -> Path:
-    """The server's views database in its private `folder`: a copy of the one an earlier server of
-    the same code left in `cache_folder()` (1.2 s of CPU saved per start), else built anew
-    (`build_views_database`) and left there for the next server."""
+    """The server's views database in its private `folder`: a copy of the one in the user's cache
+    (ingest/storage/definitions_cache.py; 1.2 s of CPU saved per start), built there
+    (`build_views_database`) by the first server of this code, else built in `folder`."""
     key = _views_database_key(flat)
-    cache = cache_folder()
-    cached = cache / f"server-views-{key}.duckdb" if cache is not None else None
     target = Path(folder) / f"{VIEWS_DB_NAME}.duckdb"
-    if cached is not None:
+
+    def build(path: Path) -> None:
+        with tempfile.TemporaryDirectory(dir=path.parent) as scratch:
+            os.replace(build_views_database(scratch, flat=flat), path)
+
+    for rebuild in (False, True):
+        cached = cached_database("server-views", key, build, rebuild=rebuild)
+        if cached is None:
+            break
         try:
             shutil.copyfile(cached, target)
-            if _opens(target):
-                os.utime(cached)
-                return target
         except OSError:
-            pass
-        target.unlink(missing_ok=True)  # missing, or damaged: built anew below
-    build_views_database(folder, flat=flat)
-    if cached is not None:
-        partial = cached.with_name(f".{cached.name}.{os.getpid()}")
-        try:
-            shutil.copyfile(target, partial)
-            os.replace(partial, cached)  # atomic: servers starting together write the same bytes
-            now = time.time()
-            for old in cached.parent.glob("server-views-*.duckdb"):
-                if old != cached and now - old.stat().st_mtime > _CACHE_KEEP_SECONDS:
-                    old.unlink()
-        except OSError:
-            partial.unlink(missing_ok=True)
-    return target
+            break
+        if opens_with_view(target, "stats"):
+            return target
+        target.unlink(missing_ok=True)  # damaged: built anew once
+    return build_views_database(folder, flat=flat)
 
 
 def private_folder() -> str:

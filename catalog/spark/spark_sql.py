@@ -481,10 +481,9 @@ def _default_callable() -> tuple[str, ...]:
     an empty in-memory catalog, so a macro that demands a threshold is left out."""
     import duckdb
 
-    from catalog.views import define_views
+    from catalog.views import definitions_connection
 
-    con = duckdb.connect()
-    define_views(con, {})
+    con = definitions_connection()
     ok = []
     for name in macro_names():
         if _sources().macros[name].params and len(_sources().macros[name].defaults) < len(

@@ -10,8 +10,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from catalog.server.sandbox import CACHE_ENV, cache_folder
 from catalog.server.server import Limits, Server
+from ingest.storage.definitions_cache import CACHE_ENV, cache_folder
 from tests.conftest import nan_log_catalog
 
 
