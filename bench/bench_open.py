@@ -12,6 +12,11 @@ are defined once into the catalog's views/ folder, which later connections attac
 - `use_views` on a fresh connection when the snapshot's views database exists, and the first
   query's CPU after it (DuckDB binds a view when a query reads it), against defining the views on
   that connection and the same first query;
+- making a new snapshot's views database (what the first reader of every snapshot pays) from the
+  cached template of definitions (ingest/storage/definitions_cache.py) against defining them all
+  into a new file, CPU;
+- the writer's DuckDB (ingest/storage/flat.py `open_writer_connection`, once per one-shot batch)
+  with its resolution views attached from the cache against defining them, CPU;
 - a fresh process running `dumpcat sql CAT "SELECT count(*) FROM stats"` on the committed nan_log
   dump against a bare `python -c "import duckdb, pyarrow; duckdb.sql('SELECT 1')"` (wall seconds).
 
@@ -78,6 +83,52 @@ def first_answer(cat: Path, attach: bool) -> float:
     return took
 
 
+def new_views_database(cat: Path, template: bool) -> float:
+    """CPU seconds to make a snapshot's views database (catalog/views.py `_write_views_database`),
+    from the cached template or defining every view (as without a cache)."""
+    import os
+
+    from catalog import views
+    from ingest.storage.store import CatalogStore
+
+    store = CatalogStore(cat)
+    snap = store.union_snapshot()
+    files, flat, full = store.table_files(snap), store.flat_files(snap), store.full_schema_tables(snap)
+    folder = Path(tempfile.mkdtemp(prefix="bench-views-"))
+    saved = os.environ.get("DUMPCAT_CACHE_DIR")
+    if not template:
+        os.environ["DUMPCAT_CACHE_DIR"] = str(folder / "a-file" / "cache")  # unusable: no cache
+        (folder / "a-file").write_text("")
+    try:
+        started = time.process_time()
+        views._write_views_database(folder, folder / "v.duckdb", files, flat, full)
+        return time.process_time() - started
+    finally:
+        if saved is None:
+            os.environ.pop("DUMPCAT_CACHE_DIR", None)
+        else:
+            os.environ["DUMPCAT_CACHE_DIR"] = saved
+
+
+def writer_connection(cached: bool) -> float:
+    """CPU seconds to open the writer's DuckDB with its resolution views, attached from the cache
+    or defined (`flat._writer_views_database` returning None, as without a cache)."""
+    from ingest.storage import flat
+
+    original = flat._writer_views_database
+    if not cached:
+        flat._writer_views_database = lambda rebuild=False: None
+    try:
+        started = time.process_time()
+        con = flat.open_writer_connection()
+        con.execute("SELECT count(*) FROM tensors_resolved").fetchall()
+        took = time.process_time() - started
+    finally:
+        flat._writer_views_database = original
+    con.close()
+    return took
+
+
 def wall(cmd: list[str]) -> float:
     started = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True)
@@ -96,13 +147,20 @@ def main() -> None:
     bare = [sys.executable, "-c", "import duckdb, pyarrow; duckdb.sql('SELECT 1').fetchall()"]
     query = [sys.executable, "-m", "catalog.cli", "sql", str(cat), "SELECT count(*) FROM stats"]
     times: dict[str, list[float]] = {
-        "naive": [], "stand-ins": [], "define": [], "attach": [], "bare": [], "dumpcat sql": []
+        "naive": [], "stand-ins": [], "define": [], "attach": [], "bare": [], "dumpcat sql": [],
+        "views file, defined": [], "views file, template": [], "writer, defined": [], "writer, cached": [],
     }  # fmt: skip
+    new_views_database(cat, template=True)  # (the cached files made once, outside the timing)
+    writer_connection(cached=True)
     for _ in range(args.rounds):
         times["naive"].append(cpu(naive))
         times["stand-ins"].append(cpu(define_sql_views))
         times["define"].append(first_answer(cat, attach=False))
         times["attach"].append(first_answer(cat, attach=True))
+        times["views file, defined"].append(new_views_database(cat, template=False))
+        times["views file, template"].append(new_views_database(cat, template=True))
+        times["writer, defined"].append(writer_connection(cached=False))
+        times["writer, cached"].append(writer_connection(cached=True))
         times["bare"].append(wall(bare))
         times["dumpcat sql"].append(wall(query))
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -114,6 +172,14 @@ def main() -> None:
     print(f"  define the views    {med['define']:.3f}")
     ratio = med["attach"] / med["define"]
     print(f"  attach views file   {med['attach']:.3f}   {ratio:.2f}x defining them")
+    print("a new snapshot's views database, CPU s:")
+    print(f"  define every view   {med['views file, defined']:.3f}")
+    ratio = med["views file, template"] / med["views file, defined"]
+    print(f"  from the template   {med['views file, template']:.3f}   {ratio:.2f}x defining them")
+    print("the writer's DuckDB with its resolution views, to a first query, CPU s:")
+    print(f"  define the views    {med['writer, defined']:.3f}")
+    ratio = med["writer, cached"] / med["writer, defined"]
+    print(f"  attach cached views {med['writer, cached']:.3f}   {ratio:.2f}x defining them")
     print("fresh process, wall s:")
     print(f"  bare duckdb+pyarrow {med['bare']:.3f}")
     print(f"  dumpcat sql         {med['dumpcat sql']:.3f}   {med['dumpcat sql'] / med['bare']:.2f}x bare")
