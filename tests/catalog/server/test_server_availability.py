@@ -20,6 +20,7 @@ import psutil
 import psycopg
 import pytest
 
+from catalog.server.worker_pool import GRACE_SECONDS
 from tests.conftest import nan_log_catalog
 from tests.hostile import RawClient, ServeProcess
 from tests.timing import LatencyMiss, latency_retried, within
@@ -33,11 +34,16 @@ def cat(tmp_path_factory) -> Path:
     return nan_log_catalog(tmp_path_factory.mktemp("availability"))
 
 
+# The shared server's statement timeout: the attacks run until it stops them, each burning a core
+# meanwhile (4 s: long past what the light statements take under load).
+QUERY_TIMEOUT = 4
+
+
 @pytest.fixture(scope="module")
 def server(cat, tmp_path_factory):
     cwd = tmp_path_factory.mktemp("serve-cwd")
     srv = ServeProcess(
-        cat, cwd, "--query-timeout", "6", "--max-concurrent", "4", "--max-connections", "12",
+        cat, cwd, "--query-timeout", str(QUERY_TIMEOUT), "--max-concurrent", "4", "--max-connections", "12",
         "--max-pending", "16", "--login-timeout", "4", "--send-timeout", "3",
     )  # fmt: skip
     yield srv
@@ -58,8 +64,12 @@ def settled(srv: ServeProcess, workers: int = 4 + 1, quiet: float = 2.0) -> None
     deadline = time.monotonic() + 120
     seen, since = None, time.monotonic()
     while time.monotonic() < deadline:
-        forked = [w for launcher in main.children() for w in launcher.children()]
-        pids = {w.pid for w in forked if w.status() != psutil.STATUS_ZOMBIE}
+        pids = set()
+        for launcher in main.children():
+            try:
+                pids |= {w.pid for w in launcher.children() if w.status() != psutil.STATUS_ZOMBIE}
+            except psutil.NoSuchProcess:  # a worker (or the launcher) ended as it was listed
+                pids.add(-1)  # (not settled yet: look again)
         if pids != seen:
             seen, since = pids, time.monotonic()
         elif len(pids) == workers and time.monotonic() - since >= quiet:
@@ -316,7 +326,7 @@ def test_portals_described_and_left_hold_no_worker_past_the_deadline(serve):
         with Bystander(serve) as bystander:
             time.sleep(3)
         bystander.check()
-        time.sleep(6 + 3)  # the statement timeout and its grace
+        time.sleep(QUERY_TIMEOUT + GRACE_SECONDS)  # the statement timeout and its grace
         results: list = []
 
         def reader() -> None:
@@ -326,7 +336,7 @@ def test_portals_described_and_left_hold_no_worker_past_the_deadline(serve):
         started = time.monotonic()
         _wait_all([threading.Thread(target=reader) for _ in range(4)])
         assert results == [[(3000000,)]] * 4
-        within(time.monotonic() - started, 6, "(none of them may wait out a held worker's timeout)")
+        within(time.monotonic() - started, QUERY_TIMEOUT, "(none may wait out a held worker's timeout)")
     finally:
         for c in clients:
             c.close()
