@@ -21,26 +21,25 @@ DATA = TESTS / "data"
 SAMPLES = DATA / "samples" / "mindspore-2.10-cpu"
 MS210 = DATA / "ms210"
 
-# The slowest test files, longest first (seconds of test time on a quiet 2-core machine, measured
-# 2026-11-29 with --durations: the whole suite in 15.2 min). `--dist loadfile` hands files to the
+# The slowest test files, longest first (seconds of test time on a 2-core machine, measured
+# 2026-11-29 with --durations: the whole suite in 11.7 min). `--dist loadfile` hands files to the
 # two workers in collection order (pytest_configure turns xdist's reordering by test count off):
 # the long ones start first, and the short ones fill the gaps at the end, instead of one worker
-# running a 5-minute file alone.
+# running a 4-minute file alone.
 SLOWEST_FILES = {
-    "test_spark.py": 289, "test_shards.py": 125, "test_replay.py": 119, "test_flat.py": 114,
-    "test_server_limits.py": 93, "test_server_availability.py": 62, "test_report.py": 60,
-    "test_leaf_scan.py": 53, "test_bench_scale.py": 47, "test_superset.py": 42,
-    "test_flat_memory.py": 40, "test_hostile_metadata.py": 30, "test_cli.py": 29,
-    "test_incremental.py": 26, "test_ascend_raw.py": 26, "test_protocol_fuzz.py": 25,
+    "test_spark.py": 231, "test_replay.py": 94, "test_shards.py": 88, "test_server_limits.py": 62,
+    "test_leaf_scan.py": 56, "test_server_availability.py": 54, "test_flat.py": 50, "test_report.py": 38,
+    "test_flat_memory.py": 36, "test_bench_scale.py": 36, "test_superset.py": 33, "test_cli.py": 22,
+    "test_server_hostile.py": 19, "test_pgcodec.py": 19, "test_bi_docs.py": 19, "test_ascend_raw.py": 19,
 }  # fmt: skip
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config.option, "loadscopereorder"):  # pytest-xdist's --no-loadscope-reorder
         config.option.loadscopereorder = False
-    # Servers keep the views database they build in a cache folder (catalog/server/sandbox.py
-    # `cache_folder`): the tests' is a temporary folder of this run (xdist's workers inherit it
-    # from the controller), never the user's ~/.cache.
+    # Definitions built once per user (the writer's resolution views, the views template, the
+    # server's views database: ingest/storage/definitions_cache.py) go to a cache folder: the
+    # tests' is a temporary folder of this run (xdist's workers inherit it), never ~/.cache.
     if "DUMPCAT_CACHE_DIR" not in os.environ:
         import tempfile
 
