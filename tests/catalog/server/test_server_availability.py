@@ -57,7 +57,7 @@ def serve(server):
     return server
 
 
-def settled(srv: ServeProcess, workers: int = 4 + 1, quiet: float = 2.0) -> None:
+def settled(srv: ServeProcess, workers: int = 4 + 1, quiet: float = 1.0) -> None:
     """Wait until the server has its workers and its spare, unchanged for `quiet` seconds (the
     workers are the children of the server's one child, the launcher that forks them)."""
     main = psutil.Process(srv.proc.pid)
