@@ -164,22 +164,21 @@ def main() -> None:
         times["bare"].append(wall(bare))
         times["dumpcat sql"].append(wall(query))
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"views of sql/*.sql, CPU s (median of {args.rounds}):")
-    print(f"  naive loop          {med['naive']:.3f}")
-    ratio = med["stand-ins"] / med["naive"]
-    print(f"  define_sql_views    {med['stand-ins']:.3f}   {ratio:.2f}x the naive loop")
-    print("fresh connection to the first answer of a stats query, CPU s:")
-    print(f"  define the views    {med['define']:.3f}")
-    ratio = med["attach"] / med["define"]
-    print(f"  attach views file   {med['attach']:.3f}   {ratio:.2f}x defining them")
-    print("a new snapshot's views database, CPU s:")
-    print(f"  define every view   {med['views file, defined']:.3f}")
-    ratio = med["views file, template"] / med["views file, defined"]
-    print(f"  from the template   {med['views file, template']:.3f}   {ratio:.2f}x defining them")
-    print("the writer's DuckDB with its resolution views, to a first query, CPU s:")
-    print(f"  define the views    {med['writer, defined']:.3f}")
-    ratio = med["writer, cached"] / med["writer, defined"]
-    print(f"  attach cached views {med['writer, cached']:.3f}   {ratio:.2f}x defining them")
+    pairs = [
+        (f"views of sql/*.sql, CPU s (median of {args.rounds}):",
+         ("naive loop", "naive"), ("define_sql_views", "stand-ins"), "the naive loop"),
+        ("fresh connection to the first answer of a stats query, CPU s:",
+         ("define the views", "define"), ("attach views file", "attach"), "defining them"),
+        ("a new snapshot's views database, CPU s:",
+         ("define every view", "views file, defined"), ("from the template", "views file, template"),
+         "defining them"),
+        ("the writer's DuckDB with its resolution views, to a first query, CPU s:",
+         ("define the views", "writer, defined"), ("attach cached views", "writer, cached"), "defining them"),
+    ]  # fmt: skip
+    for title, (base_label, base), (label, key), versus in pairs:
+        print(title)
+        print(f"  {base_label:<19} {med[base]:.3f}")
+        print(f"  {label:<19} {med[key]:.3f}   {med[key] / med[base]:.2f}x {versus}")
     print("fresh process, wall s:")
     print(f"  bare duckdb+pyarrow {med['bare']:.3f}")
     print(f"  dumpcat sql         {med['dumpcat sql']:.3f}   {med['dumpcat sql'] / med['bare']:.2f}x bare")

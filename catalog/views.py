@@ -206,17 +206,25 @@ def definitions_connection(config: dict[str, str] | None = None) -> duckdb.DuckD
     config = {**DUCKDB_CONFIG, **(config or {})}
     external = config.pop("enable_external_access", "true")
     con = duckdb.connect(":memory:", config=config)
-    template = _definitions_template()
-    try:
-        if template is None:
-            raise duckdb.IOException("no cache folder")
-        con.execute(f"ATTACH {quote_literal(str(template))} AS {VIEWS_ALIAS} (READ_ONLY)")
-        con.execute(f"USE {VIEWS_ALIAS}")
-    except duckdb.Error:
+    if not _attach_template(con):
         define_views(con, {})
     if str(external).lower() == "false":
         con.execute("SET enable_external_access = false")
     return con
+
+
+def _attach_template(con: duckdb.DuckDBPyConnection) -> bool:
+    """Attach the cached template read-only as `con`'s current database; False if there is none
+    or it does not open (the caller defines the views itself)."""
+    template = _definitions_template()
+    if template is None:
+        return False
+    try:
+        con.execute(f"ATTACH {quote_literal(str(template))} AS {VIEWS_ALIAS} (READ_ONLY)")
+        con.execute(f"USE {VIEWS_ALIAS}")
+    except duckdb.Error:
+        return False
+    return True
 
 
 def _definitions_template(*, rebuild: bool = False) -> Path | None:

@@ -333,10 +333,16 @@ def open_writer_connection() -> duckdb.DuckDBPyConnection:
             break
         try:
             con.execute(f"ATTACH {quote_literal(str(cached))} AS {_WRITER_VIEWS} (READ_ONLY)")
-        except duckdb.Error:  # damaged: built anew once
-            continue
-        con.execute(";\n".join([*local, _SEARCH_PATH]))
-        return con
+            found = "SELECT count(*) FROM duckdb_views() WHERE database_name = ? AND view_name IN ?"
+            if con.execute(found, [_WRITER_VIEWS, _RESOLVED]).fetchone()[0] == len(_RESOLVED):
+                con.execute(";\n".join([*local, _SEARCH_PATH]))
+                return con
+        except duckdb.Error:
+            pass
+        with contextlib.suppress(duckdb.Error):  # damaged, or not the views: built anew once
+            con.execute(f"DETACH {_WRITER_VIEWS}")
+    con.execute(";\n".join([*local, *_resolution_sql()]))
+    return con
     con.execute(";\n".join([*local, *_resolution_sql()]))
     return con
 
@@ -351,6 +357,7 @@ def writer_cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     return cursor
 
 
+_RESOLVED = [f"{flat}_resolved" for flat in FLAT_SOURCES]  # what the writer queries
 _SEARCH_PATH = f"SET search_path = 'memory.main,{_WRITER_VIEWS}.main'"
 # The views the resolution SQL reads each batch's rows through (sql/30_tensors.sql, 40_stats.sql).
 _SRC_VIEWS = tuple(f"src_{t}" for ts in FLAT_SOURCES.values() for t in ts)
