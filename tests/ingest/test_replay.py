@@ -563,6 +563,7 @@ class Reader:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
                 if len(self.errors) > 20:
                     return
+            self._stop.wait(0.02)  # a dashboard's pace, not a spin that starves the watcher of its core
         cat.close()
 
     def stop(self) -> None:

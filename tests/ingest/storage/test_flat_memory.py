@@ -215,11 +215,14 @@ def test_the_writer_gives_back_what_its_statements_freed(wide):
         con.execute(f"CREATE TABLE scratch AS SELECT * FROM read_parquet('{source}') ORDER BY rel_path")
         con.execute("DROP TABLE scratch").fetchall()
         held = _anonymous_mib()
-        con.execute("SELECT 1").fetchall()  # another statement does not free them
-        assert held - _anonymous_mib() < 5
+        con.execute("SELECT 1").fetchall()
+        after_another_statement = _anonymous_mib()
         writer.release_buffers()
-        released = held - _anonymous_mib()
+        released = after_another_statement - _anonymous_mib()
         assert released > 20, f"only {released:.1f} MiB given back"
+        # another statement does not free them: compared with what release_buffers gave back in the
+        # same run (the allocator's own trimming moved a few MiB once, under load)
+        assert held - after_another_statement < released / 2, (held, after_another_statement, released)
         limit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
         assert (
             limit
