@@ -1,14 +1,15 @@
 """Queries/s and p95 latency through `dumpcat serve` (psycopg) vs. in-process DuckDB on the same catalog.
 
-    python bench/bench_server.py [--seconds 5]
+    python bench/bench_server.py [--rounds 5] [--slice 1.5]
 
-Builds a catalog from the committed nan_log dump in a temporary directory, then for a point lookup
-(by row_id) and the NaN query, at 1, 10 and 50 concurrent clients, runs each side for the same
-time: server = psycopg connections to an in-process `Server` (its default limits: 4 statement
-worker processes on the contained engine); baseline = threads each with its own `Catalog.cursor()`
-(DuckDB reading the parquet files itself). Prints a markdown table with the ratio
-server/in-process. Run it at an older commit for the "before" figures: the ratio cancels out the
-machine's speed, so before/after ratios compare.
+Builds a catalog from the committed nan_log dump in a temporary directory and starts two `dumpcat
+serve` processes of this checkout on it (default limits: 4 statement workers): one whose workers'
+DuckDB reads the catalog's files itself (`--reads auto`, where the kernel offers Landlock) and one
+through Arrow datasets (`--reads arrow`). For a point lookup (by row_id) and the NaN query, at 1,
+10 and 50 psycopg clients (server-side prepared statements), the two servers and in-process DuckDB
+(threads with one `Catalog.cursor()` each) take turns in short slices (`--rounds` x `--slice`
+seconds each), so a busy moment of the machine hits all three alike. Prints a markdown table of
+queries/s, p95 latency and the ratios server / in-process (targets: >= 0.8x queries/s, p95 <= 2x).
 """
 
 from __future__ import annotations
@@ -17,85 +18,71 @@ import argparse
 import statistics
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psycopg
+from bench_server_compare import HERE, NAN, POINT, Side, run_slice, start_server
 
 from catalog.api import Catalog
-from catalog.server.server import Limits, Server
+from catalog.server import landlock
 from tests.conftest import dump_of
-
-POINT = "SELECT row_id, op_name, shape, max FROM stats WHERE row_id = $1"
-NAN = "SELECT op_name, iteration, nan_count FROM stats WHERE nan_count > 0 ORDER BY iteration, exec_index"
-
-
-def run(clients: int, seconds: float, make_worker) -> tuple[float, float]:
-    lat: list[float] = []
-    lock = threading.Lock()
-    barrier = threading.Barrier(clients + 1)
-    stop = [0.0]
-
-    def body(i: int) -> None:
-        q = make_worker()
-        barrier.wait()
-        mine = []
-        while time.perf_counter() < stop[0]:
-            t = time.perf_counter()
-            q()
-            mine.append(time.perf_counter() - t)
-        with lock:
-            lat.extend(mine)
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    stop[0] = time.perf_counter() + seconds
-    barrier.wait()
-    for t in threads:
-        t.join()
-    p95 = statistics.quantiles(lat, n=20)[-1] if len(lat) > 1 else lat[0]
-    return len(lat) / seconds, p95 * 1000
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--slice", type=float, default=1.5)
     args = ap.parse_args()
+    if landlock.abi_version() < 1:
+        print("this kernel has no Landlock: both servers read through Arrow datasets")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "cat"
         cat = Catalog.open(path, create=True)
         cat.ingest(dump_of("nan_log"), run="nan_log")
         row_id = cat.sql("SELECT row_id FROM stats ORDER BY row_id LIMIT 1").column(0)[0].as_py()
-        srv = Server(path, port=0, limits=Limits(max_connections=256)).start()  # default workers
-        print("| query | clients | server q/s | server p95 ms | in-process q/s | in-process p95 ms "
-              "| q/s ratio |")  # fmt: skip
-        print("|---|---|---|---|---|---|---|")
+        servers = {reads: start_server(HERE, path, "--reads", reads, "--max-connections", "256")
+                   for reads in ("auto", "arrow")}  # fmt: skip
+        print("| query | clients | server q/s | p95 ms | Arrow-datasets server q/s | p95 ms "
+              "| in-process q/s | p95 ms | server / in-process q/s | p95 server / in-process "
+              "| Arrow server / in-process q/s |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         try:
             for name, sql, params in (("point lookup", POINT, [row_id]), ("NaN query", NAN, None)):
                 for clients in (1, 10, 50):
 
-                    def server_worker(sql=sql, params=params):
+                    def server(port: int, sql=sql, params=params):
                         c = psycopg.connect(
-                            host="127.0.0.1", port=srv.port, user="u", dbname="d", autocommit=True
+                            host="127.0.0.1", port=port, user="u", dbname="d", autocommit=True
                         )
-                        q = sql.replace("$1", "%s")
-                        return lambda: c.execute(q, params, prepare=True).fetchall()
+                        return lambda: c.execute(sql, params, prepare=True).fetchall()
 
-                    def local_worker(sql=sql, params=params):
+                    def local(sql=sql, params=params):
                         cur = cat.cursor()
-                        return lambda: cur.sql(sql, params=params).to_arrow_table()
+                        q = sql.replace("%s", "?")
+                        return lambda: cur.sql(q, params=params).to_arrow_table()
 
-                    sq, sp = run(clients, args.seconds, server_worker)
-                    lq, lp = run(clients, args.seconds, local_worker)
-                    print(
-                        f"| {name} | {clients} | {sq:.0f} | {sp:.2f} | {lq:.0f} | {lp:.2f} | {sq / lq:.2f} |"
-                    )
+                    sides = [
+                        Side("server", lambda: server(servers["auto"][1])),
+                        Side("arrow", lambda: server(servers["arrow"][1])),
+                        Side("in-process", local),
+                    ]
+                    pools = {s.name: [s.make() for _ in range(clients)] for s in sides}
+                    for _ in range(args.rounds):
+                        for s in sides:
+                            run_slice(s, pools[s.name], args.slice)
+                    qps = {s.name: s.count / s.seconds for s in sides}
+                    p95 = {s.name: statistics.quantiles(s.latencies, n=20)[-1] * 1000 for s in sides}
+                    local_qps, local_p95 = qps["in-process"], p95["in-process"]
+                    print(f"| {name} | {clients} | {qps['server']:.0f} | {p95['server']:.1f} "
+                          f"| {qps['arrow']:.0f} | {p95['arrow']:.1f} | {local_qps:.0f} | {local_p95:.1f} "
+                          f"| {qps['server'] / local_qps:.2f} | {p95['server'] / local_p95:.2f} "
+                          f"| {qps['arrow'] / local_qps:.2f} |", flush=True)  # fmt: skip
         finally:
-            srv.stop()
+            for proc, _ in servers.values():
+                proc.terminate()
+                proc.wait(30)
 
 
 if __name__ == "__main__":

@@ -36,14 +36,14 @@ POINT = "SELECT row_id, op_name, shape, max FROM stats WHERE row_id = %s"
 NAN = "SELECT op_name, iteration, nan_count FROM stats WHERE nan_count > 0 ORDER BY iteration, exec_index"
 
 
-def start_server(tree: Path, cat: Path) -> tuple[subprocess.Popen, int]:
-    """`dumpcat serve` of the checkout at `tree`, on a free port; returns (process, port)."""
+def start_server(tree: Path, cat: Path, *args: str) -> tuple[subprocess.Popen, int]:
+    """`dumpcat serve` of the checkout at `tree` (with `args`), on a free port; returns (process, port)."""
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); from catalog.cli.commands import main; "
-        "sys.argv = ['dumpcat', 'serve', sys.argv[2], '--port', '0']; main()"
+        "sys.argv = ['dumpcat', 'serve', sys.argv[2], '--port', '0', *sys.argv[3:]]; main()"
     )
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    proc = subprocess.Popen([sys.executable, "-c", code, str(tree), str(cat)], env=env, cwd=tree,
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tree), str(cat), *args], env=env, cwd=tree,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     assert proc.stderr is not None
     for line in proc.stderr:

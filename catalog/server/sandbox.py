@@ -2,11 +2,20 @@
 
 A DuckDB database that can do nothing but read the catalog:
 
-- **No file system access.** DuckDB runs with `enable_external_access = false` and no allowed
-  paths: `COPY ... TO`, `read_*`, `glob`, `ATTACH`, `INSTALL`/`LOAD`, replacement scans of paths
-  all fail inside the engine. The catalog's parquet files are opened by Python (pyarrow) and
-  handed to DuckDB as Arrow datasets, registered as the `raw_<table>` relations the views in
-  `sql/` read; DuckDB itself never opens a file.
+- **No file access beyond the catalog, no writes at all.** Two ways, chosen per worker:
+  - *DuckDB reads the catalog* (`native`, where the OS can wall it): DuckDB runs with
+    `enable_external_access = false` and `allowed_directories` = the catalog's folder, so
+    `read_*`, `glob` and replacement scans of any other path fail inside the engine; the worker
+    process itself can write no file (`catalog.server.landlock`, applied before the engine opens),
+    so `COPY ... TO` and `ATTACH` of a new file fail in the kernel. Each session's `raw_<table>`
+    views and the flat `tensors`/`stats` views are the same SQL as an in-process `Catalog`'s,
+    as temporary views of its cursor; queries run at in-process speed.
+  - *Arrow datasets* (where Landlock is not available, or asked for): DuckDB runs with no allowed
+    path at all; the catalog's parquet files are opened by Python (pyarrow) and handed to DuckDB
+    as Arrow datasets registered under the same names; DuckDB itself never opens a file. About
+    2x slower per query: DuckDB scans the datasets through Arrow, not its own parquet reader.
+  The guard (`catalog.guard`) refuses file functions, `COPY`, `ATTACH`, `INSTALL` and `LOAD`
+  before either: the engine and the OS are the wall, the guard the second one.
 - **A read-only catalog.** The views (`sql/*.sql` and the PostgreSQL emulation of
   `catalog.server.pg_catalog`) live in a small database file built once per server in a private
   temporary folder and opened `read_only`: `CREATE`, `DROP`, `INSERT`, `CREATE MACRO` on it fail
@@ -38,16 +47,28 @@ import pyarrow.parquet as pq
 from catalog.guard import MAX_EXPRESSION_DEPTH
 from catalog.server import pg_catalog
 from ingest.storage.definitions_cache import cached_database, opens_with_view
-from ingest.storage.flat_columns import FLAT_ONLY_COLUMNS, FLAT_STORED_COLUMNS, FLAT_VIEWS, flat_select_list
+from ingest.storage.flat_columns import (
+    FLAT_ONLY_COLUMNS,
+    FLAT_STORED_COLUMNS,
+    FLAT_VIEWS,
+    flat_select_list,
+    flat_view_sql,
+)
 from ingest.storage.schema import TABLES
-from ingest.storage.sql_views import define_sql_views
+from ingest.storage.sql_views import define_sql_views, quote_literal, raw_view_sql
 from ingest.storage.store import CatalogStore
 
 VIEWS_DB_NAME = "catalog_views"
+SHARED_SESSION = -2  # the key of the cursor sessions without views of their own share
 
 
-def engine_config(memory_limit: str, threads: int) -> dict[str, str]:
-    """DuckDB settings of the contained engine (applied when the database opens, then locked)."""
+def engine_config(memory_limit: str, threads: int, *, native: bool = False) -> dict[str, str]:
+    """DuckDB settings of the contained engine (applied when the database opens, then locked;
+    `native`: file access is turned off and the configuration locked after the catalog's folder
+    is allowed, which DuckDB accepts only once the database is open)."""
+    if native:
+        return {k: v for k, v in engine_config(memory_limit, threads).items()
+                if k not in ("enable_external_access", "lock_configuration")}  # fmt: skip
     return {
         "enable_external_access": "false",
         "autoinstall_known_extensions": "false",
@@ -145,12 +166,24 @@ class ContainedEngine:
         memory_limit: str = "1GB",
         threads: int = 1,
         max_cursors: int = 256,
+        native: bool = False,
     ) -> None:
+        """`native`: DuckDB reads the catalog's files itself (only in a process that can write no
+        file: `catalog.server.landlock.deny_writes`); otherwise through Arrow datasets."""
         self.store = CatalogStore(catalog_path)
-        self.con = duckdb.connect(str(views_db), read_only=True, config=engine_config(memory_limit, threads))
+        self.native = native
+        config = engine_config(memory_limit, threads, native=native)
+        self.con = duckdb.connect(str(views_db), read_only=True, config=config)
+        if native:
+            folder = quote_literal(str(self.store.root / "data") + os.sep)  # every shard's files
+            self.con.execute(f"SET allowed_directories = [{folder}]")
+            self.con.execute("SET enable_external_access = false")
+            self.con.execute("SET lock_configuration = true")
         self._fs = pafs.LocalFileSystem()
         self._token: tuple | None = None
         self._datasets: dict[str, ds.Dataset] = {}
+        self._session_views: list[str] = []  # native: each session's temporary views of the snapshot
+        self._shared: tuple[int, int] | None = None  # (the shared cursor, the session it shows)
         self._cursors: OrderedDict[int, tuple[duckdb.DuckDBPyConnection, tuple | None]] = OrderedDict()
         self._max_cursors = max_cursors
         self.started = datetime.datetime.now(datetime.UTC)
@@ -164,6 +197,10 @@ class ContainedEngine:
         snap = self.store.union_snapshot()
         files = self.store.table_files(snap)
         self._flat = self.store.flat_files(snap)
+        if self.native:
+            self._session_views = self._native_views(files, self.store.full_schema_tables(snap))
+            self._token = token
+            return
         datasets = {}
         for table, schema in TABLES.items():
             live = files.get(table, [])
@@ -186,6 +223,23 @@ class ContainedEngine:
         self._datasets = datasets
         self._token = token
 
+    def _native_views(self, files: dict[str, list[str]], full_schema: set[str]) -> list[str]:
+        """The temporary views a session defines for this snapshot: the raw tables (reading the
+        columns older files lack as NULL, as `define_raw_view` does) and, with flat files, the
+        flat `tensors` and `stats`, which then shadow the stored ones (catalog/views.py's SQL)."""
+        statements = []
+        for table in TABLES:
+            live = files.get(table, [])
+            missing: tuple[str, ...] = ()
+            if live and table not in full_schema:
+                probe = raw_view_sql(table, live).split(" AS ", 1)[1]
+                present = {row[0] for row in self.con.execute(f"DESCRIBE {probe}").fetchall()}
+                missing = tuple(name for name in TABLES[table].names if name not in present)
+            statements.append(raw_view_sql(table, live, missing, temporary=True))
+        for view in FLAT_VIEWS if self._flat is not None else ():
+            statements.append(flat_view_sql(view, self._flat.get(view, []), temporary=True))
+        return statements
+
     def cursor(self, session: int) -> duckdb.DuckDBPyConnection:
         """The session's cursor, with the current snapshot's datasets registered."""
         self.refresh()
@@ -198,9 +252,15 @@ class ContainedEngine:
         else:
             cur, token = entry
         if token != self._token:
-            for table in TABLES:
-                cur.register(f"raw_{table}", self._datasets[table])
+            if self.native:
+                for statement in self._session_views:
+                    cur.execute(statement)
+            else:
+                for table in TABLES:
+                    cur.register(f"raw_{table}", self._datasets[table])
             for view in FLAT_VIEWS:
+                if self.native and self._flat is not None:
+                    continue  # the session's own views of the flat files
                 dataset = self._datasets.get(f"flat_{view}")
                 if dataset is None:  # no flat files (yet): the view's rows resolved here, in memory
                     dataset = cur.sql(
@@ -212,6 +272,18 @@ class ContainedEngine:
         while len(self._cursors) > self._max_cursors:
             _, (old, _) = self._cursors.popitem(last=False)
             old.close()
+        return cur
+
+    def shared_cursor(self, session: int) -> duckdb.DuckDBPyConnection:
+        """The cursor every session without temporary views of its own runs on, set to show this
+        `session` (pg_backend_pid()). Such a session has no state in DuckDB (its settings,
+        prepared statements and views live in the server; client SQL can only query), so one
+        cursor serves them all and only its first statement per snapshot defines the snapshot's
+        views (~20 ms each time, per session and worker before)."""
+        cur = self.cursor(SHARED_SESSION)
+        if self._shared != (id(cur), session):
+            cur.execute("SET VARIABLE dumpcat_backend_pid = ?", [session])
+            self._shared = (id(cur), session)
         return cur
 
     def forget(self, session: int) -> None:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from catalog.server import pg_catalog, pgcodec, pgwire
+from catalog.server import landlock, pg_catalog, pgcodec, pgwire
 from catalog.server.memory import (
     BIG_MESSAGE,
     RETURN_AFTER,
@@ -80,6 +80,9 @@ MAX_VIEW_CHARS = 1 << 20  # and their queries' text in all
 # When every slot is taken, a login waits this long for one to be freed before it is refused: a
 # client that closes and at once reconnects finds its old session still closing.
 ROOM_WAIT = 1.0
+
+
+READS = ("auto", "arrow")  # how workers read the catalog (Server's `reads`, `dumpcat serve --reads`)
 
 
 @dataclass
@@ -194,8 +197,14 @@ class Server:
         auth: str = "scram-sha-256",
         limits: Limits | None = None,
         watch_options: dict | None = None,
+        reads: str = "auto",
     ) -> None:
-        """`watch_options` go to the watcher of `watch` (e.g. follow_symlinks, max_metadata_size)."""
+        """`watch_options` go to the watcher of `watch` (e.g. follow_symlinks, max_metadata_size).
+        `reads`: how the workers' DuckDB reads the catalog (catalog/server/sandbox.py): "auto"
+        reads the parquet files itself where the kernel can make each worker unable to write
+        (Landlock), else through Arrow datasets; "arrow" always through Arrow datasets."""
+        if reads not in READS:
+            raise ValueError(f"unknown reads {reads!r}: one of {', '.join(READS)}")
         if not users and not _is_loopback(host):
             raise ValueError("serving beyond loopback needs --user and --password")
         if auth not in ("scram-sha-256", "md5", "password"):
@@ -228,6 +237,7 @@ class Server:
             "views_db": str(views_db),
             "memory_limit": self.limits.memory_limit,
             "threads": threads,
+            "native": reads == "auto" and landlock.abi_version() >= 1,
         }
         self.pool: WorkerPool | None = None
         self.sessions: dict[int, Session] = {}
@@ -1402,9 +1412,10 @@ def serve(
     signal.signal(signal.SIGTERM, lambda *_: server.request_stop())
     signal.signal(signal.SIGINT, lambda *_: server.request_stop())
     server.start()
+    how = "reading its files" if server.worker_config["native"] else "through Arrow datasets"
     log.warning(
-        "dumpcat serving %s on %s:%d (%d statement workers)",
-        catalog_path, server.host, server.port, len(server.worker_pids()),
+        "dumpcat serving %s on %s:%d (%d statement workers, %s)",
+        catalog_path, server.host, server.port, len(server.worker_pids()), how,
     )  # fmt: skip
     assert server._thread is not None
     while server._thread.is_alive():

@@ -31,7 +31,7 @@ import threading
 import time
 from typing import Any
 
-from catalog.server import pgwire
+from catalog.server import landlock, pgwire
 
 HEADER = struct.Struct("!cI")
 
@@ -131,7 +131,7 @@ class Worker:
         self.config = config
         self.engine = ContainedEngine(
             config["catalog"], config["views_db"], memory_limit=config["memory_limit"],
-            threads=config["threads"],
+            threads=config["threads"], native=config.get("native", False),
         )  # fmt: skip
         self.guard = guard
         self.parser = guard.parser_connection()
@@ -151,7 +151,7 @@ class Worker:
 
     def warm_up(self) -> None:
         """Touch every code path once (parser, views, Arrow scan, threads) before the memory limit."""
-        cur = self.engine.cursor(-1)
+        cur = self.engine.shared_cursor(-1)
         self.guard.classify("SELECT count(*) FROM stats WHERE nan_count > 0")
         cur.sql("SELECT count(*) FROM stats WHERE nan_count > 0").fetchall()
         cur.sql("SELECT * FROM dumpcat_pg.pg_class LIMIT 1").to_arrow_table()
@@ -164,7 +164,6 @@ class Worker:
 
         for b in batch:
             pgcodec.encode_datarows(b, [1] * b.num_columns)
-        self.engine.forget(-1)
 
     def limit_memory(self) -> int:
         """Cap the address space at what it is now plus the statement budget; returns the cap (0
@@ -451,8 +450,11 @@ class Worker:
         self.send(json_frame(LIST, parts))
 
     def _cursor(self, sid: int):
-        cur = self.engine.cursor(sid)
-        self._session_views(sid, cur)
+        if self._views:  # the session's own temporary views: its own cursor
+            cur = self.engine.cursor(sid)
+            self._session_views(sid, cur)
+        else:
+            cur = self.engine.shared_cursor(sid)
         with self._lock:
             self.cursor = cur
             stopped = self.stopping == self.job
@@ -699,6 +701,10 @@ def run(data_fd: int, control_fd: int, config: dict) -> None:
     control = socket.socket(fileno=control_fd)
     started = time.monotonic()
     try:
+        # While this process has one thread: DuckDB reads the catalog's files itself only in a
+        # process that can write none; where the kernel refuses after all, Arrow datasets.
+        if config.get("native") and landlock.deny_writes() is not None:
+            config = {**config, "native": False}
         worker = Worker(data, control, config)
         worker.warm_up()
         cap = worker.limit_memory()
@@ -711,6 +717,7 @@ def run(data_fd: int, control_fd: int, config: dict) -> None:
             )
         return
     data.sendall(json_frame(READY, {"pid": os.getpid(), "address_space": cap,
+                                    "reads": "duckdb" if worker.engine.native else "arrow",
                                     "seconds": round(time.monotonic() - started, 3)}))  # fmt: skip
     worker.serve()
 

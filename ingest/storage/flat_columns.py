@@ -72,10 +72,12 @@ def _quote_identifier(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def flat_view_sql(view: str, files: list[str]) -> str:
-    """`view` over its flat files (an empty catalog: the query-time view, which has no rows)."""
+def flat_view_sql(view: str, files: list[str], *, temporary: bool = False) -> str:
+    """`view` over its flat files (an empty catalog: the query-time view, which has no rows);
+    `temporary`: a view of the connection alone."""
+    create = "CREATE OR REPLACE TEMP VIEW" if temporary else "CREATE OR REPLACE VIEW"
     if not files:
-        return f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM {view}_resolved"
+        return f"{create} {view} AS SELECT * FROM {view}_resolved"
     listing = ", ".join(quote_literal(f) for f in files)
     # Matching columns by name costs a scan ~30% more: only when the files' columns differ (flat
     # files of two dumpcat versions).
@@ -84,7 +86,7 @@ def flat_view_sql(view: str, files: list[str]) -> str:
     columns = list(dict.fromkeys(name for names in schemas for name in names))  # DuckDB's union order
     before = any("producer_dtype" not in names for names in schemas)
     return (
-        f"CREATE OR REPLACE VIEW {view} AS SELECT "
+        f"{create} {view} AS SELECT "
         f"{flat_select_list(view, columns, before_dtype_names=before)} FROM "
         f"read_parquet([{listing}], union_by_name = {by_name}, hive_partitioning = false)"
     )

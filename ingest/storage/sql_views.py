@@ -38,23 +38,30 @@ def quote_literal(text: str) -> str:
 
 
 def raw_view_sql(
-    table: str, files: list[str], missing: tuple[str, ...] = (), *, view: str | None = None
+    table: str,
+    files: list[str],
+    missing: tuple[str, ...] = (),
+    *,
+    view: str | None = None,
+    temporary: bool = False,
 ) -> str:
     """SQL for `raw_<table>` (or `view`): the table's live parquet files, or an empty typed relation.
 
     `missing` names schema columns none of the files has (written by an older dumpcat): they
-    read as NULL, so the views over them keep working on old catalogs."""
+    read as NULL, so the views over them keep working on old catalogs. `temporary`: a view of the
+    connection alone (the server's sessions, over a read-only database of definitions)."""
     name = view or f"raw_{table}"
+    create = "CREATE OR REPLACE TEMP VIEW" if temporary else "CREATE OR REPLACE VIEW"
     if files:
         listing = ", ".join(quote_literal(f) for f in files)
         fields = {f.name: f for f in TABLES[table]}
         extra = "".join(f", CAST(NULL AS {_DUCK_TYPES[fields[c].type]}) AS {c}" for c in missing)
         return (
-            f"CREATE OR REPLACE VIEW {name} AS "
+            f"{create} {name} AS "
             f"SELECT *{extra} FROM read_parquet([{listing}], union_by_name = true, hive_partitioning = false)"
         )
     cols = ", ".join(f"CAST(NULL AS {_DUCK_TYPES[f.type]}) AS {f.name}" for f in TABLES[table])
-    return f"CREATE OR REPLACE VIEW {name} AS SELECT {cols} WHERE false"
+    return f"{create} {name} AS SELECT {cols} WHERE false"
 
 
 def view_sql_files() -> list[tuple[str, str]]:

@@ -229,22 +229,25 @@ def test_readers_of_every_kind_see_the_union(tree, expected, union, tmp_path):
     _, hosts = tree
     cat_dir = union
     n = len(expected["tensors"])
-    # the server's contained engine (its own views database, datasets opened by pyarrow)
+    # the server's contained engine (its own views database; datasets opened by pyarrow, or the
+    # files read by DuckDB itself, every shard's inside the data folder it may read)
     folder = tmp_path / "views"
     folder.mkdir()
-    engine = ContainedEngine(cat_dir, build_views_database(folder))
-    try:
-        cur = engine.cursor(1)
-        for view, q in (("tensors", "SELECT count(*), count(DISTINCT row_id) FROM tensors"),
-                        ("stats", "SELECT count(*), count(DISTINCT row_id) FROM stats")):  # fmt: skip
-            assert cur.sql(q).fetchall() == [(n, n)], view
-        assert cur.sql("SELECT count(*), max(ranks) FROM runs").fetchall() == [(1, 6)]
-        with Catalog.open(cat_dir) as cat:
-            want = cat.sql("SELECT row_id, path FROM tensors ORDER BY row_id").to_pylist()
-        assert [dict(zip(("row_id", "path"), r, strict=True)) for r in
-                cur.sql("SELECT row_id, path FROM tensors ORDER BY row_id").fetchall()] == want  # fmt: skip
-    finally:
-        engine.close()
+    views = build_views_database(folder)
+    with Catalog.open(cat_dir) as cat:
+        want = cat.sql("SELECT row_id, path FROM tensors ORDER BY row_id").to_pylist()
+    for native in (False, True):
+        engine = ContainedEngine(cat_dir, views, native=native)
+        try:
+            cur = engine.cursor(1)
+            for view, q in (("tensors", "SELECT count(*), count(DISTINCT row_id) FROM tensors"),
+                            ("stats", "SELECT count(*), count(DISTINCT row_id) FROM stats")):  # fmt: skip
+                assert cur.sql(q).fetchall() == [(n, n)], view
+            assert cur.sql("SELECT count(*), max(ranks) FROM runs").fetchall() == [(1, 6)]
+            rows = cur.sql("SELECT row_id, path FROM tensors ORDER BY row_id").fetchall()
+            assert [dict(zip(("row_id", "path"), r, strict=True)) for r in rows] == want
+        finally:
+            engine.close()
     # dumpcat status: one row for the run
     rows = [json.loads(line) for line in dumpcat("status", cat_dir, "--format", "json").stdout.splitlines()]
     assert [(r["run"], r["tensors"], r["errors"]) for r in rows] == [(RUN, n, 0)]

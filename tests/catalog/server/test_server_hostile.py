@@ -5,8 +5,11 @@ the engine alone must hold."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import psycopg
@@ -14,8 +17,9 @@ import pytest
 
 from catalog import guard
 from catalog.api import Catalog
+from catalog.server import landlock
 from catalog.server.sandbox import ContainedEngine, build_views_database
-from tests.conftest import TESTS, nan_log_catalog
+from tests.conftest import REPO, TESTS, nan_log_catalog
 from tests.hostile import ServeProcess, fingerprint, prepared, statements
 
 # What a refused or failed statement may answer: refusals (42501, 0A000), syntax (42601), too
@@ -82,20 +86,18 @@ def test_the_guard_refuses_every_statement(cat, tmp_path):
     assert set(passed) == ENGINE_ONLY
 
 
-def test_the_engine_alone_holds_with_the_guard_bypassed(cat, tmp_path, monkeypatch):
-    """Every statement straight at the contained engine, no guard: whatever runs reads no file,
-    writes nothing, changes no setting and touches no other session."""
-    work = tmp_path / "cwd"
-    work.mkdir()
-    monkeypatch.chdir(work)
+def engine_attack(cat: Path, views: Path, work: Path, *, native: bool) -> list[str]:
+    """Every statement straight at a contained engine in this process (working directory `work`),
+    no guard; returns what went wrong (nothing when the engine held)."""
+    os.chdir(work)
     before = fingerprint(cat)
-    engine = ContainedEngine(cat, build_views_database(tmp_path))
+    engine = ContainedEngine(cat, views, native=native)
     other = engine.cursor(2)
     baseline = [other.sql(q.replace("current_setting('server_version_num')", "42")).fetchall()
                 for q in BYSTANDER_QUERIES]  # fmt: skip
     settings = other.sql("SELECT name, value FROM duckdb_settings() ORDER BY name").fetchall()
     secret_texts = [Path("/etc/passwd").read_text()[:20], (cat / "snapshot.json").read_text()[:20]]
-    ran = []
+    problems, ran = [], []
     for sql in statements(cat, work):
         cur = engine.cursor(1)
         try:
@@ -104,20 +106,100 @@ def test_the_engine_alone_holds_with_the_guard_bypassed(cat, tmp_path, monkeypat
         except Exception:
             continue
         ran.append(sql)
-        flat = repr(rows)
-        for secret in secret_texts:
-            assert secret not in flat, sql
-    assert fingerprint(cat) == before
-    assert list(work.iterdir()) == []
+        problems += [f"read a secret: {sql}" for secret in secret_texts if secret in repr(rows)]
+    if fingerprint(cat) != before:
+        problems.append("the catalog changed")
+    if list(work.iterdir()):
+        problems.append(f"files in the working directory: {sorted(p.name for p in work.iterdir())}")
     after = [other.sql(q.replace("current_setting('server_version_num')", "42")).fetchall()
              for q in BYSTANDER_QUERIES]  # fmt: skip
-    assert repr(after) == repr(baseline)  # repr: NaN statistics compare equal
-    assert other.sql("SELECT name, value FROM duckdb_settings() ORDER BY name").fetchall() == settings
+    if repr(after) != repr(baseline):  # repr: NaN statistics compare equal
+        problems.append("another session's results changed")
+    if other.sql("SELECT name, value FROM duckdb_settings() ORDER BY name").fetchall() != settings:
+        problems.append("a setting changed")
     # What the engine let through is harmless: temporary objects of session 1, builtin LOAD, reads.
-    assert all(
-        not s.upper().lstrip("\ufeff").startswith(("COPY", "ATTACH", "EXPORT", "INSTALL")) for s in ran
-    )
+    writes = ("COPY", "ATTACH", "EXPORT", "INSTALL")
+    problems += [f"ran: {s}" for s in ran if s.upper().lstrip("\ufeff").startswith(writes)]
     engine.close()
+    return problems
+
+
+def _in_a_read_only_worker(function: str, *args: str) -> list[str]:
+    """`function(*args)` of this module in a new process made unable to write any file, as a
+    statement worker that reads the catalog itself is (catalog/server/landlock.py)."""
+    code = (
+        "import json, sys; from catalog.server import landlock; why = landlock.deny_writes(); "
+        "assert why is None, why; from tests.catalog.server import test_server_hostile as t; "
+        f"print(json.dumps(t.{function}(*sys.argv[1:])))"
+    )
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def _native_attack(cat: str, views: str, work: str) -> list[str]:
+    return engine_attack(Path(cat), Path(views), Path(work), native=True)
+
+
+@pytest.mark.parametrize("reads", ["arrow", "duckdb"])
+def test_the_engine_alone_holds_with_the_guard_bypassed(cat, tmp_path, reads):
+    """Every statement straight at the contained engine, no guard: whatever runs reads no file
+    outside the catalog's data, writes nothing, changes no setting and touches no other session.
+    Both ways a worker reads: Arrow datasets (DuckDB opens no file), and DuckDB reading the
+    catalog's data folder itself, in a process the kernel keeps from writing (as a worker is)."""
+    work = tmp_path / "cwd"
+    work.mkdir()
+    views = build_views_database(tmp_path)
+    if reads == "arrow":
+        here = os.getcwd()
+        try:
+            assert engine_attack(cat, views, work, native=False) == []
+        finally:
+            os.chdir(here)
+    else:
+        assert landlock.abi_version() >= 1, "this kernel has no Landlock: the server reads through Arrow"
+        assert _in_a_read_only_worker("_native_attack", str(cat), str(views), str(work)) == []
+
+
+def _writes(cat: str, views: str) -> list[str]:
+    """What a native engine does with statements that write inside the data folder it may read."""
+    engine = ContainedEngine(cat, views, native=True)
+    cur = engine.cursor(1)
+    outcome = []
+    copy = f"COPY (SELECT 1 AS x) TO '{cat}/data/evil.csv'"
+    for sql in (copy, f"ATTACH '{cat}/data/evil.duckdb' AS e (READ_WRITE)"):
+        try:
+            cur.execute(sql)
+            outcome.append("written")
+        except Exception as exc:
+            outcome.append(str(exc).splitlines()[0])
+    try:
+        cur.sql("SELECT * FROM read_text('/etc/passwd')").fetchall()
+        outcome.append("read /etc/passwd")
+    except Exception as exc:
+        outcome.append(str(exc).splitlines()[0])
+    engine.close()
+    return outcome
+
+
+def test_the_kernel_is_the_wall_duckdb_reading_files_needs(tmp_path):
+    """DuckDB allowed to read the data folder may also write there: the control, in this process,
+    writes both files. In a worker made read-only the kernel refuses both; a file outside the
+    folder is DuckDB's own refusal in both."""
+    assert landlock.abi_version() >= 1, "this kernel has no Landlock: the server reads through Arrow"
+    path = nan_log_catalog(tmp_path)
+    views = build_views_database(tmp_path)
+    control = _writes(str(path), str(views))
+    assert control[:2] == ["written", "written"], control
+    assert control[2].startswith('Permission Error: Cannot access file "/etc/passwd"')
+    for leftover in ("evil.csv", "evil.duckdb", "evil.duckdb.wal"):
+        (path / "data" / leftover).unlink(missing_ok=True)
+    before = fingerprint(path)
+    walled = _in_a_read_only_worker("_writes", str(path), str(views))
+    assert all("Permission denied" in line for line in walled[:2]), walled
+    assert walled[2] == control[2]
+    assert fingerprint(path) == before
 
 
 def test_psycopg_every_statement_fails_and_nothing_changes(cat, serve):

@@ -383,8 +383,9 @@ def test_compaction_then_re_resolution_keeps_each_row_once(copy_dump, tmp_path):
     _complete_and_compare(path, dump, held, "c", tmp_path)
 
 
+@pytest.mark.parametrize("native", [False, True], ids=["arrow", "duckdb-reads"])
 @pytest.mark.parametrize("views_flat", [True, False], ids=["flat-views", "query-time-views"])
-def test_contained_engine_reads_flat_and_old_catalogs(tmp_path, views_flat, nan_log_catalog):
+def test_contained_engine_reads_flat_and_old_catalogs(tmp_path, views_flat, native, nan_log_catalog):
     """The server's contained engine answers the same as a Catalog on a catalog with flat files and
     on one from before them, whichever views database the server built (`flat` is decided when it
     starts; a catalog may gain flat files while it serves)."""
@@ -403,7 +404,7 @@ def test_contained_engine_reads_flat_and_old_catalogs(tmp_path, views_flat, nan_
     for old in (False, True):
         if old:
             as_written_before_flat_files(path)
-        engine = ContainedEngine(path, views)
+        engine = ContainedEngine(path, views, native=native)
         try:
             cur = engine.cursor(1)
             got = cur.sql(query).to_arrow_table().to_pylist()
@@ -596,14 +597,20 @@ def _server_views() -> Iterator[Path]:
 
 
 def _served_tensors(path: Path, views: Path) -> list[dict]:
-    """`tensors` as the server's engine (its own views database) gives it, by row id."""
+    """`tensors` as the server's engine (its own views database) gives it, by row id: the same
+    whether DuckDB reads the files through Arrow datasets or itself."""
     from catalog.server.sandbox import ContainedEngine
 
-    engine = ContainedEngine(path, views)
-    try:
-        return engine.cursor(1).sql("SELECT * FROM tensors ORDER BY row_id").to_arrow_table().to_pylist()
-    finally:
-        engine.close()
+    served = []
+    for native in (False, True):
+        engine = ContainedEngine(path, views, native=native)
+        try:
+            cur = engine.cursor(1)
+            served.append(cur.sql("SELECT * FROM tensors ORDER BY row_id").to_arrow_table().to_pylist())
+        finally:
+            engine.close()
+    assert served[0] == served[1]
+    return served[0]
 
 
 def test_flat_tensors_store_file_name_and_path_only_where_rel_path_does_not_give_them(
