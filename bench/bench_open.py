@@ -18,7 +18,10 @@ are defined once into the catalog's views/ folder, which later connections attac
 - the writer's DuckDB (ingest/storage/flat.py `open_writer_connection`, once per one-shot batch)
   with its resolution views attached from the cache against defining them, CPU;
 - a fresh process running `dumpcat sql CAT "SELECT count(*) FROM stats"` on the committed nan_log
-  dump against a bare `python -c "import duckdb, pyarrow; duckdb.sql('SELECT 1')"` (wall seconds).
+  dump against a bare `python -c "import duckdb, pyarrow; duckdb.sql('SELECT 1')"` (wall seconds);
+- in a fresh process, after `from catalog import Catalog` (the package itself imports lazily;
+  this imports DuckDB and pyarrow): `Catalog.open(CAT).tensor(row_id)`, the first tensor
+  (milliseconds; the target is 20), against `np.load(its file, mmap_mode="r")` in that process.
 
     python bench/bench_open.py [--rounds 5]
 """
@@ -135,6 +138,29 @@ def wall(cmd: list[str]) -> float:
     return time.perf_counter() - started
 
 
+# After `from catalog import Catalog`: the first tensor of a fresh Catalog, then np.load of its file (ms).
+FIRST_TENSOR = """
+import sys, time
+import numpy as np
+from catalog import Catalog
+started = time.perf_counter()
+cat = Catalog.open(sys.argv[1])
+cat.tensor(int(sys.argv[2]))
+first = time.perf_counter() - started
+path = str(cat.locate(int(sys.argv[2]))[0])
+started = time.perf_counter()
+np.load(path, mmap_mode="r")
+print(first * 1000, (time.perf_counter() - started) * 1000)
+"""
+
+
+def first_tensor(cat: Path, row_id: int) -> tuple[float, float]:
+    out = subprocess.run([sys.executable, "-c", FIRST_TENSOR, str(cat), str(row_id)], check=True,
+                         capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    first, load = out.stdout.split()
+    return float(first), float(load)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
@@ -149,7 +175,9 @@ def main() -> None:
     times: dict[str, list[float]] = {
         "naive": [], "stand-ins": [], "define": [], "attach": [], "bare": [], "dumpcat sql": [],
         "views file, defined": [], "views file, template": [], "writer, defined": [], "writer, cached": [],
+        "first tensor": [], "np.load": [],
     }  # fmt: skip
+    row_id = Catalog.open(cat).sql("SELECT min(row_id) FROM tensors").column(0)[0].as_py()
     new_views_database(cat, template=True)  # (the cached files made once, outside the timing)
     writer_connection(cached=True)
     for _ in range(args.rounds):
@@ -163,6 +191,9 @@ def main() -> None:
         times["writer, cached"].append(writer_connection(cached=True))
         times["bare"].append(wall(bare))
         times["dumpcat sql"].append(wall(query))
+        first, load = first_tensor(cat, row_id)
+        times["first tensor"].append(first)
+        times["np.load"].append(load)
     med = {k: statistics.median(v) for k, v in times.items()}
     pairs = [
         (f"views of sql/*.sql, CPU s (median of {args.rounds}):",
@@ -182,6 +213,9 @@ def main() -> None:
     print("fresh process, wall s:")
     print(f"  bare duckdb+pyarrow {med['bare']:.3f}")
     print(f"  dumpcat sql         {med['dumpcat sql']:.3f}   {med['dumpcat sql'] / med['bare']:.2f}x bare")
+    print("fresh process after `from catalog import Catalog`, ms:")
+    print(f"  np.load(mmap_mode='r') of the file  {med['np.load']:.1f}")
+    print(f"  open + first Catalog.tensor         {med['first tensor']:.1f}   (target: 20)")
 
 
 if __name__ == "__main__":
