@@ -153,12 +153,15 @@ def bench_queries(rows: Rows, cat_path: Path, work: Path, runs: int) -> None:
     n = cur.execute("SELECT count(*) FROM stats").fetchone()[0]
     label = f"{n:,} rows"
     flat = {}
+    # inside the catalog's folder: a Catalog's connection may open no file elsewhere (catalog/api.py
+    # wall_in), and both sides run on that one connection
+    (cat_path / "bench-baseline").mkdir(exist_ok=True)
     for view in ("stats", "tensors"):
-        path = work / f"baseline_{view}_{n}.parquet"
+        path = cat_path / "bench-baseline" / f"{view}_{n}.parquet"
         if not path.exists():
             cur.execute(f"COPY (SELECT * FROM {view} ORDER BY row_id) TO '{path}' (FORMAT parquet)")
         # queried by name like the catalog's views: a view over the one file
-        cur.execute(f"CREATE OR REPLACE VIEW baseline_{view} AS SELECT * FROM read_parquet('{path}')")
+        cur.execute(f"CREATE OR REPLACE TEMP VIEW baseline_{view} AS SELECT * FROM read_parquet('{path}')")
         flat[view] = f"baseline_{view}"
     ids = [r[0] for r in cur.execute("SELECT row_id FROM tensors USING SAMPLE 200 ROWS").fetchall()]
     queries = [
