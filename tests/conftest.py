@@ -196,8 +196,9 @@ def _session(master: str, tmp: Path):
         # The tests' catalogs are a few thousand rows: a query's time is Spark compiling generated
         # code (Janino) and re-planning each stage, not its rows; both are off here (about half of
         # test_spark.py's time). Spark's interpreted operators give the rows its generated code
-        # gives (its own tests run both ways); tests/test_bench_scale.py still runs register_views
-        # and its queries with Spark's defaults (codegen and adaptive execution on).
+        # gives (its own tests run both ways); bench/bench_scale.py's register_views and queries
+        # still run with Spark's defaults (codegen and adaptive execution on), in a new session of
+        # this driver (test_spark.py test_bench_scale_queries_give_the_generators_answers_...).
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.sql.codegen.wholeStage", "false")
         .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")

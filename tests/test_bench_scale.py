@@ -5,7 +5,6 @@ figures in docs/benchmarks.md are measured on a real dumpcat catalog."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -168,31 +167,6 @@ def test_a_catalog_path_with_quotes(tmp_path):
     bench_scale.generate(path, 1_000, step_rows=250, iterations=4)
     with Catalog.open(path) as cat:
         assert _one(cat, "SELECT count(*) FROM stats") == 1_000
-
-
-@pytest.mark.skipif(
-    os.environ.get("DUMPCAT_SKIP_SPARK") == "1" or shutil.which("java") is None,
-    reason="Spark needs Java",
-)
-@pytest.mark.parametrize("generated", [True], indirect=True, ids=["tensor_files"])
-def test_spark_gives_the_same_answers(generated, tmp_path, monkeypatch):
-    """Every query the benchmark times gives the generator's answers in Spark local mode too
-    (time_spark checks each; once, on the catalog with tensor files: Spark starts in ~10 s). Its
-    JVM compiles as the Spark tests' do (tests/catalog/spark/conftest.py); Spark's settings are the
-    benchmark's."""
-    pytest.importorskip("pyspark")
-    from tests.catalog.spark.conftest import lean_jvm_env
-
-    for key, value in lean_jvm_env().items():
-        monkeypatch.setenv(key, value)
-    path, summary = generated
-    assert summary.tensor_files
-    spark = bench_scale.spark_session(tmp_path, "1g", shuffle_partitions=2)
-    try:
-        timings = bench_scale.time_spark(spark, path, summary, runs=0)  # checks every answer
-    finally:
-        spark.stop()
-    assert [t["query"] for t in timings] == ["register_views", "nan", "nan_count", "first_anomaly", "lookup"]
 
 
 def test_flat_writer_catalog_is_an_ingests_commits(tmp_path):

@@ -707,6 +707,35 @@ def test_cli_compare_on_spark(spark, two_runs, compared_locally, tmp_path):
         assert catalog_content(cat, COMPARE_QUERIES) == compared_locally
 
 
+# -- bench/bench_scale.py ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spark", ["local"], indirect=True)
+def test_bench_scale_queries_give_the_generators_answers_with_sparks_defaults(spark, tmp_path):
+    """Every query bench/bench_scale.py times in Spark gives the answers its generator planted
+    (`time_spark` checks each), on a catalog with tensor files, with Spark's own code generation
+    and adaptive execution, as the benchmark runs: this module's session turns both off, a new
+    session of the same driver (no second JVM) turns them back on."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import bench_scale
+
+    path = tmp_path / "cat"
+    summary = bench_scale.generate(path, 10_000, step_rows=250, iterations=10, tensor_files=True,
+                                   anomaly_share=0.2, collect=True)  # fmt: skip
+    session = spark.newSession()
+    for key in (
+        "spark.sql.adaptive.enabled",
+        "spark.sql.codegen.wholeStage",
+        "spark.sql.codegen.factoryMode",
+    ):
+        session.conf.unset(key)
+    assert session.conf.get("spark.sql.adaptive.enabled") == "true"
+    assert session.conf.get("spark.sql.codegen.wholeStage") == "true"
+    assert session.conf.get("spark.sql.codegen.factoryMode") == "FALLBACK"
+    timings = bench_scale.time_spark(session, path, summary, runs=0)
+    assert [t["query"] for t in timings] == ["register_views", "nan", "nan_count", "first_anomaly", "lookup"]
+
+
 # -- errors ----------------------------------------------------------------------------------------------
 
 
