@@ -22,15 +22,15 @@ SAMPLES = DATA / "samples" / "mindspore-2.10-cpu"
 MS210 = DATA / "ms210"
 
 # The slowest test files, longest first (seconds of test time on a 2-core machine, measured
-# 2026-11-29 with --durations: the whole suite in 11.7 min). `--dist loadfile` hands files to the
+# 2026-11-29 with --durations: the whole suite in 9.8 min). `--dist loadfile` hands files to the
 # two workers in collection order (pytest_configure turns xdist's reordering by test count off):
 # the long ones start first, and the short ones fill the gaps at the end, instead of one worker
 # running a 4-minute file alone.
 SLOWEST_FILES = {
-    "test_spark.py": 231, "test_replay.py": 94, "test_shards.py": 88, "test_server_limits.py": 62,
-    "test_leaf_scan.py": 56, "test_server_availability.py": 54, "test_flat.py": 50, "test_report.py": 38,
-    "test_flat_memory.py": 36, "test_bench_scale.py": 36, "test_superset.py": 33, "test_cli.py": 22,
-    "test_server_hostile.py": 19, "test_pgcodec.py": 19, "test_bi_docs.py": 19, "test_ascend_raw.py": 19,
+    "test_spark.py": 212, "test_replay.py": 97, "test_shards.py": 76, "test_server_limits.py": 62,
+    "test_flat.py": 53, "test_server_availability.py": 49, "test_report.py": 36, "test_flat_memory.py": 30,
+    "test_superset.py": 28, "test_leaf_scan.py": 22, "test_cli.py": 22, "test_ascend_raw.py": 17,
+    "test_server_hostile.py": 16, "test_server.py": 16, "test_pgcodec.py": 16, "test_hostile_tree.py": 15,
 }  # fmt: skip
 
 
