@@ -200,8 +200,37 @@ def bench_queries(rows: Rows, cat_path: Path, work: Path, runs: int) -> None:
         end_to_end = median_ms(run(view, via_sql=True), runs)
         rows.add("1", "  same through Catalog.sql (adds the guard)", end_to_end, "ms", base_ms,
                  end_to_end / base_ms, note=label)  # fmt: skip
+    _first_anomaly_vs_flat(rows, cur, cat_path / "bench-baseline" / f"stats_{n}.parquet", runs, label)
     cur.close()
     cat.close()
+
+
+def _view_body(cur, view: str) -> str:
+    query = "SELECT sql FROM duckdb_views() WHERE view_name = ? AND NOT internal"
+    sql = cur.execute(query, [view]).fetchall()
+    return sql[0][0].split(" AS ", 1)[1].rstrip().rstrip(";")
+
+
+def _first_anomaly_vs_flat(rows: Rows, cur, stats_file: Path, runs: int, label: str) -> None:
+    """`first_anomaly` against the same SQL (sql/60_first_anomaly.sql, with its `anomalous_tensors`
+    inlined) over one flat parquet file of `stats` and `op_feeders` materialized: what the view
+    costs beyond its logic. The two must give the same rows."""
+    import re
+
+    feeders = stats_file.with_name("op_feeders.parquet")
+    cur.execute(f"COPY (SELECT * FROM op_feeders) TO '{feeders}' (FORMAT parquet)")
+    anomalous = re.sub(r"\bstats\b", f"read_parquet('{stats_file}')", _view_body(cur, "anomalous_tensors"))
+    flat = re.sub(r"\banomalous_tensors\b", f"({anomalous})", _view_body(cur, "first_anomaly"))
+    flat = re.sub(r"\bop_feeders\b", f"read_parquet('{feeders}')", flat)
+    ours_rows = sorted(map(repr, cur.execute("SELECT * FROM first_anomaly").fetchall()))
+    assert ours_rows == sorted(map(repr, cur.execute(flat).fetchall())), "the baseline gives other rows"
+    ours, base = [], []
+    for _ in range(3):  # interleaved
+        ours.append(median_ms(lambda i: cur.execute("SELECT * FROM first_anomaly").fetchall(), runs))
+        base.append(median_ms(lambda i: cur.execute(flat).fetchall(), runs))
+    ms, base_ms = statistics.median(ours), statistics.median(base)
+    rows.add("1", "`SELECT * FROM first_anomaly` vs its SQL on one flat stats file + op_feeders materialized",
+             ms, "ms", base_ms, ms / base_ms, "<= 1.0x", ms / base_ms <= 1.0, label)  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------
