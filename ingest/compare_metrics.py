@@ -562,9 +562,18 @@ def compare_arrays(run: np.ndarray, baseline: np.ndarray, *, block: int = 1 << 2
         return _null("error", None)
 
 
+_READ_BELOW = 1 << 20  # bytes: smaller tensors are read into memory, bigger ones mapped
+
+
 def compare_jobs(batch: list[PairJob]) -> list[tuple[int, PairMetrics]]:
     """Compare pairs located in files (a ``helper_pool`` task); never raises."""
-    from ingest.formats.tensor_data import read_tensor  # the module's pure-numpy part imports fast
+    from ingest.formats.tensor_data import read_tensor, stored_nbytes  # (pure numpy: imports fast)
+
+    def read(side: tuple) -> np.ndarray:
+        # A small tensor is read into memory (one pread): a memory map's set-up and tear-down
+        # cost more than its bytes; a big one is mapped, so memory stays bounded.
+        size = stored_nbytes(side[2], side[3])
+        return read_tensor(*side, mapped=size is None or size > _READ_BELOW)
 
     out: list[tuple[int, PairMetrics]] = []
     for job in batch:
@@ -574,12 +583,12 @@ def compare_jobs(batch: list[PairJob]) -> list[tuple[int, PairMetrics]]:
             out.append((job.key, _null(status, None)))
             continue
         try:
-            x = read_tensor(*job.run)
+            x = read(job.run)
         except Exception:
             out.append((job.key, _null("unreadable_run", None)))
             continue
         try:
-            y = read_tensor(*job.baseline)
+            y = read(job.baseline)
         except Exception:
             out.append((job.key, _null("unreadable_baseline", None)))
             continue
