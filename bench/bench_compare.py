@@ -67,8 +67,9 @@ def side(path: Path) -> tuple:
 
 
 def naive(px: Path, py: Path) -> dict[str, float | None]:
-    """Whole-array float64 numpy, the way a script would do it."""
-    n, b = np.load(px), np.load(py)
+    """Whole-array float64 numpy, the way a script would do it (flattened: `np.dot` of N-d arrays
+    is a tensor product, not the dot product the cosine needs)."""
+    n, b = np.load(px).ravel(), np.load(py).ravel()
     x, y = n.astype(np.float64), b.astype(np.float64)
     rt = np.result_type(n, b, np.float32)
     eps = np.finfo(rt).eps
