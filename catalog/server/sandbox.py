@@ -4,8 +4,8 @@ A DuckDB database that can do nothing but read the catalog:
 
 - **No file access beyond the catalog, no writes at all.** Two ways, chosen per worker:
   - *DuckDB reads the catalog* (`native`, where the OS can wall it): DuckDB runs with
-    `enable_external_access = false` and `allowed_directories` = the catalog's folder, so
-    `read_*`, `glob` and replacement scans of any other path fail inside the engine; the worker
+    `enable_external_access = false` and `allowed_directories` = the catalog's `data/` folder,
+    so `read_*`, `glob` and replacement scans of any other path fail inside the engine; the worker
     process itself can write no file (`catalog.server.landlock`, applied before the engine opens),
     so `COPY ... TO` and `ATTACH` of a new file fail in the kernel. Each session's `raw_<table>`
     views and the flat `tensors`/`stats` views are the same SQL as an in-process `Catalog`'s,
