@@ -326,6 +326,10 @@ class Server:
         """Process ids of the statement workers (for monitoring and tests)."""
         return self.pool.pids() if self.pool is not None else []
 
+    def worker_reads(self) -> set[str]:
+        """How the statement workers read the catalog: {"duckdb"}, {"arrow"}, or both."""
+        return self.pool.reads() if self.pool is not None else set()
+
     def __enter__(self) -> Server:
         return self.start()
 
@@ -1412,7 +1416,7 @@ def serve(
     signal.signal(signal.SIGTERM, lambda *_: server.request_stop())
     signal.signal(signal.SIGINT, lambda *_: server.request_stop())
     server.start()
-    how = "reading its files" if server.worker_config["native"] else "through Arrow datasets"
+    how = "reading its files" if server.worker_reads() == {"duckdb"} else "through Arrow datasets"
     log.warning(
         "dumpcat serving %s on %s:%d (%d statement workers, %s)",
         catalog_path, server.host, server.port, len(server.worker_pids()), how,

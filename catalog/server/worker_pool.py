@@ -529,6 +529,11 @@ class WorkerPool:
     def pids(self) -> list[int]:
         return [w.proc.pid for w in self._all if w.alive]
 
+    def reads(self) -> set[str]:
+        """How the live workers read the catalog, as each said when it started ("duckdb" or
+        "arrow": a worker the kernel refused to make read-only reads through Arrow)."""
+        return {w.info.get("reads", "arrow") for w in self._all if w.alive}
+
     async def job(self, request: dict, timeout: float) -> Job:
         """Start a request on the next free worker; the returned job yields its reply frames."""
         job = Job(self, request, timeout)

@@ -122,6 +122,33 @@ def test_psycopg_simple_and_extended(server):
         assert c.execute("SELECT version()").fetchall()[0][0].startswith("PostgreSQL")
 
 
+def test_both_ways_of_reading_answer_the_same(server, cat_path):
+    """The default server's workers read the catalog's files themselves where the kernel has
+    Landlock; `reads="arrow"` reads through Arrow datasets. Through psycopg, every user view gives
+    the same rows both ways, and a session's own temporary view works in both."""
+    from catalog.server import landlock
+
+    assert server.worker_reads() == ({"duckdb"} if landlock.abi_version() >= 1 else {"arrow"})
+    with Server(cat_path, port=0, users={USER: PASSWORD}, reads="arrow") as arrow:
+        assert arrow.worker_reads() == {"arrow"}
+        with connect(server) as a, connect(arrow) as b:
+            views = [r[0] for r in a.execute(
+                "SELECT table_name FROM information_schema.views WHERE table_schema = 'public' "
+                "ORDER BY table_name").fetchall()]  # fmt: skip
+            assert {"stats", "tensors", "first_anomaly", "runs"} <= set(views)
+            for view in views:
+                q = f"SELECT * FROM {view}"
+                assert sorted(map(repr, a.execute(q).fetchall())) == sorted(
+                    map(repr, b.execute(q).fetchall())
+                ), view
+            for c in (a, b):
+                c.execute("CREATE TEMP VIEW mine AS SELECT op_name FROM stats WHERE nan_count > 0")
+            q = "SELECT count(*) FROM mine"
+            assert a.execute(q).fetchall() == b.execute(q).fetchall() != [(0,)]
+    with pytest.raises(ValueError, match="unknown reads"):
+        Server(cat_path, port=0, reads="native")
+
+
 def test_psycopg_transactions_and_errors(server):
     with connect(server, autocommit=False) as c:
         assert c.execute("SELECT count(*) FROM stats").fetchall()[0][0] > 0
