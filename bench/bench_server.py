@@ -15,15 +15,14 @@ queries/s, p95 latency and the ratios server / in-process (targets: >= 0.8x quer
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import psycopg
-from bench_server_compare import HERE, NAN, POINT, Side, run_slice, start_server
+from bench_server_compare import HERE, NAN, POINT, interleaved, local_client, server_client, start_server
 
 from catalog.api import Catalog
 from catalog.server import landlock
@@ -51,29 +50,12 @@ def main() -> None:
         try:
             for name, sql, params in (("point lookup", POINT, [row_id]), ("NaN query", NAN, None)):
                 for clients in (1, 10, 50):
-
-                    def server(port: int, sql=sql, params=params):
-                        c = psycopg.connect(
-                            host="127.0.0.1", port=port, user="u", dbname="d", autocommit=True
-                        )
-                        return lambda: c.execute(sql, params, prepare=True).fetchall()
-
-                    def local(sql=sql, params=params):
-                        cur = cat.cursor()
-                        q = sql.replace("%s", "?")
-                        return lambda: cur.sql(q, params=params).to_arrow_table()
-
-                    sides = [
-                        Side("server", lambda: server(servers["auto"][1])),
-                        Side("arrow", lambda: server(servers["arrow"][1])),
-                        Side("in-process", local),
-                    ]
-                    pools = {s.name: [s.make() for _ in range(clients)] for s in sides}
-                    for _ in range(args.rounds):
-                        for s in sides:
-                            run_slice(s, pools[s.name], args.slice)
-                    qps = {s.name: s.count / s.seconds for s in sides}
-                    p95 = {s.name: statistics.quantiles(s.latencies, n=20)[-1] * 1000 for s in sides}
+                    qps, p95 = interleaved(
+                        {"server": partial(server_client, servers["auto"][1], sql, params),
+                         "arrow": partial(server_client, servers["arrow"][1], sql, params),
+                         "in-process": partial(local_client, cat, sql, params)},
+                        clients, args.rounds, args.slice,
+                    )  # fmt: skip
                     local_qps, local_p95 = qps["in-process"], p95["in-process"]
                     print(f"| {name} | {clients} | {qps['server']:.0f} | {p95['server']:.1f} "
                           f"| {qps['arrow']:.0f} | {p95['arrow']:.1f} | {local_qps:.0f} | {local_p95:.1f} "

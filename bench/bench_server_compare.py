@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -88,6 +89,32 @@ def run_slice(side: Side, workers: list, seconds: float) -> None:
     side.latencies += lat
 
 
+def interleaved(sides: dict[str, object], clients: int, rounds: int, seconds: float) -> tuple[dict, dict]:
+    """Queries/s and p95 ms of each side (name -> function making one client's query callable),
+    the sides taking turns in `rounds` slices of `seconds` each with `clients` clients."""
+    runs = [Side(name, make) for name, make in sides.items()]
+    pools = {s.name: [s.make() for _ in range(clients)] for s in runs}
+    for _ in range(rounds):
+        for s in runs:
+            run_slice(s, pools[s.name], seconds)
+    qps = {s.name: s.count / s.seconds for s in runs}
+    p95 = {s.name: statistics.quantiles(s.latencies, n=20)[-1] * 1000 for s in runs}
+    return qps, p95
+
+
+def server_client(port: int, sql: str, params):
+    """A psycopg client of the server on `port` running `sql` as a server-side prepared statement."""
+    c = psycopg.connect(host="127.0.0.1", port=port, user="u", dbname="d", autocommit=True)
+    return lambda: c.execute(sql, params, prepare=True).fetchall()
+
+
+def local_client(cat: Catalog, sql: str, params):
+    """The same query on a cursor of its own of the in-process catalog."""
+    cur = cat.cursor()
+    q = sql.replace("%s", "?")
+    return lambda: cur.sql(q, params=params).to_arrow_table()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--before", type=Path, required=True, help="checkout of the earlier commit")
@@ -107,29 +134,12 @@ def main() -> None:
         try:
             for name, sql, params in (("point lookup", POINT, [row_id]), ("NaN query", NAN, None)):
                 for clients in (1, 10, 50):
-
-                    def server(port: int, sql=sql, params=params):
-                        c = psycopg.connect(
-                            host="127.0.0.1", port=port, user="u", dbname="d", autocommit=True
-                        )
-                        return lambda: c.execute(sql, params, prepare=True).fetchall()
-
-                    def local(sql=sql, params=params):
-                        cur = cat.cursor()
-                        q = sql.replace("%s", "?")
-                        return lambda: cur.sql(q, params=params).to_arrow_table()
-
-                    sides = [
-                        Side("after", lambda: server(after_port)),
-                        Side("before", lambda: server(before_port)),
-                        Side("in-process", local),
-                    ]
-                    pools = {s.name: [s.make() for _ in range(clients)] for s in sides}
-                    for _ in range(args.rounds):
-                        for s in sides:
-                            run_slice(s, pools[s.name], args.slice)
-                    qps = {s.name: s.count / s.seconds for s in sides}
-                    p95 = {s.name: statistics.quantiles(s.latencies, n=20)[-1] * 1000 for s in sides}
+                    qps, p95 = interleaved(
+                        {"after": partial(server_client, after_port, sql, params),
+                         "before": partial(server_client, before_port, sql, params),
+                         "in-process": partial(local_client, cat, sql, params)},
+                        clients, args.rounds, args.slice,
+                    )  # fmt: skip
                     a, b, local_qps = qps["after"], qps["before"], qps["in-process"]
                     pa, pb = p95["after"], p95["before"]
                     print(f"| {name} | {clients} | {a:.0f} | {pa:.1f} | {b:.0f} | {pb:.1f} | {local_qps:.0f} "
