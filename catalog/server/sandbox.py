@@ -55,7 +55,7 @@ from ingest.storage.flat_columns import (
     flat_view_sql,
 )
 from ingest.storage.schema import TABLES
-from ingest.storage.sql_views import define_sql_views, quote_literal, raw_view_sql
+from ingest.storage.sql_views import define_sql_views, missing_columns, quote_literal, raw_view_sql
 from ingest.storage.store import CatalogStore
 
 VIEWS_DB_NAME = "catalog_views"
@@ -230,11 +230,7 @@ class ContainedEngine:
         statements = []
         for table in TABLES:
             live = files.get(table, [])
-            missing: tuple[str, ...] = ()
-            if live and table not in full_schema:
-                probe = raw_view_sql(table, live).split(" AS ", 1)[1]
-                present = {row[0] for row in self.con.execute(f"DESCRIBE {probe}").fetchall()}
-                missing = tuple(name for name in TABLES[table].names if name not in present)
+            missing = () if table in full_schema else missing_columns(self.con, table, live)
             statements.append(raw_view_sql(table, live, missing, temporary=True))
         for view in FLAT_VIEWS if self._flat is not None else ():
             statements.append(flat_view_sql(view, self._flat.get(view, []), temporary=True))

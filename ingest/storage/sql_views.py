@@ -37,6 +37,21 @@ def quote_literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def raw_select_sql(table: str, files: list[str], missing: tuple[str, ...] = ()) -> str:
+    """The query of `raw_<table>`: the table's live parquet files, or an empty typed relation.
+
+    `missing` names schema columns none of the files has (written by an older dumpcat): they
+    read as NULL, so the views over them keep working on old catalogs."""
+    if files:
+        listing = ", ".join(quote_literal(f) for f in files)
+        fields = {f.name: f for f in TABLES[table]}
+        extra = "".join(f", CAST(NULL AS {_DUCK_TYPES[fields[c].type]}) AS {c}" for c in missing)
+        source = f"read_parquet([{listing}], union_by_name = true, hive_partitioning = false)"
+        return f"SELECT *{extra} FROM {source}"
+    cols = ", ".join(f"CAST(NULL AS {_DUCK_TYPES[f.type]}) AS {f.name}" for f in TABLES[table])
+    return f"SELECT {cols} WHERE false"
+
+
 def raw_view_sql(
     table: str,
     files: list[str],
@@ -45,23 +60,18 @@ def raw_view_sql(
     view: str | None = None,
     temporary: bool = False,
 ) -> str:
-    """SQL for `raw_<table>` (or `view`): the table's live parquet files, or an empty typed relation.
-
-    `missing` names schema columns none of the files has (written by an older dumpcat): they
-    read as NULL, so the views over them keep working on old catalogs. `temporary`: a view of the
+    """SQL creating `raw_<table>` (or `view`) as `raw_select_sql`; `temporary`: a view of the
     connection alone (the server's sessions, over a read-only database of definitions)."""
-    name = view or f"raw_{table}"
     create = "CREATE OR REPLACE TEMP VIEW" if temporary else "CREATE OR REPLACE VIEW"
-    if files:
-        listing = ", ".join(quote_literal(f) for f in files)
-        fields = {f.name: f for f in TABLES[table]}
-        extra = "".join(f", CAST(NULL AS {_DUCK_TYPES[fields[c].type]}) AS {c}" for c in missing)
-        return (
-            f"{create} {name} AS "
-            f"SELECT *{extra} FROM read_parquet([{listing}], union_by_name = true, hive_partitioning = false)"
-        )
-    cols = ", ".join(f"CAST(NULL AS {_DUCK_TYPES[f.type]}) AS {f.name}" for f in TABLES[table])
-    return f"{create} {name} AS SELECT {cols} WHERE false"
+    return f"{create} {view or f'raw_{table}'} AS {raw_select_sql(table, files, missing)}"
+
+
+def missing_columns(con: duckdb.DuckDBPyConnection, table: str, files: list[str]) -> tuple[str, ...]:
+    """The schema columns none of `files` has (files an older dumpcat wrote)."""
+    if not files:
+        return ()
+    present = {row[0] for row in con.execute(f"DESCRIBE {raw_select_sql(table, files)}").fetchall()}
+    return tuple(name for name in TABLES[table].names if name not in present)
 
 
 def view_sql_files() -> list[tuple[str, str]]:
@@ -89,12 +99,8 @@ def define_raw_view(
 ) -> None:
     """Create `raw_<table>` (or `view`) over `files`, reading columns older files lack as NULL
     (`full_schema`: the snapshot says every file has every column; no need to look)."""
-    con.execute(raw_view_sql(table, files, view=view))
-    if files and not full_schema:
-        present = {row[0] for row in con.execute(f"DESCRIBE {view or 'raw_' + table}").fetchall()}
-        missing = tuple(name for name in TABLES[table].names if name not in present)
-        if missing:
-            con.execute(raw_view_sql(table, files, missing, view=view))
+    missing = () if full_schema else missing_columns(con, table, files)
+    con.execute(raw_view_sql(table, files, missing, view=view))
 
 
 def define_sql_views(
