@@ -21,6 +21,8 @@ QUERIES = (
     "SELECT op_name, iteration, rank FROM first_anomaly ORDER BY ALL",
     "SELECT count(*), count(DISTINCT file_name), count(path) FROM tensors",
     "SELECT count(*) FROM ops",
+    "SELECT * FROM op_feeders ORDER BY ALL",
+    "SELECT op_name, input_ops FROM first_anomaly ORDER BY ALL",
 )
 
 
@@ -67,6 +69,22 @@ def test_a_snapshot_is_defined_once_and_attached_after(tmp_path, expected):
         assert not _in_memory(second)
     assert _views_files(cat_dir) == [made] and made.stat().st_mtime_ns == written
     assert not [p for p in (cat_dir / VIEWS_FOLDER).iterdir() if p.name.startswith(".")]
+
+
+def test_a_views_database_stores_op_feeders_and_the_view_reads_it(tmp_path, expected):
+    """`op_feeders` (STORED_VIEWS) is computed once per snapshot into its views database: the
+    rows of the query-time view (`expected` defines its views itself), read from a table."""
+    cat_dir = tmp_path / "cat"
+    Catalog.open(cat_dir, create=True).ingest(dump_of("nan_log"), run="nan_log")
+    with Catalog.open(cat_dir) as cat:
+        assert _answers(cat) == expected
+        feeders = expected["SELECT * FROM op_feeders ORDER BY ALL"]
+        assert feeders  # the nan_log dump has graph IR
+        with cat.cursor() as cur:
+            stored = "SELECT estimated_size FROM duckdb_tables() WHERE table_name = 'op_feeders_stored'"
+            assert cur.execute(stored).fetchall() == [(len(feeders),)]
+            plan = "\n".join(r[1] for r in cur.execute("EXPLAIN SELECT * FROM op_feeders").fetchall())
+            assert "op_feeders_stored" in plan and "edges" not in plan
 
 
 def test_a_commit_moves_open_catalogs_and_their_cursors_to_the_new_views(tmp_path):
