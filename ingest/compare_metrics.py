@@ -59,6 +59,16 @@ C-contiguous arrays (memory maps included) are sliced, never copied whole; other
 ``np.nditer``'s bounded buffer. Pages of big read-only file mappings are dropped from this
 process's mapping (``MADV_DONTNEED``, page cache untouched) once processed, so that the RSS of
 comparing two 2 GB memory-mapped tensors stays at a few MB instead of 4 GB.
+
+The C kernel (``ingest/_compare_kernel.c``, an optional extension built by ``pip install``) computes
+float16, bfloat16, float32 and float64 pairs: every first-pass accumulation of a step in one pass over
+both sides, and KL's pass, with the semantics above; integers, bool, float8 and byte-swapped arrays
+stay on numpy. Its sums are added in another order than numpy's (4 lanes per 256-element chunk, the
+chunks into compensated sums), so they agree with the numpy path to a few ulps rather than bit for bit;
+max_abs_err, max_rel_err, the error ratios, statuses and NULLs are identical
+(``tests/ingest/test_compare_kernel.py``). ``compare_jobs`` gives small plain float pairs of a batch to
+one kernel call that reads both files itself (one pread each). Without the extension, with
+``DUMPCAT_PURE_NUMPY_COMPARE=1`` or after ``use_c_kernel(False)``, numpy computes everything.
 """
 
 from __future__ import annotations
@@ -69,7 +79,7 @@ import mmap
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,6 +91,7 @@ __all__ = [
     "compare_arrays",
     "compare_backend",
     "compare_jobs",
+    "pair_batches",
     "use_c_kernel",
 ]
 
@@ -697,6 +708,33 @@ def compare_arrays(run: np.ndarray, baseline: np.ndarray, *, block: int = 1 << 2
 
 
 _READ_BELOW = 1 << 20  # bytes: smaller tensors are read into memory, bigger ones mapped
+
+
+BATCH_PAIRS = 256  # pairs per helper task: enough to pay for the hand-off (small pairs take ~20 µs)
+BATCH_BYTES = 64 << 20  # and at most this much tensor data, so that big pairs spread over the workers
+
+
+def pair_batches(jobs: Iterable[PairJob]) -> Iterator[list[PairJob]]:
+    """``compare_jobs`` tasks: ``BATCH_PAIRS`` pairs, or fewer once they hold ``BATCH_BYTES`` of data
+    (pairs count by both sides' bytes; one side of unknown size counts as ``BATCH_BYTES``)."""
+    from ingest.formats.tensor_data import stored_nbytes
+
+    batch: list[PairJob] = []
+    size = 0
+    for job in jobs:
+        batch.append(job)
+        for side in (job.run, job.baseline):
+            if side is not None:
+                try:
+                    nb = stored_nbytes(side[2], side[3])
+                except Exception:
+                    nb = None
+                size += BATCH_BYTES if nb is None else nb
+        if len(batch) >= BATCH_PAIRS or size >= BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
 
 
 def _file_job(job: PairJob) -> tuple[tuple, int, bool] | None:
