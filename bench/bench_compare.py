@@ -4,7 +4,8 @@ Pairs of float32 npy files (``--pairs`` x 2 x ``--mb`` MB, about 2 GB by default
 temp dir and read once (warm page cache). Then, interleaved, best of ``--repeat``:
 
   a. ``compare_jobs`` through ``helper_pool.run_ordered`` with ``--workers`` processes (the caller
-     computes too; helpers started before timing), batches of ``--batch`` pairs;
+     computes too; helpers started before timing), batched as ``dumpcat compare`` does
+     (``pair_batches``: 256 pairs or 64 MB per task) unless ``--batch`` says how many pairs;
   b. a naive loop in one process: ``np.load`` both files, float64 copies, whole-array numpy for the
      same ten metrics (cosine, max abs, max rel, mean abs, RMSE, rel. Euclidean, KL, acc. rel. error,
      the two error ratios).
@@ -36,7 +37,7 @@ sys.path.insert(0, str(HERE))
 from bench_core import Report, machine  # noqa: E402
 
 from ingest import helper_pool  # noqa: E402
-from ingest.compare_metrics import METRIC_FIELDS, PairJob  # noqa: E402
+from ingest.compare_metrics import METRIC_FIELDS, PairJob, compare_backend, pair_batches  # noqa: E402
 
 GB = 1e9
 EPS64 = float(np.finfo(np.float64).eps)
@@ -105,7 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mb", type=float, default=5.0, help="MB per tensor")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--batch", type=int, default=4, help="pairs per helper batch")
+    ap.add_argument(
+        "--batch", type=int, default=0,
+        help="pairs per helper batch (default: compare_metrics.pair_batches, as dumpcat compare batches)",
+    )  # fmt: skip
     ap.add_argument("--workdir", default=None)
     a = ap.parse_args(argv)
 
@@ -119,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
             py.read_bytes()
         print(f"wrote {a.pairs} pairs, {total / GB:.2f} GB of tensor data in {time.perf_counter() - t:.1f} s")
         jobs = [PairJob(i, side(px), side(py)) for i, (px, py) in enumerate(files)]
-        batches = [jobs[i : i + a.batch] for i in range(0, len(jobs), a.batch)]
+        if a.batch > 0:
+            batches = [jobs[i : i + a.batch] for i in range(0, len(jobs), a.batch)]
+        else:
+            batches = list(pair_batches(jobs))
         helper_pool.start_helpers(a.workers)
         time.sleep(1.0)  # helpers ready: the timing is of the comparison, not of interpreter start-up
 
@@ -162,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
             "date": time.strftime("%Y-%m-%d"),
             "command": "python bench/bench_compare.py " + " ".join(sys.argv[1:] if argv is None else argv),
             "data": f"{a.pairs} pairs x 2 x {a.mb:g} MB float32 npy ({total / GB:.2f} GB), page cache warm",
-            "workers": f"{a.workers} (caller + {a.workers - 1} helper), batches of {a.batch} pairs",
+            "workers": f"{a.workers} (caller + {a.workers - 1} helper), {len(batches)} batches of "
+            f"{max(len(b) for b in batches)} pairs at most; pair metrics: {compare_backend()}",
             "timing": f"interleaved, best of {a.repeat}",
         }
         rep.add("a", "compare_jobs via run_ordered", gbs_ours, "GB/s", target=">= 1 GB/s", ok=gbs_ours >= 1.0)

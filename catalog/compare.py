@@ -27,7 +27,6 @@ from ingest.storage.store import CatalogStore
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-_BATCH_PAIRS = 256  # pairs per helper task: enough to pay for the hand-off, small for a smooth progress
 _COMMIT_PAIRS = 20_000  # pairs per committed batch: what a killed compare can lose
 _METRICS = (
     "cosine", "max_abs_err", "max_rel_err", "mean_abs_err", "rmse", "rel_euclidean", "kl_div", "acc_rel_err",
@@ -77,7 +76,7 @@ def compare_runs(
     `spark` (a SparkSession or a master URL) computes the metrics in Spark tasks instead."""
     import time
 
-    from ingest.compare_metrics import PairJob, compare_jobs
+    from ingest.compare_metrics import PairJob, compare_jobs, pair_batches
 
     started = time.perf_counter()
     with catalog.cursor() as cur:  # the mapping is a TEMP table: this cursor's own
@@ -114,11 +113,8 @@ def compare_runs(
             )  # fmt: skip
 
         def batches() -> Iterator[list]:
-            for start in range(0, n, _BATCH_PAIRS):
-                yield [
-                    PairJob(i, side(i, ""), side(i, "baseline_"))
-                    for i in range(start, min(n, start + _BATCH_PAIRS))
-                ]
+            # at most 256 pairs or 64 MB of tensor data per helper task (big pairs spread over workers)
+            return pair_batches(PairJob(i, side(i, ""), side(i, "baseline_")) for i in range(n))
 
         workers_n = resolve_workers(workers)
         if spark is not None:

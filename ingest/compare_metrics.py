@@ -59,6 +59,16 @@ C-contiguous arrays (memory maps included) are sliced, never copied whole; other
 ``np.nditer``'s bounded buffer. Pages of big read-only file mappings are dropped from this
 process's mapping (``MADV_DONTNEED``, page cache untouched) once processed, so that the RSS of
 comparing two 2 GB memory-mapped tensors stays at a few MB instead of 4 GB.
+
+The C kernel (``ingest/_compare_kernel.c``, an optional extension built by ``pip install``) computes
+float16, bfloat16, float32 and float64 pairs: every first-pass accumulation of a step in one pass over
+both sides, and KL's pass, with the semantics above; integers, bool, float8 and byte-swapped arrays
+stay on numpy. Its sums are added in another order than numpy's (4 lanes per 256-element chunk, the
+chunks into compensated sums), so they agree with the numpy path to a few ulps rather than bit for bit;
+max_abs_err, max_rel_err, the error ratios, statuses and NULLs are identical
+(``tests/ingest/test_compare_kernel.py``). ``compare_jobs`` gives small plain float pairs of a batch to
+one kernel call that reads both files itself (one pread each). Without the extension, with
+``DUMPCAT_PURE_NUMPY_COMPARE=1`` or after ``use_c_kernel(False)``, numpy computes everything.
 """
 
 from __future__ import annotations
@@ -66,13 +76,24 @@ from __future__ import annotations
 import contextlib
 import math
 import mmap
+import os
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["METRIC_FIELDS", "PairJob", "PairMetrics", "compare_arrays", "compare_jobs"]
+__all__ = [
+    "METRIC_FIELDS",
+    "PairJob",
+    "PairMetrics",
+    "compare_arrays",
+    "compare_backend",
+    "compare_jobs",
+    "pair_batches",
+    "use_c_kernel",
+]
 
 METRIC_FIELDS = (
     "cosine",
@@ -103,11 +124,68 @@ _EPS64 = float(np.finfo(np.float64).eps)
 _EPS32 = float(np.finfo(np.float32).eps)
 _FLOAT_GROUP = frozenset({"float16", "float32", "bfloat16"})  # msprobe DTYPE_MATCH_GROUPS
 
+# The C kernel (ingest/_compare_kernel.c): its element kinds, and the slots of its state (float64; a
+# sum is a value and its Neumaier compensation in the next slot). _load_kernel checks both.
+_CKINDS = ("float16", "bfloat16", "float32", "float64")
+_CKIND = {name: i for i, name in enumerate(_CKINDS)}
+_F64 = _CKIND["float64"]
+_DD, _XY, _XX, _YY, _AD, _ACC = 0, 2, 4, 6, 8, 10
+_MAD, _MRE, _C1, _C5, _MNX, _MXX, _MNY, _MXY = 12, 13, 14, 15, 16, 17, 18, 19
+_NANX, _NANY, _MISMATCH, _N, _P, _Q, _PL, _CODE = 20, 21, 22, 23, 24, 26, 28, 30
+_SLOTS = (
+    _DD, _XY, _XX, _YY, _AD, _ACC, _MAD, _MRE, _C1, _C5, _MNX, _MXX, _MNY, _MXY, _NANX, _NANY, _MISMATCH,
+    _N, _P, _Q, _PL, _CODE,
+)  # fmt: skip
+_STATE = 32
+
 _maxr = np.maximum.reduce
 _minr = np.minimum.reduce
 _addr = np.add.reduce
 _cnz = np.count_nonzero
 _isfinite = math.isfinite
+
+
+def _load_kernel():
+    """The C kernel module and a note for compare_backend(); (None, why) when it cannot be used."""
+    try:
+        from ingest import _compare_kernel
+    except ImportError:
+        return None, "numpy (the C kernel ingest._compare_kernel is not built)"
+    if (
+        tuple(_compare_kernel.KINDS) != _CKINDS
+        or tuple(_compare_kernel.SLOTS) != _SLOTS
+        or _compare_kernel.STATE != _STATE
+    ):
+        return None, "numpy (ingest._compare_kernel is out of date: reinstall dumpcat to rebuild it)"
+    return _compare_kernel, "C kernel"
+
+
+_c_kernel, _backend_note = _load_kernel()
+if os.environ.get("DUMPCAT_PURE_NUMPY_COMPARE", "").strip() not in ("", "0"):
+    _kernel = None
+    _backend_note = "numpy (DUMPCAT_PURE_NUMPY_COMPARE is set)"
+else:
+    _kernel = _c_kernel  # None: numpy computes every pair
+# compare_jobs hands small plain tensors to the kernel's files() (it reads them itself); the bytes are
+# little-endian, as ingest.formats.dtypes decodes them, so only where that is native.
+_C_FILES = sys.byteorder == "little"
+
+
+def compare_backend() -> str:
+    """What computes pair metrics in this process: ``"C kernel"`` or ``"numpy (why)"``."""
+    if _kernel is not None:
+        return "C kernel"
+    if _c_kernel is not None and "DUMPCAT_PURE_NUMPY_COMPARE" not in _backend_note:
+        return "numpy (use_c_kernel(False))"
+    return _backend_note
+
+
+def use_c_kernel(enabled: bool) -> bool:
+    """Use the C kernel (if built) or force the numpy path, in this process only (helper processes
+    follow ``DUMPCAT_PURE_NUMPY_COMPARE``); tests compare the two. Returns whether C is now in use."""
+    global _kernel
+    _kernel = _c_kernel if enabled else None
+    return _kernel is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -458,13 +536,17 @@ class _KL:
         self.spl.add(_dot(p, q))
 
     def value(self) -> float | None:
-        sp, sq = self.sp.value, self.sq.value
-        if not (sp > 0 and sq > 0):
-            return None
-        kl = self.spl.value / sp + math.log(sq / sp)
-        if not _isfinite(kl):
-            return None
-        return 0.0 if abs(kl) < _EPS64 else kl
+        return _kl_value(self.sp.value, self.sq.value, self.spl.value)
+
+
+def _kl_value(sp: float, sq: float, spl: float) -> float | None:
+    """KL from Σu, Σv and Σu·log(u/v): Σp·log(p/q) = Σu·log(u/v)/Σu + log(Σv/Σu)."""
+    if not (sp > 0 and sq > 0):
+        return None
+    kl = spl / sp + math.log(sq / sp)
+    if not _isfinite(kl):
+        return None
+    return 0.0 if abs(kl) < _EPS64 else kl
 
 
 def _kl_pass(x: np.ndarray, y: np.ndarray, rt: np.dtype, step: int, acc: _Pass1) -> float | None:
@@ -497,21 +579,15 @@ def _compare(x: np.ndarray, y: np.ndarray, block: int) -> PairMetrics:
         return _null("dtype_mismatch", n)
     if n == 0:
         return _null("empty", 0)
-    rt = np.result_type(wx, wy, np.float32)
     step = max(1, min(int(block), _STEP))
+    kx, ky = _ckind(x.dtype), _ckind(y.dtype)
+    if _kernel is not None and kx is not None and ky is not None:
+        return _from_state(_c_state(x, y, kx, ky, step), n, x.ndim == 0)
+    rt = np.result_type(wx, wy, np.float32)
     floats = wx.kind == "f" or wy.kind == "f"
     with np.errstate(all="ignore"):
         acc, whole = _pass1(x, y, rt, step, floats)
-        if acc.nan_x and acc.nan_y:
-            status = "nan_in_both"
-        elif acc.nan_x:
-            status = "nan_in_run"
-        elif acc.nan_y:
-            status = "nan_in_baseline"
-        elif acc.mismatch:
-            status = "inf_mismatch"
-        else:
-            status = "unsupported" if n == 1 else "ok"
+        status = _status(acc.nan_x, acc.nan_y, acc.mismatch, n)
         if acc.mismatch:
             return _null(status, n)
         if whole is not None:  # one step: KL from the data in hand, no second read
@@ -521,31 +597,100 @@ def _compare(x: np.ndarray, y: np.ndarray, block: int) -> PairMetrics:
             kl = klacc.value()
         else:
             kl = _kl_pass(x, y, rt, step, acc)
-    sdd, syy, sxy = acc.sdd.value, acc.syy.value, acc.sxy.value
+    return _result(
+        status, n, x.ndim == 0, acc.sdd.value, acc.sxx.value, acc.syy.value, acc.sxy.value, acc.sad.value,
+        acc.sacc.value, acc.mad, acc.mre, acc.c1, acc.c5, kl,
+    )  # fmt: skip
+
+
+def _status(nan_x: bool, nan_y: bool, mismatch: bool, n: int) -> str:
+    if nan_x and nan_y:
+        return "nan_in_both"
+    if nan_x:
+        return "nan_in_run"
+    if nan_y:
+        return "nan_in_baseline"
+    if mismatch:
+        return "inf_mismatch"
+    return "unsupported" if n == 1 else "ok"
+
+
+def _result(
+    status: str, n: int, zero_d: bool, sdd: float, sxx: float, syy: float, sxy: float, sad: float,
+    sacc: float, mad: float, mre: float, c1: float, c5: float, kl: float | None,
+) -> PairMetrics:  # fmt: skip
+    """The metrics from the sums of either path (numpy or C): one set of formulas for both."""
     cosine: float | None = None
     if n > 1:
-        a, b = math.sqrt(acc.sxx.value), math.sqrt(syy)
+        a, b = math.sqrt(sxx), math.sqrt(syy)
         if a <= _EPS64 and b <= _EPS64:
             cosine = 1.0
         elif a > _EPS64 and b > _EPS64:
             c = sxy / (a * b)
             cosine = min(c, 1.0) if _isfinite(c) else None
     rel_euc = 0.0 if math.sqrt(syy) <= _EPS64 else math.sqrt(sdd / syy)
-    zero_d = x.ndim == 0
     return PairMetrics(
         status,
         n,
         cosine=cosine,
-        max_abs_err=_num(acc.mad),
-        max_rel_err=_num(acc.mre),
-        mean_abs_err=_num(acc.sad.value / n),
+        max_abs_err=_num(mad),
+        max_rel_err=_num(mre),
+        mean_abs_err=_num(sad / n),
         rmse=_num(math.sqrt(sdd / n)),
         rel_euclidean=_num(rel_euc),
         kl_div=kl,
-        acc_rel_err=_num(acc.sacc.value),
-        err_ratio_1e3=None if zero_d else acc.c1 / n,
-        err_ratio_5e3=None if zero_d else acc.c5 / n,
+        acc_rel_err=_num(sacc),
+        err_ratio_1e3=None if zero_d else int(c1) / n,
+        err_ratio_5e3=None if zero_d else int(c5) / n,
     )
+
+
+# --------------------------------------------------------------------------------------------------
+# The C kernel's path
+
+
+def _ckind(dt: np.dtype) -> int | None:
+    """The C kernel's kind of a dtype, None when it has none (integers, bool, float8, byte-swapped:
+    numpy computes those)."""
+    return _CKIND.get(dt.name) if dt.isnative else None
+
+
+def _raw(a: np.ndarray) -> np.ndarray:
+    """The bytes of a chunk as a flat uint8 array (bfloat16 has no buffer format of its own)."""
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
+    return a.reshape(-1).view(np.uint8)
+
+
+def _c_state(x: np.ndarray, y: np.ndarray, kx: int, ky: int, step: int) -> list[float]:
+    """The kernel's state after both passes: the whole pair in one call when it is one step, else a
+    first pass and a KL pass step by step (memory bounded, pages released as the numpy path does)."""
+    k = _kernel
+    st = np.frombuffer(k.new_state(), np.float64)
+    if x.size <= step:
+        k.pair(_raw(x), kx, _raw(y), ky, st)
+        return st.tolist()
+    for xs, ys in _steps(x, y, step):
+        k.block(_raw(xs), kx, _raw(ys), ky, st)
+        if st[_MISMATCH] and st[_NANX] and st[_NANY]:
+            break  # nothing left to learn
+    if not st[_MISMATCH]:
+        for xs, ys in _steps(x, y, step):
+            k.kl_block(_raw(xs), kx, _raw(ys), ky, st)
+    return st.tolist()
+
+
+def _from_state(s: list[float], n: int, zero_d: bool) -> PairMetrics:
+    """The metrics of a pair from the kernel's final state."""
+    mismatch = s[_MISMATCH] != 0.0
+    status = _status(s[_NANX] != 0.0, s[_NANY] != 0.0, mismatch, n)
+    if mismatch:
+        return _null(status, n)
+    kl = _kl_value(s[_P] + s[_P + 1], s[_Q] + s[_Q + 1], s[_PL] + s[_PL + 1])
+    return _result(
+        status, n, zero_d, s[_DD] + s[_DD + 1], s[_XX] + s[_XX + 1], s[_YY] + s[_YY + 1],
+        s[_XY] + s[_XY + 1], s[_AD] + s[_AD + 1], s[_ACC] + s[_ACC + 1], s[_MAD], s[_MRE], s[_C1], s[_C5], kl,
+    )  # fmt: skip
 
 
 def _num(v: float) -> float | None:
@@ -565,8 +710,68 @@ def compare_arrays(run: np.ndarray, baseline: np.ndarray, *, block: int = 1 << 2
 _READ_BELOW = 1 << 20  # bytes: smaller tensors are read into memory, bigger ones mapped
 
 
+BATCH_PAIRS = 256  # pairs per helper task: enough to pay for the hand-off (small pairs take ~20 µs)
+BATCH_BYTES = 64 << 20  # and at most this much tensor data, so that big pairs spread over the workers
+
+
+def pair_batches(jobs: Iterable[PairJob]) -> Iterator[list[PairJob]]:
+    """``compare_jobs`` tasks: ``BATCH_PAIRS`` pairs, or fewer once they hold ``BATCH_BYTES`` of data
+    (pairs count by both sides' bytes; one side of unknown size counts as ``BATCH_BYTES``)."""
+    from ingest.formats.tensor_data import stored_nbytes
+
+    batch: list[PairJob] = []
+    size = 0
+    for job in jobs:
+        batch.append(job)
+        for side in (job.run, job.baseline):
+            if side is not None:
+                try:
+                    nb = stored_nbytes(side[2], side[3])
+                except Exception:
+                    nb = None
+                size += BATCH_BYTES if nb is None else nb
+        if len(batch) >= BATCH_PAIRS or size >= BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _file_job(job: PairJob) -> tuple[tuple, int, bool] | None:
+    """``(kernel job, elements, 0-d)`` for a pair the C kernel can read from its files itself: both sides
+    plain float16/bfloat16/float32/float64 bytes in host layout, comparable dtypes, the same shape, small
+    enough to read whole (``_READ_BELOW``), not empty. None otherwise (read_tensor and numpy then)."""
+    r, b = job.run, job.baseline
+    kr, kb = _CKIND.get(r[2]), _CKIND.get(b[2])
+    if kr is None or kb is None or (kr == _F64) != (kb == _F64):
+        return None
+    shape = tuple(int(d) for d in r[3])
+    if tuple(int(d) for d in b[3]) != shape or not (_host_layout(r) and _host_layout(b)):
+        return None
+    n = math.prod(shape)
+    if n == 0 or n * max(_CSIZE[kr], _CSIZE[kb]) > _READ_BELOW:
+        return None
+    return (os.fsencode(r[0]), int(r[1]), kr, os.fsencode(b[0]), int(b[1]), kb, n), n, not shape
+
+
+_CSIZE = (2, 2, 4, 8)
+
+
+def _host_layout(side: tuple) -> bool:
+    """Are a side's stored bytes its values in C order (what read_tensor would return as is)?"""
+    from ingest.formats.ascend import device_format
+    from ingest.formats.tensor_data import FORTRAN_ORDER
+
+    fmt, host_shape = side[4], side[5]
+    if fmt == FORTRAN_ORDER:
+        return False
+    return host_shape is None or not device_format.needs_transform(fmt or "", side[3], host_shape)
+
+
 def compare_jobs(batch: list[PairJob]) -> list[tuple[int, PairMetrics]]:
-    """Compare pairs located in files (a ``helper_pool`` task); never raises."""
+    """Compare pairs located in files (a ``helper_pool`` task); never raises. Small float pairs go to
+    the C kernel in one call for the whole batch (it reads both files with one pread each): per pair,
+    Python's file reading and array set-up would cost more than the metrics."""
     from ingest.formats.tensor_data import read_tensor, stored_nbytes  # (pure numpy: imports fast)
 
     def read(side: tuple) -> np.ndarray:
@@ -576,12 +781,23 @@ def compare_jobs(batch: list[PairJob]) -> list[tuple[int, PairMetrics]]:
         return read_tensor(*side, mapped=size is None or size > _READ_BELOW)
 
     out: list[tuple[int, PairMetrics]] = []
+    by_kernel: list[tuple[int, tuple, int, bool]] = []  # (place in out, kernel job, elements, 0-d)
+    files = _kernel is not None and _C_FILES and getattr(_kernel, "FILES", 0)
     for job in batch:
         if job.run is None or job.baseline is None:
             status = "absent" if job.run is None and job.baseline is None else (
                 "only_in_baseline" if job.run is None else "only_in_run")  # fmt: skip
             out.append((job.key, _null(status, None)))
             continue
+        if files:
+            try:
+                fj = _file_job(job)
+            except Exception:  # odd rows (shapes, paths): read_tensor says what is wrong with them
+                fj = None
+            if fj is not None:
+                by_kernel.append((len(out), *fj))
+                out.append((job.key, _null("error", None)))  # replaced below
+                continue
         try:
             x = read(job.run)
         except Exception:
@@ -594,4 +810,27 @@ def compare_jobs(batch: list[PairJob]) -> list[tuple[int, PairMetrics]]:
             continue
         out.append((job.key, compare_arrays(x, y)))
         del x, y
+    if by_kernel:
+        _kernel_files(by_kernel, out)
     return out
+
+
+def _kernel_files(by_kernel: list[tuple[int, tuple, int, bool]], out: list) -> None:
+    """Fill ``out`` at the places of ``by_kernel``'s pairs from one kernel call over all of them."""
+    rows = np.empty((len(by_kernel), _STATE), np.float64)
+    try:
+        _kernel.files([j for _, j, _, _ in by_kernel], rows)
+    except Exception:
+        return  # never seen; the pairs stay "error" rather than failing the batch
+    for (place, _, n, zero_d), s in zip(by_kernel, rows.tolist(), strict=True):
+        code = s[_CODE]
+        if code == 1.0:
+            m = _null("unreadable_run", None)
+        elif code == 2.0:
+            m = _null("unreadable_baseline", None)
+        else:
+            try:
+                m = _from_state(s, n, zero_d)
+            except Exception:
+                m = _null("error", None)
+        out[place] = (out[place][0], m)
