@@ -157,6 +157,14 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 _python_show_warning = warnings.showwarning
 
 
+def _spare_pandas() -> None:
+    """The commands that build Arrow tables keep pyarrow from importing pandas, which none of
+    them uses (ingest/storage/memory.py `decline_pandas_for_arrow`)."""
+    from ingest.storage.memory import decline_pandas_for_arrow
+
+    decline_pandas_for_arrow()
+
+
 class _Commands(click.Group):
     """Every command's expected failures (a bad query, an unusable catalog or dump, a file that
     cannot be written) become one line on stderr and exit status 1, never a traceback."""
@@ -247,6 +255,7 @@ def ingest(
     max_metadata_size: str | None,
 ) -> None:
     """Catalog one or more dump trees (DUMP_DIR: the dump `path`; its producer is detected)."""
+    _spare_pandas()
     from ingest.storage.flat import open_writer_connection
     from ingest.storage.writer_warm_up import warm_up_writer
 
@@ -381,6 +390,7 @@ def watch(
     max_metadata_size: str | None,
 ) -> None:
     """Keep the catalog current while training writes DUMP_DIR (until Ctrl-C or SIGTERM)."""
+    _spare_pandas()
     import signal
 
     from ingest.watch import Watcher
@@ -593,6 +603,7 @@ def compare(
 ) -> None:  # fmt: skip
     """Compare the tensors of RUN with those of BASELINE (two runs of one catalog): cosine, errors,
     KL divergence and more per pair, stored in `comparisons`; then print each step's first divergence."""
+    _spare_pandas()
     from catalog.compare import CompareError
     from catalog.spark.jobs import SparkJobError
 
@@ -662,6 +673,7 @@ def stats(
 ) -> None:  # fmt: skip
     """Compute statistics from tensor data for every cataloged tensor that has none yet (a run ingested
     with --no-stats) and commit them, as `ingest --stats` would have; a re-run does what is left."""
+    _spare_pandas()
     from tqdm import tqdm
 
     from catalog.missing_stats import StatsError

@@ -170,3 +170,78 @@ def test_a_full_batch_commits_with_no_idle_helper_beside_it(tmp_path, monkeypatc
     assert len(full) >= 3 and full == [0] * len(full), at_commits
     assert max(started) >= 1  # helpers did scan: they were started again after each full batch
     assert sum(n >= 1 for n in started) > len(full) // 2
+
+
+# -- pandas, which pyarrow would import for nothing -------------------------------------------------
+
+_PANDAS_PROBE = (
+    "import sys\n"
+    "from ingest.storage.memory import decline_pandas_for_arrow\n"
+    "{before}"
+    "decline_pandas_for_arrow()\n"
+    "import numpy as np, pyarrow as pa\n"
+    "a = pa.array([1, 2]); a.to_numpy(); pa.chunked_array([a]).to_numpy(); pa.table({{'x': [1]}})\n"
+    "print('pandas' in sys.modules)\n"
+    "import pandas as pd\n"
+    "kind = lambda: str(pa.array(pd.Categorical(['a', 'b'])).type).split('<')[0]\n"
+    "print(kind(), type(pa.table({{'x': [1, 2]}}).to_pandas()).__name__, kind())\n"
+)
+
+
+def _pandas_probe(before: str = "") -> list[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", _PANDAS_PROBE.format(before=before)],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split("\n")[:2]
+
+
+def test_arrow_works_without_pandas_after_declining_it_and_pandas_still_imports():
+    # pyarrow's arrays and numpy conversions import no pandas; a later `import pandas` and
+    # `to_pandas` work. Until such a conversion, pyarrow does not recognise a pandas Categorical
+    # (strings, not a dictionary); after it, it does.
+    assert _pandas_probe() == ["False", "string DataFrame dictionary"]
+
+
+def test_a_process_that_has_pandas_keeps_all_of_pyarrows_pandas_support():
+    assert _pandas_probe(before="import pandas\n") == ["True", "dictionary DataFrame dictionary"]
+
+
+_CLI = (
+    "import atexit, sys\n"
+    "atexit.register(lambda: print('pandas imported:', 'pandas' in sys.modules))\n"
+    "from catalog.cli.commands import main\n"
+    "sys.argv = ['dumpcat', *sys.argv[1:]]\n"
+    "main()\n"
+)
+
+
+def test_a_command_line_ingest_imports_no_pandas_and_catalogs_the_same(tmp_path):
+    """`dumpcat ingest` and `dumpcat stats` decline pandas (catalog/cli/commands.py): the catalog of
+    three producers' real dumps they make equals the one an ingest with pandas imported makes."""
+    from tests.ingest.storage.test_definitions_cache import TREES, _views
+
+    cli_cat, lib_cat = tmp_path / "cli", tmp_path / "lib"
+    for run, root in TREES.items():
+        for command in (
+            ["ingest", "-c", str(cli_cat), "--run", run, "--no-stats", str(root)],
+            ["stats", str(cli_cat)],
+        ):
+            out = subprocess.run(
+                [sys.executable, "-c", _CLI, *command], capture_output=True, text=True, cwd=ROOT, timeout=300
+            )
+            assert out.returncode == 0, out.stderr
+            assert out.stdout.strip().endswith("pandas imported: False"), out.stdout
+    probe = (
+        "import sys, pandas\n"
+        "from ingest.pipeline import ingest_dump\n"
+        "for run, root in zip(sys.argv[2::2], sys.argv[3::2]):\n"
+        "    ingest_dump(sys.argv[1], root, run=run)\n"
+    )
+    args = [str(lib_cat)] + [str(x) for run, root in TREES.items() for x in (run, root)]
+    out = subprocess.run(
+        [sys.executable, "-c", probe, *args], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    assert _views(cli_cat) == _views(lib_cat)
