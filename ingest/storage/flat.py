@@ -116,8 +116,13 @@ _COPY_RETRY_FACTOR = 1.15
 # under this cap (or the writer's, if lower) and raises it in _COPY_RETRY_FACTOR steps until the
 # write fits; the next merge starts where the last one fitted. Under the writer's cap, DuckDB filled
 # it with the sorted table (it spills past the cap, not before) on top of the row group: 10^6
-# tensors peaked at ~160 MiB of the writer's memory, ~90 MiB from here.
-_MERGE_MEMORY_START = 64 << 20
+# tensors peaked at ~160 MiB of the writer's memory, ~90 MiB from here. The cap trades memory for
+# time (bench/memory_phases.py, 10^6 tensors, the last merge, same tree, 2026-11-29):
+#   start  64 MiB: raised to 83, 38.4 s of CPU, the merge's peak 314 MiB (the ingest's: 318, a commit)
+#   start  96 MiB: stays at 96,  29.3 s of CPU, the merge's peak 313 MiB (318, a commit)
+#   start 128 MiB: 122 (the writer's), 25.7 s, the merge's peak 340 MiB: the ingest's peak
+# 96 MiB costs the ingest no peak memory: the last merge stays under the commits' peak.
+_MERGE_MEMORY_START = 96 << 20
 # A merge of at least this many rows holds its low-cardinality text columns as dictionaries (DuckDB
 # ENUMs: one or two bytes a value, not a 16-byte slot and the text) while it sorts and writes; the
 # file is the same (an ENUM is written as a dictionary-encoded string column). A column is held so
