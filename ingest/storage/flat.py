@@ -534,9 +534,10 @@ class FlatWriter:
         `sample`, the same rows as plain text columns, sizes them when `query` holds the columns
         `dictionaries` as ENUMs.
 
-        Memory stays bounded whatever the row count and width: the rows are resolved and sorted
-        one id range at a time (ids are uniform hashes, so ranges of equal width hold about equal
-        rows), each part holding `rows_per_part` rows, sized in bytes from a sample. Parts go to a
+        Memory stays bounded whatever the row count and width: a merge sorts its rows one id
+        range at a time (ids are uniform hashes, so ranges of equal width hold about equal rows),
+        each part holding `rows_per_part` rows, sized in bytes from a sample; a batch resolves and
+        sorts in one statement, which spills past the cap. Parts go to a
         table (spilled to tmp/ past the memory limit), which keeps its insertion order, that
         DuckDB's own parquet writer then writes: the layout of one `COPY ... ORDER BY`, which scans
         measurably faster than pyarrow's (and, written from a table, marks the columns without
@@ -568,7 +569,12 @@ class FlatWriter:
         copy_options = f"FORMAT parquet, ROW_GROUP_SIZE {part if interim else _SORT_ROWS}"
         try:
             with self._insertion_order(con):
-                parts = ["true"] if total <= part else _parts(extent, part)
+                # A batch's rows resolve in one statement (DuckDB's sort spills past the cap): in
+                # parts, each part ran the resolution joins over every source row again (the
+                # batch's files are not in row-id order): 10^6 tensors, 17 batches, 25.6 s of CPU
+                # in parts, 12.4 s in one, the same peak (bench/memory_phases.py). A merge reads
+                # sorted files that its parts' row-id ranges prune, and sorts in parts.
+                parts = ["true"] if total <= part or not self._merging else _parts(extent, part)
                 rows, keys = self._write_in_parts(con, flat, query, data, copy_options, parts)
         except BaseException:
             shutil.rmtree(fdir, ignore_errors=True)
