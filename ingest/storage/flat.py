@@ -103,10 +103,10 @@ INDEX_SCHEMA = pa.schema(
 INDEX_FILE = "index.arrow"
 DATA_FILE = "data.parquet"
 _INDEX_BATCH_ROWS = 64 * 1024
-# Rows sorted at a time when writing a flat file (bounds the writer's memory).
-_SORT_ROWS = 122_880  # = DuckDB's row group: a merge decodes each input group about once
+# A flat file's row group (DuckDB's default; an interim file's are smaller, `rows_per_part`).
+_SORT_ROWS = 122_880
 # The writer's DuckDB: a cap, not a reservation (sorts and joins spill to the catalog's tmp/ directory;
-# rows are sorted and written in parts sized to fit it). A statement that still runs out of memory
+# rows are sorted in one statement that spills past it). A statement that still runs out of memory
 # (a batch of unusually wide rows resolved in one join) is retried with the cap doubled, up to half
 # the machine's memory, and the writer keeps the raised cap.
 _MEMORY_LIMIT = os.environ.get("DUMPCAT_WRITER_MEMORY", "128MB")
@@ -140,13 +140,6 @@ def _tier(rows: int) -> int:
     while rows >= TIER_BASE * 4 ** (tier + 1):
         tier += 1
     return tier
-
-
-def _ranges(lo: int, hi: int, rows: int, per_range: int = _SORT_ROWS) -> list[tuple[int, int]]:
-    """Half-open row-id ranges covering [lo, hi], each holding about `per_range` of `rows`."""
-    k = max(1, -(-rows // per_range))
-    step = (hi - lo) // k + 1
-    return [(lo + i * step, min(lo + (i + 1) * step, hi + 1)) for i in range(k)]
 
 
 def _memory_bytes(limit: str) -> int:
@@ -183,12 +176,10 @@ def _memory_ceiling() -> int:
 
 
 def rows_per_part(row_bytes: float, memory_limit: int) -> int:
-    """Rows sorted at a time: as many as fit in an eighth of the writer's memory limit (a sort
-    takes a few times its rows' own bytes), at most DuckDB's default row group and at least 2,048
-    rows (one vector).
-
-    Sized in bytes, not rows: a run with long scope names (LLM dumps carry ~600 bytes of path
-    per row) ran out of memory merging 122,880-row ranges under the 256 MB default."""
+    """Rows of an interim file's row group (the parquet writer holds one row group's rows while
+    it writes): as many as fit in an eighth of the writer's memory limit, at most DuckDB's
+    default row group and at least 2,048 rows (one vector). Sized in bytes, not rows: LLM dumps
+    carry ~600 bytes of path per row."""
     budget = memory_limit // 8
     return max(2048, min(_SORT_ROWS, int(budget // max(row_bytes, 1.0))))
 
@@ -208,27 +199,7 @@ def _listing(paths: list[str]) -> str:
 _SAMPLE_ROWS = 2048
 # A batch of at most this many tensors and statistic rows resolves both flat tables at once.
 _SIDE_BY_SIDE_ROWS = 20_000
-_MIN_PART = 2048  # rows: DuckDB's vector; fewer rows are written in one part without a sample
-
-
-def _parts(extent: tuple, part: int) -> list[str]:
-    """WHERE clauses that split rows into parts of about `part` rows, in sort order: row-id
-    ranges, then rows without a row id (statistic.csv rows of a statistics-only dump) by
-    stat-id ranges, then rows with neither."""
-    with_row_id, lo, hi, with_stat_id, stat_lo, stat_hi, neither = extent
-    parts = (
-        [f"row_id >= {a} AND row_id < {b}" for a, b in _ranges(lo, hi, with_row_id, part)]
-        if with_row_id
-        else []
-    )
-    if with_stat_id:
-        parts += [
-            f"row_id IS NULL AND stat_id >= {a} AND stat_id < {b}"
-            for a, b in _ranges(stat_lo, stat_hi, with_stat_id, part)
-        ]
-    if neither:
-        parts.append("row_id IS NULL AND stat_id IS NULL" if with_stat_id else "row_id IS NULL")
-    return parts
+_MIN_PART = 2048  # rows: DuckDB's vector; an interim file's smallest row group (no sample below it)
 
 
 def _sampled_row_bytes(
@@ -236,8 +207,7 @@ def _sampled_row_bytes(
 ) -> float:
     """Bytes per row of `source` in memory, from its first rows as Arrow (strings and lists at
     their length) plus DuckDB's 16-byte value slot per column; a column in `dictionaries`, held
-    as an ENUM, at two bytes a row (parts sized for its text were three times as many as needed:
-    the last merge of 10^5 tensors sorted 14 parts under a 64 MiB cap)."""
+    as an ENUM, at two bytes a row (sized for its text, they were a third of what fits)."""
     sample = con.sql(f"SELECT * FROM ({source}) LIMIT {_SAMPLE_ROWS}").to_arrow_table()
     if not sample.num_rows:
         return 1.0
@@ -428,7 +398,7 @@ class FlatWriter:
         self.memory_limit = writer_memory_limit()
         self._ordered = False  # inside _insertion_order
         # A one-shot ingest is running (the store says so): every file written now is merged into
-        # one at its end (`consolidate`), so it is written in row groups of one sort part, which
+        # one at its end (`consolidate`), so it is written in row groups of `rows_per_part`, which
         # need a fraction of the memory of DuckDB's 122,880-row groups (the parquet writer holds a
         # row group's rows: ~100 MB of tensors rows). Its entry says `interim` until then.
         self.interim = False
@@ -530,16 +500,18 @@ class FlatWriter:
     ) -> dict | None:
         """Write `query`'s rows, sorted, as a new flat file of `flat` (not yet visible); its entry,
         or None when there are no rows. `ids` selects (row_id, stat_id) of the rows `query` reads
-        (a cheap scan of the source files: it sizes the parts, the rows are not resolved twice);
-        `sample`, the same rows as plain text columns, sizes them when `query` holds the columns
-        `dictionaries` as ENUMs.
+        (a cheap scan of the source files: it counts them, the rows are not resolved twice);
+        `sample`, the same rows as plain text columns, sizes an interim file's row groups when
+        `query` holds the columns `dictionaries` as ENUMs.
 
-        Memory stays bounded whatever the row count and width: a merge sorts its rows one id
-        range at a time (ids are uniform hashes, so ranges of equal width hold about equal rows),
-        each part holding `rows_per_part` rows, sized in bytes from a sample; a batch resolves and
-        sorts in one statement, which spills past the cap. Parts go to a
-        table (spilled to tmp/ past the memory limit), which keeps its insertion order, that
-        DuckDB's own parquet writer then writes: the layout of one `COPY ... ORDER BY`, which scans
+        Memory stays bounded whatever the row count and width: the rows are resolved and sorted
+        in one statement into a table (DuckDB's sort and the table spill to tmp/ past the memory
+        limit). Sorting one row-id range at a time instead ran a batch's resolution joins once per
+        range, over every source row (the batch's files are not in row-id order), and a merge's
+        reads once per range: 10^6 tensors, 17 batches and the last merge under a 96 MiB cap,
+        25.6 s of CPU resolving and 28.0 s merging in ranges, 11.6 s and 11.4 s in one statement,
+        the same peak RSS (bench/memory_phases.py). The table keeps its insertion order, and
+        DuckDB's own parquet writer then writes it: the layout of one `COPY ... ORDER BY`, which scans
         measurably faster than pyarrow's (and, written from a table, marks the columns without
         nulls as required, as one `COPY` of a table does), in DuckDB's 122,880-row groups: queries
         scan row group by row group, and 12-16k-row groups made count(*) and the NaN scan 3-4x one
@@ -547,35 +519,23 @@ class FlatWriter:
         122,880-row groups gave 1.0-1.08x in the same bench_speed run; written by pyarrow in
         122,880-row groups, the NaN scan 1.42x). The parquet writer holds one row group's rows
         (~100 MB of wide ones): with rows that wide, the write runs out of memory and is retried
-        with the cap raised (`_write_in_parts`)."""
-        extent = con.execute(
-            "SELECT count(row_id), min(row_id), max(row_id), "
-            "count(stat_id) FILTER (row_id IS NULL), min(stat_id) FILTER (row_id IS NULL), "
-            "max(stat_id) FILTER (row_id IS NULL), count(*) FILTER (row_id IS NULL AND stat_id IS NULL) "
-            f"FROM ({ids})"
-        ).fetchall()[0]
-        total = extent[0] + extent[3] + extent[6]
+        with the cap raised (`_write_sorted`)."""
+        total = con.execute(f"SELECT count(*) FROM ({ids})").fetchall()[0][0]
         if not total:
             return None
-        part = (
+        group = (
             _MIN_PART
             if total <= _MIN_PART
             else rows_per_part(_sampled_row_bytes(con, sample or query, dictionaries), self.memory_limit)
         )
         fid, rel, fdir = new_flat_dir(self.store, flat)
         data = fdir / DATA_FILE
-        # (rows that fit one part are one row group either way: such a file is final as written)
-        interim = self.interim and not self._final and total > part
-        copy_options = f"FORMAT parquet, ROW_GROUP_SIZE {part if interim else _SORT_ROWS}"
+        # (rows that fit one such group are one row group either way: such a file is final as written)
+        interim = self.interim and not self._final and total > group
+        copy_options = f"FORMAT parquet, ROW_GROUP_SIZE {group if interim else _SORT_ROWS}"
         try:
             with self._insertion_order(con):
-                # A batch's rows resolve in one statement (DuckDB's sort spills past the cap): in
-                # parts, each part ran the resolution joins over every source row again (the
-                # batch's files are not in row-id order): 10^6 tensors, 17 batches, 25.6 s of CPU
-                # in parts, 12.4 s in one, the same peak (bench/memory_phases.py). A merge reads
-                # sorted files that its parts' row-id ranges prune, and sorts in parts.
-                parts = ["true"] if total <= part or not self._merging else _parts(extent, part)
-                rows, keys = self._write_in_parts(con, flat, query, data, copy_options, parts)
+                rows, keys = self._write_sorted(con, flat, query, data, copy_options)
         except BaseException:
             shutil.rmtree(fdir, ignore_errors=True)
             raise
@@ -587,22 +547,20 @@ class FlatWriter:
             entry["interim"] = True
         return entry
 
-    def _write_in_parts(
+    def _write_sorted(
         self,
         con: duckdb.DuckDBPyConnection,
         flat: str,
         query: str,
         data: Path,
         copy_options: str,
-        parts: list[str],
     ) -> tuple[int, list[tuple]]:
-        """Resolve and sort `query` part after part (each a WHERE on ids, in sort order) into a
-        table that keeps its insertion order, then write the table in that order; its row count
-        and distinct (run, rank). The table is named after `flat`: tensors and stats of a small
-        batch are written at the same time (`_resolve_batch`).
+        """Resolve and sort `query` into a table that keeps its insertion order, then write the
+        table in that order; its row count and distinct (run, rank). The table is named after
+        `flat`: tensors and stats of a small batch are written at the same time (`_resolve_batch`).
 
         The write holds one 122,880-row group of rows: when that runs out of memory, only the
-        write is retried, not the parts (at 10^6 tensors, ~25 s of work), and in steps of 1.15x
+        write is retried, not the sort (at 10^6 tensors, ~10 s of work), and in steps of 1.15x
         (a failed write stops at its first row group: ~2 s at 10^6 rows): the cap a merge ends
         with is the peak of the ingest. 10^6 tensors rows needed 140 MiB (between 122 and 140),
         where steps of 1.5x gave 183 and doubling 244."""
@@ -610,10 +568,9 @@ class FlatWriter:
 
         table = f"flat_sorted_{flat}"
         try:
-            for i, where in enumerate(parts):
-                rows = f"SELECT * FROM ({query}) WHERE {where} ORDER BY {ORDER[flat]}"
-                into = f"CREATE OR REPLACE TABLE {table} AS " if i == 0 else f"INSERT INTO {table} "
-                con.execute(into + rows).fetchall()
+            con.execute(
+                f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM ({query}) ORDER BY {ORDER[flat]}"
+            ).fetchall()
             while True:
                 try:
                     con.execute(f"COPY {table} TO {_quote(str(data))} ({copy_options})").fetchall()

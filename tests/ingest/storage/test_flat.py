@@ -437,15 +437,15 @@ def _row_groups(path: Path, entry: dict) -> list[int]:
 
 
 def test_one_shot_ingest_writes_interim_files_then_one_file_in_duckdbs_row_groups(tmp_path, monkeypatch):
-    """While a one-shot ingest walks, its flat files are interim: row groups of one sort part
+    """While a one-shot ingest walks, its flat files are interim: row groups of `rows_per_part`
     (less memory in the parquet writer). When it ends they are merged into one file per table in
     DuckDB's 122,880-row groups, the file queries read."""
     import synth
 
     root = tmp_path / "tree"
-    # (5,000 tensors: batches of more than one part; 10,000 proved nothing more)
+    # (5,000 tensors: batches of more than one such group; 10,000 proved nothing more)
     synth.generate(root, 5_000, ranks=1, iterations=2, statistic_csv=False, workers=1)
-    # sort parts, and so interim row groups, of DuckDB's smallest: one vector of 2,048 rows
+    # interim row groups of DuckDB's smallest: one vector of 2,048 rows
     monkeypatch.setattr(flat, "rows_per_part", lambda row_bytes, limit: 2048)
     path = tmp_path / "cat"
     with _walked_one_shot(root, path, batch_rows=2_000) as store:
@@ -522,7 +522,7 @@ def test_an_interrupted_one_shot_ingest_leaves_interim_files_the_next_one_merges
     groups); the next one-shot ingest of the run rewrites them, even a single one."""
     from ingest.pipeline import Ingester, detect_dump
 
-    # parts of 64 rows: this dump's 180 tensors are more than one part, so its files are interim
+    # row groups of 64 rows: this dump's 180 tensors are more than one, so its files are interim
     monkeypatch.setattr(flat, "_MIN_PART", 64)
     monkeypatch.setattr(flat, "rows_per_part", lambda row_bytes, limit: 64)
     root = DATA / "ms210" / "nan_log" / "dump"
@@ -543,8 +543,8 @@ def test_an_interrupted_one_shot_ingest_leaves_interim_files_the_next_one_merges
         assert not any(e.get("interim") for es in cat.store.snapshot()["flat"].values() for e in es)
 
 
-def test_a_dump_that_fits_one_sort_part_is_written_once(nan_log_catalog):
-    """Rows that fit one part are one row group either way: such a flat file is final as written,
+def test_a_dump_that_fits_one_interim_row_group_is_written_once(nan_log_catalog):
+    """Rows that fit one interim row group are one row group either way: such a flat file is final as written,
     and the end of the ingest rewrites nothing (a small ingest's start-up)."""
     snap = json.loads((nan_log_catalog / "snapshot.json").read_text())
     assert all("interim" not in e for es in snap["flat"].values() for e in es)
