@@ -69,6 +69,7 @@ from ingest.storage.store import CatalogStore
 log = logging.getLogger("dumpcat.server")
 
 MAX_MESSAGE = 16 << 20
+PUSH_BYTES = 64 << 10  # queued output a session hands to its transport without waiting for a flush
 MIN_MEMORY = 128 << 20  # below this a worker cannot even open the catalog's views
 MAX_STATEMENTS = 10_000  # prepared statements one session may hold
 MAX_SETTINGS = 256  # session settings (custom ones included)
@@ -367,6 +368,8 @@ class Server:
             pass
         except (ValueError, IndexError, struct.error) as exc:  # a malformed protocol message
             with contextlib.suppress(Exception):
+                if session is not None:
+                    session.push()  # what it answered before, in order
                 writer.write(pgwire.error_response("08P01", f"invalid protocol message: {exc}", "FATAL"))
                 await asyncio.wait_for(writer.drain(), 1.0)
         except Exception:  # one bad client never takes the server down
@@ -508,6 +511,8 @@ class Session:
         self.counted = 0  # bytes this session holds, as last told to the server's budget
         self.stalled = False  # closed because its client stopped reading
         self._closed = False
+        self._out: list[bytes] = []  # messages queued for the client (see `send`)
+        self._out_size = 0
 
     def waiting_since(self) -> float | None:
         """Since when the session has been waiting on its client (to send or to read), if it is."""
@@ -534,6 +539,7 @@ class Session:
 
     def evict(self, message: str) -> None:
         with contextlib.suppress(Exception):
+            self.push()
             self.writer.write(pgwire.error_response("57P01", message, "FATAL"))
         _hang_up(self.writer, drop=self.blocked_since is not None)
         self._closed = True
@@ -563,12 +569,37 @@ class Session:
         return tag, await self.reader.readexactly(n - 4)
 
     def send(self, data: bytes) -> None:
-        self.writer.write(data)
+        """Queue a message for the client. Messages go out together (`push`): at `flush`, or once
+        PUSH_BYTES wait; a prepared statement's BindComplete, RowDescription, rows,
+        CommandComplete and ReadyForQuery are one write instead of five."""
+        self._out.append(data)
+        self._out_size += len(data)
+        if self._out_size >= PUSH_BYTES:
+            self.push()
+
+    def push(self) -> None:
+        """Hand the queued messages to the transport (which sends them at once if it can)."""
+        if self._out:
+            out, self._out, self._out_size = self._out, [], 0
+            self.writer.write(b"".join(out) if len(out) > 1 else out[0])
+
+    def message_ready(self) -> bool:
+        """Whether the client's next message is already read whole (pipelined with the last one)."""
+        buffered = getattr(self.reader, "_buffer", b"")
+        if len(buffered) < 5:
+            return False
+        (n,) = struct.unpack_from("!i", buffered, 1)
+        return n < 4 or len(buffered) >= 1 + n  # a bad length: read_message says so
 
     async def flush(self, limit: float | None = None) -> None:
-        """Wait until the client took what was sent: at most --send-timeout, then the session is
-        closed (a client that stopped reading holds nothing for long). While it waits, the session
-        can be evicted like an idle one."""
+        """Send what is queued and wait until the client took it: at most --send-timeout, then the
+        session is closed (a client that stopped reading holds nothing for long). While it waits,
+        the session can be evicted like an idle one. The kernel taking it all at once is the
+        common case: then there is nothing to wait for."""
+        self.push()
+        transport = self.writer.transport
+        if not transport.is_closing() and transport.get_write_buffer_size() == 0:
+            return
         self.blocked_since = time.monotonic()
         try:
             await asyncio.wait_for(self.writer.drain(), min(self.limits.send_timeout, limit or math.inf))
@@ -645,6 +676,8 @@ class Session:
 
     async def next_message(self) -> tuple[bytes, bytes] | None:
         """The client's next message, or None when it stayed idle past --idle-timeout."""
+        if self.message_ready():  # no wait, so no timeout to arm (a task and a timer each)
+            return await self.read_message()
         self.idle_since = time.monotonic()
         try:
             return await asyncio.wait_for(self.read_message(), self.limits.idle_timeout)
@@ -686,6 +719,8 @@ class Session:
             await self._run()
         finally:
             self._settle()
+            with contextlib.suppress(Exception):
+                self.push()  # answers to messages the client sent before it left (Terminate)
 
     async def _run(self) -> None:
         skip_to_sync = False
@@ -739,7 +774,8 @@ class Session:
                 if self.tx == "T":
                     self.tx = "E"
                 skip_to_sync = True
-            await self.flush()
+            if not self.message_ready():  # pipelined messages (Bind, Execute, Sync) answer together
+                await self.flush()
 
     # -- talking to the workers --------------------------------------------------------------
 

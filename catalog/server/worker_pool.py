@@ -73,6 +73,15 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
     return kind, await reader.readexactly(n)
 
 
+def frame_buffered(reader: asyncio.StreamReader) -> bool:
+    """Whether a whole frame waits in the reader's buffer (reading it will not wait)."""
+    buffered = getattr(reader, "_buffer", b"")
+    if len(buffered) < HEADER.size:
+        return False
+    _kind, n = HEADER.unpack_from(buffered)
+    return n <= MAX_FRAME and len(buffered) >= HEADER.size + n
+
+
 class WorkerProcess:
     """One statement worker as the server sees it."""
 
@@ -444,7 +453,7 @@ class WorkerPool:
                 self.probe_busy += 1
             else:
                 self.full_busy += 1
-            waiter.turn.set_result((self._idle.popleft(), probe))
+            waiter.turn.set_result((self._idle.pop(), probe))  # the worker freed last: its caches are warm
         if not self._waiters:
             # Room without a taker: a probe runs on without its slice.
             for job in list(self._probes):
@@ -796,6 +805,14 @@ class Job:
         if self._held:
             kind, payload = self._held.popleft()
             if kind in TERMINAL:
+                self._end()
+            return kind, payload
+        if self._read is None and frame_buffered(self.worker.reader):
+            # Already read whole (a worker sends a small result's frames in one write): taken
+            # without a task, a waker and a timer.
+            kind, payload = await read_frame(self.worker.reader)
+            if kind in TERMINAL:
+                self._free_worker()
                 self._end()
             return kind, payload
         while True:
