@@ -602,7 +602,8 @@ class Session:
             return
         self.blocked_since = time.monotonic()
         try:
-            await asyncio.wait_for(self.writer.drain(), min(self.limits.send_timeout, limit or math.inf))
+            async with asyncio.timeout(min(self.limits.send_timeout, limit or math.inf)):
+                await self.writer.drain()
         except TimeoutError:
             self._closed = self.stalled = True
             raise ConnectionError("the client stopped reading") from None
@@ -680,7 +681,8 @@ class Session:
             return await self.read_message()
         self.idle_since = time.monotonic()
         try:
-            return await asyncio.wait_for(self.read_message(), self.limits.idle_timeout)
+            async with asyncio.timeout(self.limits.idle_timeout):  # no task of its own, as wait_for's
+                return await self.read_message()
         except TimeoutError:
             await self.fatal("57P05", "terminating connection due to idle-session timeout")
             return None
@@ -808,7 +810,13 @@ class Session:
         return await self.frame(job)
 
     async def drain(self, job: Job) -> None:
-        """Wait until the client took what was sent, within the statement's deadline."""
+        """Wait until the client took what was sent, within the statement's deadline. Rows under
+        PUSH_BYTES stay queued, to go out with the statement's CommandComplete and ReadyForQuery
+        (a small result is one write to the client); the transport holding what the kernel
+        would not take yet is what is waited for."""
+        transport = self.writer.transport
+        if not transport.is_closing() and transport.get_write_buffer_size() == 0:
+            return
         try:
             await self.flush(job.remaining())
         except ConnectionError:

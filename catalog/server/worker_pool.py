@@ -594,7 +594,7 @@ class Job:
         self._failure: JobFailed | None = None
         self._on_worker_since = 0.0
         self._read: asyncio.Future | None = None  # a frame being read; it survives a wake-up
-        self._wake = asyncio.Event()
+        self._wakers: list[asyncio.Future] = []  # see `wake`
         self._held: collections.deque[tuple[bytes, bytes]] = collections.deque()
         self._held_bytes = 0
         self._probe_task: asyncio.Task | None = None
@@ -608,11 +608,12 @@ class Job:
     async def start(self) -> None:
         """Wait for a worker (the wait counts against the statement's time) and send the request."""
         wait_until = self.started + self.timeout + GRACE_SECONDS  # the wait has its own limit
+        limit = wait_until - time.monotonic() if not self.cancelled else self.remaining()
         try:
-            worker, probe = await asyncio.wait_for(
-                self.pool.acquire(self.sid, self.seq, not self.yielded, self._bounded),
-                max(0.0, wait_until - time.monotonic()) if not self.cancelled else self.remaining(),
-            )
+            if limit <= 0:
+                raise TimeoutError
+            async with asyncio.timeout(limit):  # (wait_for would wrap the wait in a task of its own)
+                worker, probe = await self.pool.acquire(self.sid, self.seq, not self.yielded, self._bounded)
         except TimeoutError as exc:
             self.done = True
             raise JobFailed(
@@ -705,10 +706,24 @@ class Job:
             self.pool.probe_busy -= 1
             self.pool.full_busy += 1
             self.probe = False
-            self._wake.set()
+            self.wake()
 
     def wake(self) -> None:
-        self._wake.set()
+        wakers, self._wakers = self._wakers, []
+        for waker in wakers:
+            if not waker.done():
+                waker.set_result(None)
+
+    def _waker(self) -> asyncio.Future:
+        """A future the next `wake()` resolves (a plain future: no task to start and cancel)."""
+        waker = asyncio.get_running_loop().create_future()
+        self._wakers.append(waker)
+        return waker
+
+    def _unwake(self, waker: asyncio.Future) -> None:
+        waker.cancel()
+        with contextlib.suppress(ValueError):
+            self._wakers.remove(waker)
 
     async def _run_probe(self) -> str:
         """Hold back the reply while on the reserve: 'finished', 'yielded', 'promoted', 'lost' or
@@ -725,15 +740,14 @@ class Job:
                 return "yielded"
             if self._read is None:
                 self._read = asyncio.ensure_future(read_frame(self.worker.reader))
-            self._wake.clear()
-            waker = asyncio.ensure_future(self._wake.wait())
+            waker = self._waker()
             # Wake at the slice's end, and at each quantum after it: the probe's own order grows.
             step = slice_end - now if now < slice_end else COST_QUANTUM - (now - slice_end) % COST_QUANTUM
             wait = min(self.remaining(), step)
             try:
                 await asyncio.wait({self._read, waker}, timeout=wait, return_when="FIRST_COMPLETED")
             finally:
-                waker.cancel()
+                self._unwake(waker)
             if self._read.done():
                 read, self._read = self._read, None
                 try:
@@ -818,14 +832,13 @@ class Job:
         while True:
             if self._read is None:
                 self._read = asyncio.ensure_future(read_frame(self.worker.reader))
-            self._wake.clear()
-            waker = asyncio.ensure_future(self._wake.wait())
+            waker = self._waker()
             try:
                 await asyncio.wait(
                     {self._read, waker}, timeout=self.remaining(), return_when="FIRST_COMPLETED"
                 )
             finally:
-                waker.cancel()
+                self._unwake(waker)
             if self._failure is not None:
                 raise self._failure
             if self._read.done():
@@ -896,7 +909,7 @@ class Job:
         self.deadline = min(self.deadline, time.monotonic() + GRACE_SECONDS)
         if self.worker is not None:
             self._arm_timer()
-        self._wake.set()
+        self.wake()
 
     async def abort(self) -> None:
         """Stop the job and wait until its worker is free (or replaced)."""
