@@ -476,12 +476,12 @@ class Worker:
             return
         self.send(json_frame(LIST, parts))
 
-    def _cursor(self, sid: int):
+    def _cursor(self, sid: int, text: str | None = None):
         if self._views:  # the session's own temporary views: its own cursor
             cur = self.engine.cursor(sid)
             self._session_views(sid, cur)
         else:
-            cur = self.engine.shared_cursor(sid)
+            cur = self.engine.shared_cursor(sid, text)
         with self._lock:
             self.cursor = cur
             stopped = self.stopping == self.job
@@ -511,7 +511,7 @@ class Worker:
         """(text, cursor) for a query; `checked` texts come from prepare() of this server."""
         if not checked:
             text = self.query_text(text)
-        return text, self._cursor(sid)
+        return text, self._cursor(sid, text)
 
     def describe(self, sid: int, text: str, nparams: int) -> None:
         import duckdb
