@@ -20,7 +20,9 @@ of DataRows). The control socket carries 8-byte job numbers to interrupt.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import copy
 import functools
 import json
 import os
@@ -52,6 +54,8 @@ TERMINAL = {DONE, ERROR, PARSED, LIST, NODATA}
 CHUNK_BYTES = 256 << 10
 MAX_STATEMENTS_PER_QUERY = 1000  # statements in one simple-query string
 BATCH_ROWS = 2048
+MEMO_ENTRIES = 512  # statement texts whose split and classification a worker remembers
+MEMO_CHARS = 16 << 10  # longer texts are not remembered
 REPEAT_INTERRUPT = 0.05  # seconds between interrupts of a job that was asked to stop and runs on
 
 
@@ -137,6 +141,7 @@ class Worker:
 
         self.data, self.control = data, control
         self._out = []
+        self._memos: collections.OrderedDict[tuple[str, str], Any] = collections.OrderedDict()
         self.config = config
         self.engine = ContainedEngine(
             config["catalog"], config["views_db"], memory_limit=config["memory_limit"],
@@ -377,7 +382,7 @@ class Worker:
             raise StatementError(f"{st.kind} cannot run here", "0A000")
         return st.text
 
-    def prepare(self, text: str) -> dict:
+    def prepare_uncached(self, text: str) -> dict:
         """One statement as the server needs it: a query (DuckDB text and its parameters) or a
         command the server answers (catalog.session_commands), whose inner query (DECLARE, COPY) is
         prepared here too."""
@@ -451,10 +456,34 @@ class Worker:
     _views: dict[str, str] | None = None
     _applied: dict[int, tuple[Any, dict[str, str]]]
 
-    def parse(self, text: str) -> dict:
+    def _memo(self, key: tuple[str, str], compute):
+        """`compute()`, remembered for the last MEMO_ENTRIES texts (of at most MEMO_CHARS): what
+        splitting, translating and classifying a text gives depends on the text alone, and costs
+        about a millisecond, as much as running a point lookup. Clients that do not prepare
+        their statements (psql, a driver's unnamed statements) send the same texts again and
+        again. Failures are not remembered."""
+        if len(key[1]) > MEMO_CHARS:
+            return compute()
+        found = self._memos.get(key)
+        if found is not None:
+            self._memos.move_to_end(key)
+            return found
+        found = self._memos[key] = compute()
+        if len(self._memos) > MEMO_ENTRIES:
+            self._memos.popitem(last=False)
+        return found
+
+    def split(self, text: str) -> list[str]:
         from catalog import session_commands
 
-        stmts = session_commands.split(text)
+        return self._memo(("split", text), lambda: session_commands.split(text))
+
+    def prepare(self, text: str) -> dict:
+        """`prepare_uncached` of a statement, remembered (`_memo`); a copy, the caller's to change."""
+        return copy.deepcopy(self._memo(("prepare", text), lambda: self.prepare_uncached(text)))
+
+    def parse(self, text: str) -> dict:
+        stmts = self.split(text)
         if not stmts:
             return {"kind": "empty", "text": "", "args": [], "nparams": 0, "param_types": []}
         if len(stmts) > 1:
@@ -462,9 +491,7 @@ class Worker:
         return self.prepare(stmts[0])
 
     def simple(self, request: dict) -> None:
-        from catalog import session_commands
-
-        stmts = session_commands.split(request["text"])
+        stmts = self.split(request["text"])
         if len(stmts) > MAX_STATEMENTS_PER_QUERY:
             raise StatementError(
                 f"a query string of {len(stmts):,} statements: at most {MAX_STATEMENTS_PER_QUERY:,} at once",

@@ -529,3 +529,27 @@ def test_pipelined_messages_are_answered_in_order_and_nothing_waits_for_a_sync(t
         tags = b"".join(t for t, _ in replies)
         assert tags == b"1" + b"2TDDs" * 3 + b"DDDCZ"
         assert [int(body[6:]) for t, body in replies if t == b"D"] == [0, 1, 0, 1, 0, 1, 2, 3, 4]
+
+
+def test_statement_texts_sent_again_answer_as_the_first_time(trust_server):
+    """A worker remembers what splitting and classifying a text gave (statement_worker `_memo`):
+    the same text sent again, unprepared, answers the same, a refused one is refused each time,
+    and a command's inner query (DECLARE) still runs."""
+    dsn = dict(host="127.0.0.1", port=trust_server.port, dbname="dumpcat", user="u", autocommit=True)
+    with psycopg.connect(**dsn) as c:
+        first = c.execute(
+            "SELECT op_name FROM stats WHERE nan_count > %s ORDER BY row_id", [0], prepare=False
+        )
+        rows = first.fetchall()
+        for _ in range(8):  # whichever worker runs it
+            again = c.execute(
+                "SELECT op_name FROM stats WHERE nan_count > %s ORDER BY row_id", [0], prepare=False
+            )
+            assert again.fetchall() == rows
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                c.execute("SELECT * FROM read_text('/etc/hostname')", prepare=False)
+            with c.transaction():
+                c.execute(
+                    "DECLARE cur CURSOR FOR SELECT op_name FROM stats WHERE nan_count > 0 ORDER BY row_id"
+                )
+                assert c.execute("FETCH ALL FROM cur").fetchall() == rows
