@@ -709,6 +709,8 @@ class Job:
             self.wake()
 
     def wake(self) -> None:
+        """Wake a wait for this job's next frame (a cancel, a promotion, the pool's turn order
+        changed), so that it looks at its state again."""
         wakers, self._wakers = self._wakers, []
         for waker in wakers:
             if not waker.done():

@@ -553,3 +553,24 @@ def test_statement_texts_sent_again_answer_as_the_first_time(trust_server):
                     "DECLARE cur CURSOR FOR SELECT op_name FROM stats WHERE nan_count > 0 ORDER BY row_id"
                 )
                 assert c.execute("FETCH ALL FROM cur").fetchall() == rows
+
+
+def test_statements_are_submitted_once_and_streamed():
+    """The worker hands a classified statement to DuckDB's own submit call (bound once, not
+    through `sql()`'s lazy relation, which binds it twice): that call exists in this DuckDB, it
+    streams, takes positional parameters and answers every kind of statement the guard lets
+    through as the relation path does."""
+    import duckdb
+
+    from catalog.server import statement_worker
+
+    assert statement_worker._seam_submit() is not None, "DuckDB's submit call moved: statements bind twice"
+    cur = duckdb.connect().cursor()
+    reader = statement_worker.stream_reader(cur, "SELECT range AS n FROM range(5000) WHERE range >= $1", [10])
+    batches = list(reader)
+    assert len(batches) > 1 and sum(b.num_rows for b in batches) == 4990
+    kinds = ("SELECT 1 WHERE false", "FROM range(3)", "VALUES (1, 'a')", "WITH t AS (SELECT 1 AS a) FROM t",
+             "DESCRIBE SELECT 1 AS a", "SUMMARIZE SELECT 1 AS a", "EXPLAIN SELECT 1")  # fmt: skip
+    for query in kinds:
+        expected = cur.sql(query).to_arrow_reader(statement_worker.BATCH_ROWS).read_all()
+        assert statement_worker.stream_reader(cur, query, None).read_all().equals(expected), query
