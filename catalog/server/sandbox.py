@@ -155,6 +155,18 @@ def private_folder() -> str:
     return tempfile.mkdtemp(prefix="dumpcat-serve-")
 
 
+# Every way a statement reads the session's variable (`dumpcat_backend_pid`) names one of these:
+# getvariable() and duckdb_variables() themselves, pg_backend_pid() and pg_stat_activity
+# (catalog/server/pg_catalog.py), in whatever case or quoting.
+SESSION_READERS = ("variable", "backend_pid", "stat_activity")
+
+
+def reads_session(text: str) -> bool:
+    """Whether a statement may read which session runs it (see `SESSION_READERS`)."""
+    lowered = text.lower()
+    return any(word in lowered for word in SESSION_READERS)
+
+
 class ContainedEngine:
     """Client SQL runs on cursors of this engine: one cursor per client session."""
 
@@ -270,14 +282,18 @@ class ContainedEngine:
             old.close()
         return cur
 
-    def shared_cursor(self, session: int) -> duckdb.DuckDBPyConnection:
+    def shared_cursor(self, session: int, text: str | None = None) -> duckdb.DuckDBPyConnection:
         """The cursor every session without temporary views of its own runs on, set to show this
         `session` (pg_backend_pid()). Such a session has no state in DuckDB (its settings,
         prepared statements and views live in the server; client SQL can only query), so one
         cursor serves them all and only its first statement per snapshot defines the snapshot's
-        views (~20 ms each time, per session and worker before)."""
+        views (~20 ms each time, per session and worker before).
+
+        With the statement's `text`, the session is set only if the text can read it (setting
+        it is a statement of its own, 0.27 ms: with many clients nearly every statement comes
+        from another session than the worker's last)."""
         cur = self.cursor(SHARED_SESSION)
-        if self._shared != (id(cur), session):
+        if self._shared != (id(cur), session) and (text is None or reads_session(text)):
             cur.execute("SET VARIABLE dumpcat_backend_pid = ?", [session])
             self._shared = (id(cur), session)
         return cur

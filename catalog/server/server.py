@@ -69,6 +69,7 @@ from ingest.storage.store import CatalogStore
 log = logging.getLogger("dumpcat.server")
 
 MAX_MESSAGE = 16 << 20
+PUSH_BYTES = 64 << 10  # queued output a session hands to its transport without waiting for a flush
 MIN_MEMORY = 128 << 20  # below this a worker cannot even open the catalog's views
 MAX_STATEMENTS = 10_000  # prepared statements one session may hold
 MAX_SETTINGS = 256  # session settings (custom ones included)
@@ -367,6 +368,8 @@ class Server:
             pass
         except (ValueError, IndexError, struct.error) as exc:  # a malformed protocol message
             with contextlib.suppress(Exception):
+                if session is not None:
+                    session.push()  # what it answered before, in order
                 writer.write(pgwire.error_response("08P01", f"invalid protocol message: {exc}", "FATAL"))
                 await asyncio.wait_for(writer.drain(), 1.0)
         except Exception:  # one bad client never takes the server down
@@ -508,6 +511,9 @@ class Session:
         self.counted = 0  # bytes this session holds, as last told to the server's budget
         self.stalled = False  # closed because its client stopped reading
         self._closed = False
+        self._out: list[bytes] = []  # messages queued for the client (see `send`)
+        self._texts: int | None = None  # text_holding() as last counted; None: count again
+        self._out_size = 0
 
     def waiting_since(self) -> float | None:
         """Since when the session has been waiting on its client (to send or to read), if it is."""
@@ -523,6 +529,7 @@ class Session:
         self.portals.clear()
         self.cursors.clear()
         self.statements.clear()
+        self._texts = None
         if held > RETURN_AFTER:
             return_memory()
         if self.server.pool is not None:
@@ -534,6 +541,7 @@ class Session:
 
     def evict(self, message: str) -> None:
         with contextlib.suppress(Exception):
+            self.push()
             self.writer.write(pgwire.error_response("57P01", message, "FATAL"))
         _hang_up(self.writer, drop=self.blocked_since is not None)
         self._closed = True
@@ -563,15 +571,41 @@ class Session:
         return tag, await self.reader.readexactly(n - 4)
 
     def send(self, data: bytes) -> None:
-        self.writer.write(data)
+        """Queue a message for the client. Messages go out together (`push`): at `flush`, or once
+        PUSH_BYTES wait; a prepared statement's BindComplete, RowDescription, rows,
+        CommandComplete and ReadyForQuery are one write instead of five."""
+        self._out.append(data)
+        self._out_size += len(data)
+        if self._out_size >= PUSH_BYTES:
+            self.push()
+
+    def push(self) -> None:
+        """Hand the queued messages to the transport (which sends them at once if it can)."""
+        if self._out:
+            out, self._out, self._out_size = self._out, [], 0
+            self.writer.write(b"".join(out) if len(out) > 1 else out[0])
+
+    def message_ready(self) -> bool:
+        """Whether the client's next message is already read whole (pipelined with the last one)."""
+        buffered = getattr(self.reader, "_buffer", b"")
+        if len(buffered) < 5:
+            return False
+        (n,) = struct.unpack_from("!i", buffered, 1)
+        return n < 4 or len(buffered) >= 1 + n  # a bad length: read_message says so
 
     async def flush(self, limit: float | None = None) -> None:
-        """Wait until the client took what was sent: at most --send-timeout, then the session is
-        closed (a client that stopped reading holds nothing for long). While it waits, the session
-        can be evicted like an idle one."""
+        """Send what is queued and wait until the client took it: at most --send-timeout, then the
+        session is closed (a client that stopped reading holds nothing for long). While it waits,
+        the session can be evicted like an idle one. The kernel taking it all at once is the
+        common case: then there is nothing to wait for."""
+        self.push()
+        transport = self.writer.transport
+        if not transport.is_closing() and transport.get_write_buffer_size() == 0:
+            return
         self.blocked_since = time.monotonic()
         try:
-            await asyncio.wait_for(self.writer.drain(), min(self.limits.send_timeout, limit or math.inf))
+            async with asyncio.timeout(min(self.limits.send_timeout, limit or math.inf)):
+                await self.writer.drain()
         except TimeoutError:
             self._closed = self.stalled = True
             raise ConnectionError("the client stopped reading") from None
@@ -645,9 +679,12 @@ class Session:
 
     async def next_message(self) -> tuple[bytes, bytes] | None:
         """The client's next message, or None when it stayed idle past --idle-timeout."""
+        if self.message_ready():  # no wait, so no timeout to arm (a task and a timer each)
+            return await self.read_message()
         self.idle_since = time.monotonic()
         try:
-            return await asyncio.wait_for(self.read_message(), self.limits.idle_timeout)
+            async with asyncio.timeout(self.limits.idle_timeout):  # no task of its own, as wait_for's
+                return await self.read_message()
         except TimeoutError:
             await self.fatal("57P05", "terminating connection due to idle-session timeout")
             return None
@@ -655,8 +692,13 @@ class Session:
             self.idle_since = None
 
     def holding(self) -> int:
-        """Bytes the session holds between messages: texts and buffered rows."""
-        return self.text_holding() + self._held_bytes()
+        """Bytes the session holds between messages: texts and buffered rows. The texts are
+        counted again only after a message that may change them (Parse, Close, a session
+        command): counting ~50 settings after every message was a quarter of the main
+        process's time per statement."""
+        if self._texts is None:
+            self._texts = self.text_holding()
+        return self._texts + self._held_bytes()
 
     def text_holding(self) -> int:
         texts = [st.text for st in self.statements.values()]
@@ -686,6 +728,8 @@ class Session:
             await self._run()
         finally:
             self._settle()
+            with contextlib.suppress(Exception):
+                self.push()  # answers to messages the client sent before it left (Terminate)
 
     async def _run(self) -> None:
         skip_to_sync = False
@@ -739,7 +783,8 @@ class Session:
                 if self.tx == "T":
                     self.tx = "E"
                 skip_to_sync = True
-            await self.flush()
+            if not self.message_ready():  # pipelined messages (Bind, Execute, Sync) answer together
+                await self.flush()
 
     # -- talking to the workers --------------------------------------------------------------
 
@@ -772,7 +817,13 @@ class Session:
         return await self.frame(job)
 
     async def drain(self, job: Job) -> None:
-        """Wait until the client took what was sent, within the statement's deadline."""
+        """Wait until the client took what was sent, within the statement's deadline. Rows under
+        PUSH_BYTES stay queued, to go out with the statement's CommandComplete and ReadyForQuery
+        (a small result is one write to the client); the transport holding what the kernel
+        would not take yet is what is waited for."""
+        transport = self.writer.transport
+        if not transport.is_closing() and transport.get_write_buffer_size() == 0:
+            return
         try:
             await self.flush(job.remaining())
         except ConnectionError:
@@ -860,6 +911,7 @@ class Session:
 
     def _session(self, st: Prepared) -> tuple[list | None, list[bytes], str]:
         """(fields, DataRows, tag) of a PostgreSQL session command, answered without DuckDB."""
+        self._texts = None  # settings, views or statements may change
         k = st.kind
         if k in ("set", "reset") and not settable(st.args[0]):
             if st.args[0].lower() in DEFAULTS:
@@ -1117,6 +1169,7 @@ class Session:
             st = _prepared(json.loads(payload))
             st.param_oids = list(p.param_oids)
             self.statements[p.name] = st
+            self._texts = None
             self.send(pgwire.PARSE_COMPLETE)
         elif tag == b"B":
             b = pgwire.parse_bind(body)
@@ -1160,6 +1213,7 @@ class Session:
             kind, name = body[:1], body[1:].rstrip(b"\x00").decode()
             if kind == b"S":
                 self.statements.pop(name, None)
+                self._texts = None
             elif name in self.portals:
                 self._drop(self.portals.pop(name))
             else:

@@ -73,6 +73,15 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
     return kind, await reader.readexactly(n)
 
 
+def frame_buffered(reader: asyncio.StreamReader) -> bool:
+    """Whether a whole frame waits in the reader's buffer (reading it will not wait)."""
+    buffered = getattr(reader, "_buffer", b"")
+    if len(buffered) < HEADER.size:
+        return False
+    _kind, n = HEADER.unpack_from(buffered)
+    return n <= MAX_FRAME and len(buffered) >= HEADER.size + n
+
+
 class WorkerProcess:
     """One statement worker as the server sees it."""
 
@@ -444,7 +453,7 @@ class WorkerPool:
                 self.probe_busy += 1
             else:
                 self.full_busy += 1
-            waiter.turn.set_result((self._idle.popleft(), probe))
+            waiter.turn.set_result((self._idle.pop(), probe))  # the worker freed last: its caches are warm
         if not self._waiters:
             # Room without a taker: a probe runs on without its slice.
             for job in list(self._probes):
@@ -585,7 +594,7 @@ class Job:
         self._failure: JobFailed | None = None
         self._on_worker_since = 0.0
         self._read: asyncio.Future | None = None  # a frame being read; it survives a wake-up
-        self._wake = asyncio.Event()
+        self._wakers: list[asyncio.Future] = []  # see `wake`
         self._held: collections.deque[tuple[bytes, bytes]] = collections.deque()
         self._held_bytes = 0
         self._probe_task: asyncio.Task | None = None
@@ -599,11 +608,12 @@ class Job:
     async def start(self) -> None:
         """Wait for a worker (the wait counts against the statement's time) and send the request."""
         wait_until = self.started + self.timeout + GRACE_SECONDS  # the wait has its own limit
+        limit = wait_until - time.monotonic() if not self.cancelled else self.remaining()
         try:
-            worker, probe = await asyncio.wait_for(
-                self.pool.acquire(self.sid, self.seq, not self.yielded, self._bounded),
-                max(0.0, wait_until - time.monotonic()) if not self.cancelled else self.remaining(),
-            )
+            if limit <= 0:
+                raise TimeoutError
+            async with asyncio.timeout(limit):  # (wait_for would wrap the wait in a task of its own)
+                worker, probe = await self.pool.acquire(self.sid, self.seq, not self.yielded, self._bounded)
         except TimeoutError as exc:
             self.done = True
             raise JobFailed(
@@ -696,10 +706,26 @@ class Job:
             self.pool.probe_busy -= 1
             self.pool.full_busy += 1
             self.probe = False
-            self._wake.set()
+            self.wake()
 
     def wake(self) -> None:
-        self._wake.set()
+        """Wake a wait for this job's next frame (a cancel, a promotion, the pool's turn order
+        changed), so that it looks at its state again."""
+        wakers, self._wakers = self._wakers, []
+        for waker in wakers:
+            if not waker.done():
+                waker.set_result(None)
+
+    def _waker(self) -> asyncio.Future:
+        """A future the next `wake()` resolves (a plain future: no task to start and cancel)."""
+        waker = asyncio.get_running_loop().create_future()
+        self._wakers.append(waker)
+        return waker
+
+    def _unwake(self, waker: asyncio.Future) -> None:
+        waker.cancel()
+        with contextlib.suppress(ValueError):
+            self._wakers.remove(waker)
 
     async def _run_probe(self) -> str:
         """Hold back the reply while on the reserve: 'finished', 'yielded', 'promoted', 'lost' or
@@ -716,15 +742,14 @@ class Job:
                 return "yielded"
             if self._read is None:
                 self._read = asyncio.ensure_future(read_frame(self.worker.reader))
-            self._wake.clear()
-            waker = asyncio.ensure_future(self._wake.wait())
+            waker = self._waker()
             # Wake at the slice's end, and at each quantum after it: the probe's own order grows.
             step = slice_end - now if now < slice_end else COST_QUANTUM - (now - slice_end) % COST_QUANTUM
             wait = min(self.remaining(), step)
             try:
                 await asyncio.wait({self._read, waker}, timeout=wait, return_when="FIRST_COMPLETED")
             finally:
-                waker.cancel()
+                self._unwake(waker)
             if self._read.done():
                 read, self._read = self._read, None
                 try:
@@ -798,17 +823,24 @@ class Job:
             if kind in TERMINAL:
                 self._end()
             return kind, payload
+        if self._read is None and frame_buffered(self.worker.reader):
+            # Already read whole (a worker sends a small result's frames in one write): taken
+            # without a task, a waker and a timer.
+            kind, payload = await read_frame(self.worker.reader)
+            if kind in TERMINAL:
+                self._free_worker()
+                self._end()
+            return kind, payload
         while True:
             if self._read is None:
                 self._read = asyncio.ensure_future(read_frame(self.worker.reader))
-            self._wake.clear()
-            waker = asyncio.ensure_future(self._wake.wait())
+            waker = self._waker()
             try:
                 await asyncio.wait(
                     {self._read, waker}, timeout=self.remaining(), return_when="FIRST_COMPLETED"
                 )
             finally:
-                waker.cancel()
+                self._unwake(waker)
             if self._failure is not None:
                 raise self._failure
             if self._read.done():
@@ -879,7 +911,7 @@ class Job:
         self.deadline = min(self.deadline, time.monotonic() + GRACE_SECONDS)
         if self.worker is not None:
             self._arm_timer()
-        self._wake.set()
+        self.wake()
 
     async def abort(self) -> None:
         """Stop the job and wait until its worker is free (or replaced)."""

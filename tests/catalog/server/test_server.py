@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import struct
 import subprocess
 import threading
 import time
@@ -469,3 +470,107 @@ def test_temporary_views_belong_to_their_session(trust_server):
         c.execute("DROP VIEW nans")
         with pytest.raises(psycopg.errors.UndefinedTable):
             c.execute("SELECT count(*) FROM nans")
+
+
+def test_each_session_sees_its_own_backend_pid(trust_server):
+    """Sessions share a worker's cursor, which is set to show a session only for statements
+    that can read it (catalog/server/sandbox.py `reads_session`): whichever session ran last on
+    the worker, pg_backend_pid() and pg_stat_activity answer the asking session's own pid."""
+    from catalog.server.sandbox import reads_session
+
+    assert all(reads_session(q) for q in ("SELECT PG_Backend_Pid()", 'SELECT "pid" FROM pg_STAT_activity',
+                                          "SELECT GetVariable('x')", "FROM duckdb_variables()"))  # fmt: skip
+    assert not reads_session("SELECT row_id FROM stats WHERE row_id = $1")
+    dsn = dict(host="127.0.0.1", port=trust_server.port, dbname="dumpcat", user="u", autocommit=True)
+    with psycopg.connect(**dsn) as a, psycopg.connect(**dsn) as b:
+        for _ in range(6):  # whichever worker runs each
+            for mine, theirs in ((a, b), (b, a)):
+                theirs.execute("SELECT pg_backend_pid()").fetchall()
+                theirs.execute("SELECT count(*) FROM stats").fetchall()
+                assert mine.execute("SELECT PG_BACKEND_PID()").fetchone()[0] == mine.info.backend_pid
+                theirs.execute("SELECT count(*) FROM stats").fetchall()
+                assert mine.execute("SELECT pid FROM pg_stat_activity").fetchall() == [
+                    (mine.info.backend_pid,)
+                ]
+
+
+def _parse(name: bytes, sql: str) -> bytes:
+    return b"P" + name + b"\x00" + sql.encode() + b"\x00" + struct.pack("!h", 0)
+
+
+def _bind(portal: bytes, name: bytes) -> bytes:
+    return b"B" + portal + b"\x00" + name + b"\x00" + struct.pack("!hhh", 0, 0, 0)
+
+
+def _execute(portal: bytes, limit: int = 0) -> bytes:
+    return b"E" + portal + b"\x00" + struct.pack("!i", limit)
+
+
+def test_pipelined_messages_are_answered_in_order_and_nothing_waits_for_a_sync(trust_server):
+    """The server queues its answers and writes them together (one write per statement), but
+    never keeps one back while it waits for the client: a Parse alone is answered before any
+    Sync, as is a Flush; pipelined statements and a suspended portal answer in order."""
+    with RawClient(trust_server.port) as raw:
+        raw.send(_parse(b"s1", "SELECT 1 AS one"))
+        raw.sock.settimeout(10)
+        assert raw.sock.recv(5)[:1] == b"1"  # ParseComplete, with no Sync or Flush after the Parse
+        raw.send(_bind(b"p1", b"s1"), b"DPp1\x00", b"H")
+        got = b""
+        while len(got) < 10 or len(got) < 6 + struct.unpack("!i", got[6:10])[0]:
+            got += raw.sock.recv(4096)
+        assert got[:1] == b"2" and got[5:6] == b"T"  # BindComplete, RowDescription: answered at the Flush
+        raw.buf = got[6 + struct.unpack("!i", got[6:10])[0] :]
+        assert [t for t, _ in raw.exchange(_execute(b"p1"))] == [b"D", b"C", b"Z"]
+        messages = [_parse(b"s2", "SELECT range AS n FROM range(5)")]
+        for i in range(3):
+            messages += [_bind(b"p%d" % i, b"s2"), b"DP" + b"p%d" % i + b"\x00", _execute(b"p%d" % i, 2)]
+        messages += [_execute(b"p0", 0)]
+        replies = raw.exchange(*messages)
+        tags = b"".join(t for t, _ in replies)
+        assert tags == b"1" + b"2TDDs" * 3 + b"DDDCZ"
+        assert [int(body[6:]) for t, body in replies if t == b"D"] == [0, 1, 0, 1, 0, 1, 2, 3, 4]
+
+
+def test_statement_texts_sent_again_answer_as_the_first_time(trust_server):
+    """A worker remembers what splitting and classifying a text gave (statement_worker `_memo`):
+    the same text sent again, unprepared, answers the same, a refused one is refused each time,
+    and a command's inner query (DECLARE) still runs."""
+    dsn = dict(host="127.0.0.1", port=trust_server.port, dbname="dumpcat", user="u", autocommit=True)
+    with psycopg.connect(**dsn) as c:
+        first = c.execute(
+            "SELECT op_name FROM stats WHERE nan_count > %s ORDER BY row_id", [0], prepare=False
+        )
+        rows = first.fetchall()
+        for _ in range(8):  # whichever worker runs it
+            again = c.execute(
+                "SELECT op_name FROM stats WHERE nan_count > %s ORDER BY row_id", [0], prepare=False
+            )
+            assert again.fetchall() == rows
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                c.execute("SELECT * FROM read_text('/etc/hostname')", prepare=False)
+            with c.transaction():
+                c.execute(
+                    "DECLARE cur CURSOR FOR SELECT op_name FROM stats WHERE nan_count > 0 ORDER BY row_id"
+                )
+                assert c.execute("FETCH ALL FROM cur").fetchall() == rows
+
+
+def test_statements_are_submitted_once_and_streamed():
+    """The worker hands a classified statement to DuckDB's own submit call (bound once, not
+    through `sql()`'s lazy relation, which binds it twice): that call exists in this DuckDB, it
+    streams, takes positional parameters and answers every kind of statement the guard lets
+    through as the relation path does."""
+    import duckdb
+
+    from catalog.server import statement_worker
+
+    assert statement_worker._seam_submit() is not None, "DuckDB's submit call moved: statements bind twice"
+    cur = duckdb.connect().cursor()
+    reader = statement_worker.stream_reader(cur, "SELECT range AS n FROM range(5000) WHERE range >= $1", [10])
+    batches = list(reader)
+    assert len(batches) > 1 and sum(b.num_rows for b in batches) == 4990
+    kinds = ("SELECT 1 WHERE false", "FROM range(3)", "VALUES (1, 'a')", "WITH t AS (SELECT 1 AS a) FROM t",
+             "DESCRIBE SELECT 1 AS a", "SUMMARIZE SELECT 1 AS a", "EXPLAIN SELECT 1")  # fmt: skip
+    for query in kinds:
+        expected = cur.sql(query).to_arrow_reader(statement_worker.BATCH_ROWS).read_all()
+        assert statement_worker.stream_reader(cur, query, None).read_all().equals(expected), query
