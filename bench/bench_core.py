@@ -422,7 +422,12 @@ def bench_tensor(rep: Report, cat_path: Path, n: int, label: str) -> None:
 
 
 def _child_ingest(tree: str, catalog: str, compute_stats: bool) -> None:
+    """One ingest in this process, as `dumpcat ingest` runs it (pyarrow kept from importing pandas,
+    ingest/storage/memory.py `decline_pandas_for_arrow`)."""
     from ingest.pipeline import ingest_dump
+    from ingest.storage.memory import decline_pandas_for_arrow
+
+    decline_pandas_for_arrow()
 
     t = time.perf_counter()
     s = ingest_dump(catalog, tree, run="bench", compute_stats=compute_stats)
