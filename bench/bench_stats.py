@@ -73,6 +73,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import emit
 from ingest import helper_pool
 from ingest.statistics import kernel as ts
 from ingest.statistics.kernel import StatJob, compute_stats, compute_stats_many, open_tensor
@@ -175,6 +176,13 @@ def run_case(name: str, jobs: list[StatJob], repeat: int, workers: int | None) -
     for label, dt in best.items():
         mbs = mbs_of[label] = total / 1e6 / dt
         print(f"  {label:36s} {mbs:9.1f} MB/s  {dt * 1e6 / len(jobs):8.1f} us/file  ratio {mbs / base:5.2f}x")
+    ours = mbs_of["compute_stats_many (default)"]
+    emit.summary(
+        f"statistics computed from data vs a naive np.load + numpy loop, {name}",
+        ">= 2x",
+        f"{ours / base:.2f}x ({ours:,.0f} vs {base:,.0f} MB/s)",
+        ours / base >= 2,
+    )
     return mbs_of
 
 
@@ -450,7 +458,13 @@ def main(argv: list[str] | None = None) -> None:
     warnings.simplefilter("ignore", RuntimeWarning)  # the naive mean of [inf, -inf] warns
 
     if args.mode == "kernel":
-        measure_kernel(repeat=max(args.repeat, 9))
+        rows = measure_kernel(repeat=max(args.repeat, 9))
+        low = min(rows, key=lambda r: r["GBps"])
+        emit.summary(
+            f"the C statistics kernel alone, {len(rows)} dtypes, in-memory buffer",
+            "",
+            f"{low['GBps']:.1f}-{max(r['GBps'] for r in rows):.1f} GB/s (lowest: {low['dtype']})",
+        )
         return
     tmp = None
     if args.out_dir:
