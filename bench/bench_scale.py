@@ -1274,7 +1274,7 @@ def _shown_argv(argv: list[str]) -> str:
             skip = i + 1 < len(argv)
         elif x.startswith("--workdir="):
             out += ["--workdir", "DIR"]
-        elif x != "--no-docs" and not x.startswith(("--note=", "/")):
+        elif not x.startswith(("--note=", "/")):
             out.append(x)
     return " ".join(out)
 

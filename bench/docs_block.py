@@ -8,9 +8,6 @@ which tests/test_bench_suite.py checks."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
-
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -45,8 +42,3 @@ def block_names(doc: str) -> list[str]:
     """Names of the blocks the document has (each opened and closed), in order."""
     opened = re.findall(r"<!-- ([\w.-]+) -->", doc)
     return [name for name in opened if f"<!-- /{name} -->" in doc]
-
-
-def write_block(name: str, text: str, path: Path = DOCS) -> None:
-    """Replace the block `name` of the file at `path` (docs/benchmarks.md by default)."""
-    path.write_text(replace_block(path.read_text(encoding="utf-8"), name, text), encoding="utf-8")
