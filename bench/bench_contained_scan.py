@@ -61,6 +61,12 @@ def main() -> None:
         con.register("arrow_dataset", ds.dataset(files, format="parquet"))
         print(f"| query ({n:,} rows) | DuckDB parquet ms | Arrow dataset ms | ratio |")
         print("|---|---|---|---|")
+        for q in QUERIES:  # the two sides must give the same rows
+            native, dataset = (
+                sorted(con.sql(q.format(v, rid=rid)).fetchall()) for v in ("native", "arrow_dataset")
+            )
+            if native != dataset or not native:
+                raise SystemExit(f"the two sides disagree on {q}")
         for q in QUERIES:
             a = median_ms(con, q.format("native", rid=rid))
             b = median_ms(con, q.format("arrow_dataset", rid=rid))

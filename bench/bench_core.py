@@ -45,6 +45,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+import emit  # noqa: E402
 import synth  # noqa: E402
 
 MB = 1e6
@@ -173,14 +174,23 @@ class Report:
             f"{base:>13} {ratio:>8}  {r['target'] or '':<14} {ok}"
         )
 
+    def emit_summary(self) -> None:
+        """A BENCH-SUMMARY line (bench/emit.py) for every row that has a target."""
+        for r in self.rows:
+            if r["target"]:
+                ratio = "" if r["ratio"] is None else f" ({r['ratio']:.2f}x the baseline)"
+                note = f", {r['note']}" if r["note"] else ""
+                measured = f"{self._fmt(r['value'])} {r['unit']}{ratio}"
+                emit.summary(f"{r['metric']}{note}", r["target"], measured, r["ok"])
+
     def markdown(self, info: dict, params: dict) -> str:
-        out = ["## Machine", "", "| | |", "|---|---|"]
+        out = ["**Machine**", "", "| | |", "|---|---|"]
         out += [f"| {k} | {v} |" for k, v in info.items()]
-        out += ["", "## Parameters", "", "| | |", "|---|---|"]
+        out += ["", "**Parameters**", "", "| | |", "|---|---|"]
         out += [f"| {k} | {v} |" for k, v in params.items()]
         out += [
             "",
-            "## Results",
+            "**Results**",
             "",
             "| part | metric | value | baseline | ratio | target | status | note |",
             "|---|---|---|---|---|---|---|---|",
@@ -245,20 +255,14 @@ def bench_metadata(rep: Report, tree: Path, work: Path, repeat: int) -> Path:
 
 
 def naive_stats(paths: list[str]) -> int:
+    """(b)'s baseline: `np.load` and plain numpy for every statistic (bench_stats.naive_values), per
+    file; returns the bytes of tensor data."""
+    from bench_stats import naive_values
+
     total = 0
     for p in paths:
         a = np.load(p)
-        if a.size:
-            np.max(a)
-            np.min(a)
-            np.mean(a)
-        np.count_nonzero(a < 0)
-        np.count_nonzero(a > 0)
-        np.count_nonzero(np.isnan(a))
-        np.count_nonzero(np.isneginf(a))
-        np.count_nonzero(np.isposinf(a))
-        np.count_nonzero(a == 0)
-        np.linalg.norm(a)
+        naive_values(a)
         total += a.nbytes
     return total
 
@@ -615,8 +619,9 @@ def main(argv: list[str] | None = None) -> int:
             for child in work.iterdir():
                 if child.name.startswith(("tree_", "nocsv_", "cat_")):
                     shutil.rmtree(child, ignore_errors=True)
-    md = rep.markdown(info, params)
-    print("\n" + md)
+    rep.emit_summary()
+    emit.report_follows()
+    print(rep.markdown(info, params))
     if a.json:
         Path(a.json).write_text(
             json.dumps({"machine": info, "params": params, "results": rep.rows}, indent=1)

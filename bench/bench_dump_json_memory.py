@@ -28,6 +28,7 @@ import psutil
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import emit  # noqa: E402
 from bench_msprobe import build  # noqa: E402
 
 _MEASURE = """
@@ -106,6 +107,15 @@ def main() -> int:
                         min(maxrss, old[1]) if old else maxrss,
                         min(tree, old[2]) if old else tree,
                     )
+        for workers in (1, None):
+            t1, m1, s1 = best[("this", workers)]
+            label = "one process (`--workers 1`)" if workers == 1 else "default workers"
+            emit.summary(
+                f"`dumpcat ingest` of a {size / 1e6:.0f} MB msprobe dump.json ({entries:,} entries), "
+                f"{label}: peak RSS of the process tree",
+                "",
+                f"{s1 / 2**20:,.0f} MiB (largest process {m1 / 2**20:,.0f} MiB), {t1:.1f} s",
+            )
         if "baseline" in versions:
             for workers in (1, None):
                 (t1, m1, s1), (t0, m0, s0) = best[("this", workers)], best[("baseline", workers)]

@@ -6,16 +6,15 @@ files, 50 statistic.csv rows of 10^5-character names, a 64 MiB sparse json, a 16
 names with terminal escapes and undecodable bytes, a folder 64 levels deep, and a file held
 half-written. Both trees are ingested by a real `dumpcat ingest` process, interleaved, `--repeat`
 times each; the report gives the medians of wall time and of the process's peak RSS (`wait4`'s
-`ru_maxrss`), and their ratios. `--write` puts the table into docs/benchmarks.md.
+`ru_maxrss`), and their ratios (`python -m bench` puts it into docs/benchmarks.md).
 
-    python bench/bench_hostile_ingest.py --repeat 5 --write
+    python bench/bench_hostile_ingest.py --repeat 5
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -27,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.docs_block import write_block  # noqa: E402
+from bench import emit  # noqa: E402
 from tests.conftest import dump_of  # noqa: E402
 from tests.hostile_tree import LEAF, GrowingNpy, _npy_name, build_hostile_tree  # noqa: E402
 
@@ -48,7 +47,6 @@ def ingest(root: Path, cat: Path) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -65,11 +63,20 @@ def main() -> None:
         growing.finish()
     t = {k: statistics.median(v) for k, v in times.items()}
     m = {k: statistics.median(v) for k, v in rss.items()}
-    load = os.getloadavg()[0]
+    emit.summary(
+        "hostile dump ingest: wall time vs the same dump clean",
+        "",
+        f"{t['hostile'] / t['clean']:.2f}x ({t['hostile']:.2f} s vs {t['clean']:.2f} s)",
+    )
+    emit.summary(
+        "the same, peak RSS of the ingest",
+        "< 1 GiB",
+        f"{m['hostile']:.0f} MiB ({m['hostile'] / m['clean']:.2f}x the clean dump's)",
+        m["hostile"] < 1024,
+    )
+    emit.report_follows()
     lines = [
-        f"`python bench/bench_hostile_ingest.py --repeat {args.repeat}`: medians of {args.repeat}",
-        f"interleaved runs; {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores,",
-        f"Python {platform.python_version()}, load average {load:.2f} after the runs.",
+        f"Medians of {args.repeat} interleaved runs of each tree.",
         "",
         "| tree | `dumpcat ingest` wall (s) | peak RSS (MiB) |",
         "|---|---|---|",
@@ -79,10 +86,7 @@ def main() -> None:
         f"| ratio hostile / clean | {t['hostile'] / t['clean']:.2f}× | {m['hostile'] / m['clean']:.2f}× |",
         "",
     ]
-    text = "\n".join(lines)
-    print(text)
-    if args.write:
-        write_block("bench_hostile_ingest", text, "Ingest of a hostile dump")
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

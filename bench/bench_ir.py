@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import platform
 import random
 import sys
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from bench import emit  # noqa: E402
 from ingest.formats.mindspore.ir_text import clear_caches, parse_ir_text  # noqa: E402
 
 SITE = "/opt/venv/lib/python3.11/site-packages/mindspore"
@@ -220,12 +220,21 @@ def main() -> None:
         raise SystemExit(f"parse problem: {cnodes} cnodes, errors {graph.errors[:3]}")
     best_parse, best_split = min(parse_times), min(split_times)
     rate = args.nodes / best_parse
-    print(f"machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}")
     split_lps, parse_lps = n_lines / best_split / 1e6, n_lines / best_parse / 1e6
-    print(f"baseline text.split('\\n'): {best_split * 1e3:8.1f} ms  ({split_lps:.1f} M lines/s)")
-    print(f"parse_ir_text:             {best_parse * 1e3:8.1f} ms  ({parse_lps:.2f} M lines/s)")
-    print(f"nodes/s: {rate:,.0f}  (target >= 50,000: {'PASS' if rate >= 50_000 else 'FAIL'})")
-    print(f"ratio parse / split: {best_parse / best_split:.1f}x   runs: {[round(t, 3) for t in parse_times]}")
+    emit.summary(
+        f"parsing a {args.nodes:,}-node graph IR", ">= 50,000 nodes/s", f"{rate:,.0f} nodes/s", rate >= 50_000
+    )
+    emit.report_follows()
+    print(
+        f"A generated kernel-graph IR of {args.nodes:,} nodes ({n_lines:,} lines, {len(text) / 1e6:.1f} MB), "
+        f"best of {args.runs} runs (parser caches cleared before each)."
+    )
+    print()
+    print("| | ms | M lines/s | nodes/s |")
+    print("|---|---|---|---|")
+    print(f"| `parse_ir_text` | {best_parse * 1e3:,.1f} | {parse_lps:.2f} | {rate:,.0f} |")
+    print(f"| baseline: `text.split('\\n')` | {best_split * 1e3:,.1f} | {split_lps:.1f} | |")
+    print(f"| ratio parse / split | {best_parse / best_split:.1f}x | | |")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import emit  # noqa: E402
 from ingest.pipeline import ingest_dump  # noqa: E402
 from tests.ingest.storage.test_flat import ROOTS, _run_name  # noqa: E402
 
@@ -37,23 +38,31 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    ingest_all(Path(tempfile.mkdtemp(prefix="bench-runs-")), shared=False)  # warm: caches, imports
-    times: dict[str, list[tuple[float, float]]] = {"own": [], "shared": []}
-    for _ in range(args.rounds):
-        for how in ("own", "shared"):
-            times[how].append(
-                ingest_all(Path(tempfile.mkdtemp(prefix="bench-runs-")), shared=how == "shared")
-            )
+    with tempfile.TemporaryDirectory(prefix="bench-runs-") as tmp:
+        work = Path(tmp)
+        ingest_all(work / "warm", shared=False)  # warm: caches, imports
+        times: dict[str, list[tuple[float, float]]] = {"own": [], "shared": []}
+        for i in range(args.rounds):
+            for how in ("own", "shared"):
+                times[how].append(ingest_all(work / f"{how}{i}", shared=how == "shared"))
     med = {
         how: (statistics.median(w for w, _ in t), statistics.median(c for _, c in t))
         for how, t in times.items()
     }
-    print(f"{len(ROOTS)} committed dumps, median of {args.rounds}:")
-    print(f"  a catalog each   wall {med['own'][0]:6.2f} s   CPU {med['own'][1]:6.2f} s")
-    print(
-        f"  one catalog      wall {med['shared'][0]:6.2f} s   CPU {med['shared'][1]:6.2f} s   "
-        f"{med['shared'][1] / med['own'][1]:.2f}x the CPU of a catalog each"
+    ratio = med["shared"][1] / med["own"][1]
+    emit.summary(
+        f"ingesting {len(ROOTS)} dumps into one catalog vs a catalog each, CPU",
+        "",
+        f"{ratio:.2f}x ({med['shared'][1]:.2f} s vs {med['own'][1]:.2f} s)",
     )
+    emit.report_follows()
+    print(f"{len(ROOTS)} committed dumps, one after the other, median of {args.rounds} interleaved rounds:")
+    print()
+    print("| | wall s | CPU s |")
+    print("|---|---|---|")
+    print(f"| each into a catalog of its own (baseline) | {med['own'][0]:.2f} | {med['own'][1]:.2f} |")
+    print(f"| all into one catalog | {med['shared'][0]:.2f} | {med['shared'][1]:.2f} |")
+    print(f"| ratio | {med['shared'][0] / med['own'][0]:.2f}x | {ratio:.2f}x |")
 
 
 if __name__ == "__main__":

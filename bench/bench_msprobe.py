@@ -27,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+import emit  # noqa: E402
 from bench_core import Report, machine  # noqa: E402
 
 SOURCE = HERE.parent / "tests" / "data" / "msprobe" / "pt_md5" / "step1" / "rank0"
@@ -138,7 +139,8 @@ def main() -> int:
         "rounds": args.repeat,
         "total runtime": f"{time.time() - started:.0f} s",
     }
-    print()
+    rep.emit_summary()
+    emit.report_follows()
     print(rep.markdown(machine(), params))
     return 0
 

@@ -41,6 +41,7 @@ except ImportError:
 
 import numpy as np  # noqa: E402
 
+from bench import emit  # noqa: E402
 from ingest.formats.msprobe.torch_pt import load_pt  # noqa: E402
 
 
@@ -120,6 +121,13 @@ def main() -> None:
                     f"{label:32} {name:15} {fetch:10.1f} {fetch / ref_fetch:6.2f} {touch:15.1f} "
                     f"{touch / ref_touch:6.2f}"
                 )
+            fetch, _ = res["load_pt mapped"]
+            emit.summary(
+                f"`.pt` fetch without torch (memory-mapped) vs `torch.load(weights_only=True)`, {label}",
+                "<= 2x",
+                f"{fetch / ref_fetch:.2f}x ({fetch:,.1f} vs {ref_fetch:,.1f} us)",
+                fetch / ref_fetch <= 2,
+            )
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+import emit  # noqa: E402
 import synth  # noqa: E402
 from bench_core import Report, machine, timed_ingest  # noqa: E402
 
@@ -441,10 +442,11 @@ def main(argv: list[str] | None = None) -> int:
             for child in work.iterdir():
                 if child.name.startswith(("tree_", "cat_")):
                     shutil.rmtree(child, ignore_errors=True)
-    for text in profiles:
+    for text in profiles:  # progress, not report: shown in the run's log
         print("\n" + text)
-    md = rep.markdown(info, params)
-    print("\n" + md)
+    rep.emit_summary()
+    emit.report_follows()
+    print(rep.markdown(info, params))
     if a.json:
         Path(a.json).write_text(
             json.dumps({"machine": info, "params": params, "results": rep.rows}, indent=1)

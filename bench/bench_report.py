@@ -16,10 +16,9 @@ nan_log sample is measured the same way, as the small end. Targets: < 10 MB and 
 
     python bench/bench_report.py                               # 10^6 tensors, temp dir (~9 GB)
     python bench/bench_report.py --workdir BIG_DIR             # keep / reuse the tree and catalog
-    python bench/bench_report.py --tensors 100000 --layout 2x20 --no-docs
+    python bench/bench_report.py --tensors 100000 --layout 2x20
 
-The report (markdown) is printed, and written into docs/benchmarks.md between the markers
-`<!-- bench_report -->` and `<!-- /bench_report -->` unless --no-docs.
+The report (markdown) is printed; `python -m bench` puts it into docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-import docs_block  # noqa: E402
+import emit  # noqa: E402
 import synth  # noqa: E402
 
 from catalog.api import Catalog  # noqa: E402
@@ -137,10 +136,6 @@ def plotly_only(work: Path, loads: int) -> tuple[float, float, float]:
     return len(js) / 1e6, statistics.median(cold), statistics.median(warm)
 
 
-def write_docs(text: str) -> None:
-    docs_block.write_block("bench_report", text, "HTML report (bench/bench_report.py)")
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tensors", type=int, default=1_000_000)
@@ -149,7 +144,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--loads", type=int, default=3, help="fresh browsers per page (default 3)")
     p.add_argument("--workdir", help="tree, catalog and pages (default: a temp dir, deleted)")
-    p.add_argument("--no-docs", action="store_true", help="do not write docs/benchmarks.md")
     a = p.parse_args(argv)
     work = Path(a.workdir or tempfile.mkdtemp(prefix="dumpcat-report-")).absolute()
     work.mkdir(parents=True, exist_ok=True)
@@ -190,9 +184,17 @@ def main(argv: list[str] | None = None) -> int:
             "plotly_mb": plotly_mb, "plotly_cold": plotly_cold, "plotly_warm": plotly_warm,
         },
     )  # fmt: skip
+    for name, r in results[1:]:
+        big = r["tensors"] >= 1_000_000
+        cold = statistics.median(r["cold"])
+        emit.summary(
+            f"`dumpcat report` of {r['tensors']:,} tensors ({name}): page size, cold load",
+            "< 10 MB, < 3 s" if big else "",
+            f"{r['mb']:.1f} MB, {cold:.2f} s",
+            (r["mb"] < 10 and cold < 3) if big else None,
+        )
+    emit.report_follows()
     print(md)
-    if not a.no_docs:
-        write_docs(md)
     return 0
 
 

@@ -44,8 +44,7 @@ dump root is a path that does not exist, and `Catalog.tensor` says the file is g
     python bench/bench_scale.py --rows 1e6 --flat-writer catalog   # flat files by ingest/storage/flat.py
 
 Results accumulate in DIR/results.json (one entry per row count), and the table of all of them is
-printed and written into docs/benchmarks.md between `<!-- bench_scale -->` and
-`<!-- /bench_scale -->` unless --no-docs.
+printed (`python -m bench` puts it into docs/benchmarks.md, from a fresh DIR: that run's figures only).
 """
 
 from __future__ import annotations
@@ -73,7 +72,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-import docs_block  # noqa: E402
+import emit  # noqa: E402
 
 from ingest.formats.mindspore.npy_name import op_type_of, sanitize_v23, short_name, without_op_index  # noqa: E402
 from ingest.ids import TensorIdHasher, stat_row_ids  # noqa: E402
@@ -1123,8 +1122,16 @@ def markdown(results: dict[str, dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_docs(text: str) -> None:
-    docs_block.write_block("bench_scale", text, "Scale (bench/bench_scale.py)")
+def emit_summary(results: dict[str, dict]) -> None:
+    """The headline figures: each query's warm time per engine and catalog (no target: a scale curve)."""
+    for e in sorted(results.values(), key=lambda e: (_kind(e), e["rows"])):
+        for t in e["timings"]:
+            if t["warm"] is not None and t["query"] in ("nan", "first_anomaly", "lookup"):
+                emit.summary(
+                    f"{_LABEL[t['query']]}, {t['engine']}, {_sci(e['rows'])} rows ({_kind(e)}), warm",
+                    "",
+                    _ms(t["warm"]),
+                )
 
 
 def machine() -> dict:
@@ -1180,7 +1187,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--spark-memory", default="4g")
     p.add_argument("--force", action="store_true", help="skip the free-disk check")
     p.add_argument("--note", default="", help="a sentence for the report (e.g. what else ran)")
-    p.add_argument("--no-docs", action="store_true", help="do not write docs/benchmarks.md")
     p.add_argument("--report-only", action="store_true", help="only write the table of DIR/results.json")
     a = p.parse_args(argv)
     if a.report_only:
@@ -1251,15 +1257,14 @@ def main(argv: list[str] | None = None) -> int:
             spark.stop()
         if a.workdir is None and not a.keep:
             shutil.rmtree(work, ignore_errors=True)
-    md = markdown(results)
-    print(md)
-    if not a.no_docs:
-        write_docs(md)
+    emit_summary(results)
+    emit.report_follows()
+    print(markdown(results))
     return 0
 
 
 def _shown_argv(argv: list[str]) -> str:
-    """The command line as the report shows it: no machine paths, no note, no --no-docs."""
+    """The command line as the report shows it: no machine paths, no note."""
     out, skip = [], False
     for i, x in enumerate(argv):
         if skip:
@@ -1269,7 +1274,7 @@ def _shown_argv(argv: list[str]) -> str:
             skip = i + 1 < len(argv)
         elif x.startswith("--workdir="):
             out += ["--workdir", "DIR"]
-        elif x != "--no-docs" and not x.startswith(("--note=", "/")):
+        elif not x.startswith(("--note=", "/")):
             out.append(x)
     return " ".join(out)
 

@@ -22,15 +22,14 @@ is ten runs of the 10^6 tree (the dump files exist once; the rows are real inges
 what a platform catalog of many jobs looks like. `--catalog PATH` runs part 1 on an existing
 catalog too, e.g. one of 10^7 rows written by bench/bench_scale.py in a few minutes:
 
-    python bench/bench_scale.py --rows 1e7 --engines duckdb --workdir SCALE_DIR --keep --no-docs
-    python bench/bench_speed.py --only queries --catalog SCALE_DIR/CATALOG --workdir DIR --no-docs
+    python bench/bench_scale.py --rows 1e7 --engines duckdb --workdir SCALE_DIR --keep
+    python bench/bench_speed.py --only queries --catalog SCALE_DIR/CATALOG --workdir DIR
 
     python bench/bench_speed.py                                   # 10^5, every part but 6
     python bench/bench_speed.py --scale 1000000 --workdir BIG_DIR --only queries,tensor,memory
     python bench/bench_speed.py --real-tree TREE --only real      # TREE from bench/ms_resnet_tree.py
 
-The report (markdown) is printed, and written into docs/benchmarks.md between the markers
-`<!-- bench_speed -->` and `<!-- /bench_speed -->` unless --no-docs.
+The report (markdown) is printed; `python -m bench` puts it into docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -54,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
 import bench_core  # noqa: E402
-import docs_block  # noqa: E402
+import emit  # noqa: E402
 import synth  # noqa: E402
 
 
@@ -345,8 +344,27 @@ def bench_memory(rows: Rows, work: Path, scale: int) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def write_docs(markdown: str) -> None:
-    docs_block.write_block("bench_speed", markdown, "Issue 14 figures (bench/bench_speed.py)")
+def emit_summary(rows: Rows) -> None:
+    """The headline figures: every row with a target; part 2's dtypes and sizes as one row, the lowest."""
+    stats = [r for r in rows.rows if r["part"] == "2" and r["ratio"] is not None]
+    for r in rows.rows:
+        if r["target"] and r["part"] != "2":
+            ratio = f" ({r['ratio']:.2f}x the baseline's {Rows._num(r['baseline'])})" if r["ratio"] else ""
+            note = f", {r['note']}" if r["note"] else ""
+            emit.summary(
+                f"{r['figure'].strip()}{note}",
+                r["target"],
+                f"{Rows._num(r['value'])} {r['unit']}{ratio}",
+                r["ok"],
+            )
+    if stats:
+        low = min(stats, key=lambda r: r["ratio"])
+        emit.summary(
+            f"statistics from data vs a page-cache read, {len(stats)} dtypes and sizes",
+            ">= 0.5x",
+            f"lowest {low['ratio']:.2f}x ({low['figure'].removeprefix('statistics from data, ')})",
+            all(r["ok"] for r in stats),
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -359,7 +377,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--query-runs", type=int, default=15)
     p.add_argument("--lookups", type=int, default=1000)
     p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--no-docs", action="store_true", help="do not write docs/benchmarks.md")
     p.add_argument(
         "--catalog",
         action="append",
@@ -408,9 +425,9 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     shown_argv = " ".join(x for x in (argv if argv is not None else sys.argv[1:]) if not x.startswith("/"))
     md = rows.markdown({"argv": shown_argv, "load": load})
+    emit_summary(rows)
+    emit.report_follows()
     print(md)
-    if not a.no_docs:
-        write_docs(md)
     return 0
 
 

@@ -73,6 +73,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import emit
 from ingest import helper_pool
 from ingest.statistics import kernel as ts
 from ingest.statistics.kernel import StatJob, compute_stats, compute_stats_many, open_tensor
@@ -107,23 +108,28 @@ def write_tree(root: Path, n_files: int, min_kib: int, max_kib: int, seed: int) 
     return jobs
 
 
+def naive_values(a: np.ndarray) -> dict:
+    """The baseline the project measures against, for one array: plain numpy for every statistic
+    dumpcat computes (keyed as `compute_stats`; tests/test_bench_baselines.py checks they agree)."""
+    return {
+        "max": np.max(a) if a.size else None,
+        "min": np.min(a) if a.size else None,
+        "avg": np.mean(a) if a.size else None,
+        "count": a.size,
+        "neg_count": np.count_nonzero(a < 0),
+        "pos_count": np.count_nonzero(a > 0),
+        "nan_count": np.count_nonzero(np.isnan(a)),
+        "neg_inf_count": np.count_nonzero(np.isneginf(a)),
+        "pos_inf_count": np.count_nonzero(np.isposinf(a)),
+        "zero_count": np.count_nonzero(a == 0),
+        "l2norm": np.linalg.norm(a),
+    }
+
+
 def naive(jobs: list[StatJob]) -> None:
-    """The baseline the project measures against, verbatim."""
+    """The naive loop: `np.load` and `naive_values` per file."""
     for job in jobs:
-        a = np.load(job.path)
-        (
-            np.max(a),
-            np.min(a),
-            np.mean(a),
-            a.size,
-            np.count_nonzero(a < 0),
-            np.count_nonzero(a > 0),
-            np.count_nonzero(np.isnan(a)),
-            np.count_nonzero(np.isneginf(a)),
-            np.count_nonzero(np.isposinf(a)),
-            np.count_nonzero(a == 0),
-            np.linalg.norm(a),
-        )
+        naive_values(np.load(job.path))
 
 
 def many(jobs: list[StatJob], **kw) -> None:
@@ -175,6 +181,13 @@ def run_case(name: str, jobs: list[StatJob], repeat: int, workers: int | None) -
     for label, dt in best.items():
         mbs = mbs_of[label] = total / 1e6 / dt
         print(f"  {label:36s} {mbs:9.1f} MB/s  {dt * 1e6 / len(jobs):8.1f} us/file  ratio {mbs / base:5.2f}x")
+    ours = mbs_of["compute_stats_many (default)"]
+    emit.summary(
+        f"statistics computed from data vs a naive np.load + numpy loop, {name}",
+        ">= 2x",
+        f"{ours / base:.2f}x ({ours:,.0f} vs {base:,.0f} MB/s)",
+        ours / base >= 2,
+    )
     return mbs_of
 
 
@@ -450,7 +463,13 @@ def main(argv: list[str] | None = None) -> None:
     warnings.simplefilter("ignore", RuntimeWarning)  # the naive mean of [inf, -inf] warns
 
     if args.mode == "kernel":
-        measure_kernel(repeat=max(args.repeat, 9))
+        rows = measure_kernel(repeat=max(args.repeat, 9))
+        low = min(rows, key=lambda r: r["GBps"])
+        emit.summary(
+            f"the C statistics kernel alone, {len(rows)} dtypes, in-memory buffer",
+            "",
+            f"{low['GBps']:.1f}-{max(r['GBps'] for r in rows):.1f} GB/s (lowest: {low['dtype']})",
+        )
         return
     tmp = None
     if args.out_dir:

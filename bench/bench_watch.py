@@ -45,6 +45,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
+import emit  # noqa: E402
 import synth  # noqa: E402
 
 RUN = "bench"
@@ -455,9 +456,19 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(base, ignore_errors=True)
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1))
+    for r in results:
+        at_target = r["rate_target"] == 2000
+        emit.summary(
+            f"`dumpcat watch`: a tensor queryable after its file is complete, at {r['rate_target']:,.0f} "
+            f"files/s{' with statistic.csv' if a.csv else ''}",
+            "p95 < 2 s" if at_target else "",
+            f"p95 {r['lat_p95']:.2f} s ({r['rate_achieved']:,.0f} files/s achieved, {r['missing']} unseen)",
+            (r["lat_p95"] <= 2.0 and r["missing"] == 0) if at_target else None,
+        )
+    emit.report_follows()
     print(report(results, a))
     if results:
-        print("\nlatency p95 per quarter of the writing time (s):")
+        print("\n```text\nlatency p95 per quarter of the writing time (s):")
         for r in results:
             print(f"  {r['rate_target']:g}/s: {r['lat_p95_by_quarter']}")
         print("\nbatches over time (s since writes started, live batches, parquet files):")
@@ -465,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {r['rate_target']:g}/s: {r['batches_over_time']}")
         loads = ", ".join(f"{r['load_avg_start']:.2f} → {r['load_avg_end']:.2f}" for r in results)
         print(f"load average (1 min) at the start → end of each rate: {loads}")
+        print("```")
     return 0
 
 

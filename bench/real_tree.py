@@ -41,6 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import emit
 from bench_core import walk  # the bare os.scandir walk every walk ratio is taken against
 
 HERE = Path(__file__).resolve().parent
@@ -364,6 +365,22 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1) + "\n")
+    for r in rows:
+        if r["ratio"] is not None:
+            stats = r["figure"].startswith("(d)")
+            emit.summary(
+                f"real tree ({a.tree.name}): {r['figure']}",
+                "ratio <= 2 (>= 0.5x the read rate)" if stats else "",
+                f"{r['value']:,.4g} {r['unit']}, {r['ratio']:.2f}x the baseline's time",
+                r["ratio"] <= 2 if stats else None,
+            )
+    emit.report_follows()
+    print("| figure | value | baseline | time ratio | note |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        base = "" if r["baseline"] is None else f"{r['baseline']:,.4g} {r['unit']}"
+        ratio = "" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+        print(f"| {r['figure']} | {r['value']:,.4g} {r['unit']} | {base} | {ratio} | {r['note']} |")
     return 0
 
 
