@@ -14,14 +14,16 @@ Reported: GB/s of tensor pairs (bytes of both sides) and the ratio. Targets: >= 
 >= 5x the naive loop. Both results are checked to agree (the worst relative disagreement is reported;
 KL of near-identical tensors is ill-conditioned in the naive form, see tests for the 1e-9 checks).
 
-    python bench/bench_compare.py                      # 200 pairs x 2 x 5 MB
-    python bench/bench_compare.py --pairs 40 --repeat 2  # quick
+    python bench/bench_compare.py                       # 4 KB, 64 KB, 1 MB and 16 MB pairs
+    python bench/bench_compare.py --scale 0.1 --repeat 1  # quick
+    python bench/bench_compare.py --pairs 200 --mb 5      # one size
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import shutil
 import sys
 import tempfile
@@ -34,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from bench_core import Report, machine  # noqa: E402
+import emit  # noqa: E402
 
 from ingest import helper_pool  # noqa: E402
 from ingest.compare_metrics import METRIC_FIELDS, PairJob, compare_backend, pair_batches  # noqa: E402
@@ -100,55 +102,43 @@ def naive(px: Path, py: Path) -> dict[str, float | None]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pairs", type=int, default=200)
-    ap.add_argument("--mb", type=float, default=5.0, help="MB per tensor")
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument(
-        "--batch", type=int, default=0,
-        help="pairs per helper batch (default: compare_metrics.pair_batches, as dumpcat compare batches)",
-    )  # fmt: skip
-    ap.add_argument("--workdir", default=None)
-    a = ap.parse_args(argv)
+# The sizes issue 35 names (4 KB to 16 MB): (MB per tensor, pairs), about 32-1,300 MB of pairs each.
+SIZES = ((0.004, 4000), (0.064, 4000), (1.0, 400), (16.0, 40))
 
-    root = Path(tempfile.mkdtemp(prefix="bench_compare_", dir=a.workdir))
+
+def measure(pairs: int, mb: float, repeat: int, workers: int, batch: int, workdir: str | None) -> dict:
+    """One size: write the pairs, warm the page cache, time compare_jobs and the naive loop in turns
+    (best of `repeat`), check that they agree; the figures."""
+    root = Path(tempfile.mkdtemp(prefix="bench_compare_", dir=workdir))
     try:
-        t = time.perf_counter()
-        files = write_pairs(root, a.pairs, a.mb)
+        files = write_pairs(root, pairs, mb)
         total = sum(px.stat().st_size - 128 + py.stat().st_size - 128 for px, py in files)
         for px, py in files:  # warm the page cache
             px.read_bytes()
             py.read_bytes()
-        print(f"wrote {a.pairs} pairs, {total / GB:.2f} GB of tensor data in {time.perf_counter() - t:.1f} s")
+        print(f"wrote {pairs} pairs of {mb:g} MB, {total / GB:.2f} GB of tensor data", flush=True)
         jobs = [PairJob(i, side(px), side(py)) for i, (px, py) in enumerate(files)]
-        if a.batch > 0:
-            batches = [jobs[i : i + a.batch] for i in range(0, len(jobs), a.batch)]
+        if batch > 0:
+            batches = [jobs[i : i + batch] for i in range(0, len(jobs), batch)]
         else:
             batches = list(pair_batches(jobs))
-        helper_pool.start_helpers(a.workers)
-        time.sleep(1.0)  # helpers ready: the timing is of the comparison, not of interpreter start-up
 
         def ours() -> list:
             out = []
             for res in helper_pool.run_ordered(
-                "ingest.compare_metrics:compare_jobs", iter(batches), a.workers - 1
+                "ingest.compare_metrics:compare_jobs", iter(batches), workers - 1
             ):
                 out.extend(res)
             return out
 
-        def loop() -> list:
-            return [naive(px, py) for px, py in files]
-
         t_ours, t_naive = [], []
         r_ours = r_naive = None
-        for _ in range(a.repeat):
+        for _ in range(repeat):
             t = time.perf_counter()
             r_ours = ours()
             t_ours.append(time.perf_counter() - t)
             t = time.perf_counter()
-            r_naive = loop()
+            r_naive = [naive(px, py) for px, py in files]
             t_naive.append(time.perf_counter() - t)
             print(f"round: compare_jobs {t_ours[-1]:.2f} s, naive {t_naive[-1]:.2f} s", flush=True)
         assert r_ours is not None and r_naive is not None
@@ -160,31 +150,65 @@ def main(argv: list[str] | None = None) -> int:
                 err = abs(g - w) / max(abs(w), 1e-300)
                 if err > worst:
                     worst, worst_field = err, f
-        gbs_ours = total / GB / min(t_ours)
-        gbs_naive = total / GB / min(t_naive)
-        ratio = min(t_naive) / min(t_ours)
-
-        rep = Report()
-        params = {
-            "date": time.strftime("%Y-%m-%d"),
-            "command": "python bench/bench_compare.py " + " ".join(sys.argv[1:] if argv is None else argv),
-            "data": f"{a.pairs} pairs x 2 x {a.mb:g} MB float32 npy ({total / GB:.2f} GB), page cache warm",
-            "workers": f"{a.workers} (caller + {a.workers - 1} helper), {len(batches)} batches of "
-            f"{max(len(b) for b in batches)} pairs at most; pair metrics: {compare_backend()}",
-            "timing": f"interleaved, best of {a.repeat}",
-        }
-        rep.add("a", "compare_jobs via run_ordered", gbs_ours, "GB/s", target=">= 1 GB/s", ok=gbs_ours >= 1.0)
-        rep.add("b", "naive loop (np.load + whole-array float64)", gbs_naive, "GB/s")
-        rep.add(
-            "a/b", "speed-up over the naive loop", ratio, "x", target=">= 5x", ok=ratio >= 5.0,
-            note=f"worst disagreement with the naive loop: {worst:.1e} relative ({worst_field})",
-        )  # fmt: skip
-        rep.add("a", "per pair", min(t_ours) / a.pairs * 1e3, "ms", baseline=min(t_naive) / a.pairs * 1e3)
-        print()
-        print(rep.markdown(machine(), params))
-        return 0 if math.isfinite(worst) and worst < 1e-6 else 1
+        return {
+            "mb": mb, "pairs": pairs, "bytes": total, "batches": len(batches),
+            "batch_pairs": max(len(b) for b in batches),
+            "gbs": total / GB / min(t_ours), "gbs_naive": total / GB / min(t_naive),
+            "ratio": min(t_naive) / min(t_ours), "per_pair_ms": min(t_ours) / pairs * 1e3,
+            "naive_per_pair_ms": min(t_naive) / pairs * 1e3, "worst": worst, "worst_field": worst_field,
+        }  # fmt: skip
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _size(mb: float) -> str:
+    return f"{mb * 1000:g} KB" if mb < 1 else f"{mb:g} MB"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pairs", type=int, default=None, help="pairs of one size (with --mb)")
+    ap.add_argument("--mb", type=float, default=None, help="MB per tensor (default: the sizes of SIZES)")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiply every size's pair count (quick: 0.1)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument(
+        "--batch", type=int, default=0,
+        help="pairs per helper batch (default: compare_metrics.pair_batches, as dumpcat compare batches)",
+    )  # fmt: skip
+    ap.add_argument("--workdir", default=None)
+    a = ap.parse_args(argv)
+    if a.mb is not None:
+        sizes = [(a.mb, a.pairs or 200)]
+    else:
+        sizes = [(mb, max(4, int(pairs * a.scale))) for mb, pairs in SIZES]
+
+    helper_pool.start_helpers(a.workers)
+    time.sleep(1.0)  # helpers ready: the timing is of the comparison, not of interpreter start-up
+    results = [measure(pairs, mb, a.repeat, a.workers, a.batch, a.workdir) for mb, pairs in sizes]
+    for r in results:
+        size = _size(r["mb"])
+        emit.summary(
+            f"`dumpcat compare`, {size} float32 pairs ({r['pairs']:,}), 2 workers, GB/s of both sides",
+            ">= 1 GB/s", f"{r['gbs']:.3g} GB/s", r["gbs"] >= 1.0,
+        )  # fmt: skip
+        emit.summary(
+            f"the same vs a correct naive loop (np.load + whole-array float64 numpy), {size}",
+            ">= 5x", f"{r['ratio']:.1f}x", r["ratio"] >= 5.0,
+        )  # fmt: skip
+    emit.report_follows()
+    print(f"`python bench/bench_compare.py {' '.join(sys.argv[1:] if argv is None else argv)}`, "
+          f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.1f} at the end; pair metrics: {compare_backend()}; interleaved, "
+          f"best of {a.repeat}; the page cache warm.\n")  # fmt: skip
+    print("| tensor size | pairs | `compare_jobs`, 2 workers | per pair | naive loop | per pair | speed-up | "
+          "worst disagreement |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {_size(r['mb'])} | {r['pairs']:,} | {r['gbs']:.3g} GB/s | {r['per_pair_ms']:.3g} ms | "
+              f"{r['gbs_naive']:.3g} GB/s | {r['naive_per_pair_ms']:.3g} ms | {r['ratio']:.1f}x | "
+              f"{r['worst']:.1e} ({r['worst_field']}) |")  # fmt: skip
+    return 0 if all(math.isfinite(r["worst"]) and r["worst"] < 1e-6 for r in results) else 1
 
 
 if __name__ == "__main__":
