@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             ">= 5x", f"{r['ratio']:.1f}x", r["ratio"] >= 5.0,
         )  # fmt: skip
     emit.report_follows()
-    print(f"`python bench/bench_compare.py {' '.join(sys.argv[1:] if argv is None else argv)}`, "
+    print(f"`{' '.join(['python bench/bench_compare.py', *(sys.argv[1:] if argv is None else argv)])}`, "
           f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.1f} at the end; pair metrics: {compare_backend()}; interleaved, "
           f"best of {a.repeat}; the page cache warm.\n")  # fmt: skip
