@@ -15,13 +15,16 @@ queries/s, p95 latency and the ratios server / in-process (targets: >= 0.8x quer
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
+import time
 from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import emit
 from bench_server_compare import HERE, NAN, POINT, interleaved, local_client, server_client, start_server
 
 from catalog.api import Catalog
@@ -43,10 +46,7 @@ def main() -> None:
         row_id = cat.sql("SELECT row_id FROM stats ORDER BY row_id LIMIT 1").column(0)[0].as_py()
         servers = {reads: start_server(HERE, path, "--reads", reads, "--max-connections", "256")
                    for reads in ("auto", "arrow")}  # fmt: skip
-        print("| query | clients | server q/s | p95 ms | Arrow-datasets server q/s | p95 ms "
-              "| in-process q/s | p95 ms | server / in-process q/s | p95 server / in-process "
-              "| Arrow server / in-process q/s |")  # fmt: skip
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        rows = []
         try:
             for name, sql, params in (("point lookup", POINT, [row_id]), ("NaN query", NAN, None)):
                 for clients in (1, 10, 50):
@@ -56,15 +56,42 @@ def main() -> None:
                          "in-process": partial(local_client, cat, sql, params)},
                         clients, args.rounds, args.slice,
                     )  # fmt: skip
-                    local_qps, local_p95 = qps["in-process"], p95["in-process"]
-                    print(f"| {name} | {clients} | {qps['server']:.0f} | {p95['server']:.1f} "
-                          f"| {qps['arrow']:.0f} | {p95['arrow']:.1f} | {local_qps:.0f} | {local_p95:.1f} "
-                          f"| {qps['server'] / local_qps:.2f} | {p95['server'] / local_p95:.2f} "
-                          f"| {qps['arrow'] / local_qps:.2f} |", flush=True)  # fmt: skip
+                    rows.append((name, clients, qps, p95))
+                    print(f"{name}, {clients} clients: {qps['server'] / qps['in-process']:.2f}x", flush=True)
         finally:
             for proc, _ in servers.values():
                 proc.terminate()
                 proc.wait(30)
+    report(rows, args)
+
+
+def report(rows: list, args: argparse.Namespace) -> None:
+    """The headline figures (BENCH-SUMMARY lines, per query: the ratios at every client count) and
+    the markdown table."""
+    for name in dict.fromkeys(r[0] for r in rows):
+        mine = [r for r in rows if r[0] == name]
+        ratios = [q["server"] / q["in-process"] for _, _, q, _ in mine]
+        p95s = [p["server"] / p["in-process"] for _, _, _, p in mine]
+        counts = " / ".join(str(c) for _, c, _, _ in mine)
+        emit.summary(f"`dumpcat serve` vs in-process DuckDB, {name}, queries/s at {counts} psycopg clients",
+                     ">= 0.8x", " / ".join(f"{r:.2f}x" for r in ratios), min(ratios) >= 0.8)  # fmt: skip
+        emit.summary(f"the same, p95 latency vs in-process, {name}", "<= 2x",
+                     f"{min(p95s):.2f}-{max(p95s):.2f}x", max(p95s) <= 2.0)  # fmt: skip
+    emit.report_follows()
+    print(
+        f"`python bench/bench_server.py --rounds {args.rounds} --slice {args.slice}`, "
+        f"{time.strftime('%Y-%m-%d %H:%M')}, load average {os.getloadavg()[0]:.1f} at the end.\n"
+    )
+    print("| query | clients | server q/s | p95 ms | Arrow-datasets server q/s | p95 ms "
+          "| in-process q/s | p95 ms | server / in-process q/s | p95 server / in-process "
+          "| Arrow server / in-process q/s |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, clients, qps, p95 in rows:
+        local_qps, local_p95 = qps["in-process"], p95["in-process"]
+        print(f"| {name} | {clients} | {qps['server']:.0f} | {p95['server']:.1f} "
+              f"| {qps['arrow']:.0f} | {p95['arrow']:.1f} | {local_qps:.0f} | {local_p95:.1f} "
+              f"| {qps['server'] / local_qps:.2f} | {p95['server'] / local_p95:.2f} "
+              f"| {qps['arrow'] / local_qps:.2f} |")  # fmt: skip
 
 
 if __name__ == "__main__":

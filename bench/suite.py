@@ -229,7 +229,6 @@ BENCHMARKS: list[Benchmark] = [
         "bench_server",
         "Queries/s against in-process DuckDB (bench/bench_server.py)",
         quick="--rounds 1 --slice 0.5",
-        kept=_REMEASURED,
     ),
     Benchmark(
         "bench_server_compare",
