@@ -90,7 +90,7 @@ def test_rewriting_keeps_every_byte_outside_the_markers(tmp_path):
         _outcome("bench_open", failed=True, not_run="`python bench/bench_open.py` failed (exit status 1)",
                  report="```text\nTraceback\n```\n"),
         _outcome("bench_core", rows=[("metadata ingest (10 tensors)", ">= 50,000", "9 tensors/s", "no")]),
-        _outcome("bench_server", rows=[("kept", "-", "1", "-")], report="KEPT FIGURES"),
+        _outcome("bench_serve_attacks", rows=[("kept", "-", "1", "-")], report="KEPT FIGURES"),
     ]  # fmt: skip
     runner.write_docs(outcomes, docs, readme, "*the run's header*", "2026-01-02", quick=False)
     after = docs.read_text(encoding="utf-8")
@@ -102,12 +102,14 @@ def test_rewriting_keeps_every_byte_outside_the_markers(tmp_path):
     assert "failed (exit status 1)" in docs_block.block_text(after, "bench_open")
     assert "Traceback" in docs_block.block_text(after, "bench_open")
     # a kept benchmark's block is left as it was, even when it ran
-    assert docs_block.block_text(after, "bench_server") == docs_block.block_text(before, "bench_server")
+    assert docs_block.block_text(after, "bench_serve_attacks") == docs_block.block_text(
+        before, "bench_serve_attacks"
+    )
     summary = docs_block.block_text(after, runner.SUMMARY_BLOCK)
     assert summary.startswith("*the run's header*")
     assert "| `bench_ir` | parsing a 9-node graph IR | >= 1 | 7 nodes/s | no | 2026-01-02 |" in summary
     assert "| `bench_pt` | **not run:** no Python with torch given |" in summary
-    assert "KEPT" not in summary and "| `bench_server` |" not in summary
+    assert "KEPT" not in summary and "| `bench_serve_attacks` |" not in summary
     assert "metadata ingest 9 tensors/s (2026-01-02, target >= 50,000)" in readme.read_text(encoding="utf-8")
 
     # a second, partial run keeps the other benchmarks' rows with their own date
