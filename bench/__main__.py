@@ -69,15 +69,7 @@ class Outcome:
 
 def machine() -> str:
     """The machine in one line: cores this process may use, CPU model, memory, versions."""
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    model, memory = emit.cpu_and_memory()
     versions = []
     for dist in ("numpy", "duckdb", "pyarrow"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):

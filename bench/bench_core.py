@@ -56,21 +56,13 @@ MB = 1e6
 
 
 def machine() -> dict:
-    model = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    model, mem = emit.cpu_and_memory()
     import duckdb
     import pyarrow
 
     return {
         "nproc": len(os.sched_getaffinity(0)),
-        "cpu": model,
+        "cpu": model or "unknown",
         "memory_gib": round(mem, 1),
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),

@@ -15,6 +15,9 @@ Written as plain prints so that a script run by hand shows the same thing the ru
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 SUMMARY = "BENCH-SUMMARY"
 REPORT = "BENCH-REPORT"
 
@@ -33,3 +36,17 @@ def summary(figure: str, target: str, measured: str, met: bool | None = None) ->
 def report_follows() -> None:
     """Print the line after which the script's markdown report comes."""
     print(f"\n{REPORT}", flush=True)
+
+
+def cpu_and_memory() -> tuple[str, float]:
+    """The CPU model ("" where /proc/cpuinfo does not say) and the machine's memory in GiB, for the
+    header of a benchmark's report."""
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return model, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
