@@ -48,12 +48,16 @@ setup(
         Extension(
             "ingest.statistics._fused_stats",
             ["ingest/statistics/_fused_stats.c"],
+            include_dirs=["ingest"],
+            depends=["ingest/_float16.h"],
             extra_compile_args=_FLAGS,
             optional=True,
         ),
         Extension(
             "ingest._compare_kernel",
             ["ingest/_compare_kernel.c"],
+            include_dirs=["ingest"],
+            depends=["ingest/_float16.h"],
             # no traps on float flags: lets the compiler compute both sides of a select (vectorising),
             # without changing any result
             extra_compile_args=_FLAGS + ([] if sys.platform == "win32" else ["-fno-trapping-math"]),

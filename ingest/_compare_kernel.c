@@ -48,6 +48,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_float16.h"
+
 #if defined(__unix__) || defined(__APPLE__)
 #define HAVE_FILES 1
 #include <errno.h>
@@ -119,29 +121,6 @@ static const double EPS32 = (double)FLT_EPSILON;
 /* -- loading elements --------------------------------------------------------------------------- */
 
 INLINE float
-f16_to_float(uint16_t h)
-{
-    /* exact: rebias normals, scale subnormals by 2^-24 through a float multiply, keep inf/NaN */
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t em = h & 0x7fffu;
-    uint32_t bits;
-    float f;
-    if (em >= 0x7c00u) {
-        bits = sign | 0x7f800000u | ((em & 0x3ffu) << 13) | ((em & 0x3ffu) ? 0x00400000u : 0u);
-    }
-    else if (em >= 0x0400u) {
-        bits = sign | ((em << 13) + (112u << 23));
-    }
-    else {
-        f = (float)em * 0x1p-24f;
-        memcpy(&bits, &f, 4);
-        bits |= sign;
-    }
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
-INLINE float
 ldf(const unsigned char *p, Py_ssize_t i, const int kind)
 {
     float f;
@@ -156,7 +135,7 @@ ldf(const unsigned char *p, Py_ssize_t i, const int kind)
         memcpy(&f, &b, 4);
         return f;
     }
-    return f16_to_float(h);
+    return dumpcat_f16_to_float(h);
 }
 
 INLINE double

@@ -46,6 +46,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_float16.h"
+
 /* mapped(): reading files through a mapping, with a guard against SIGBUS (POSIX systems) */
 #if defined(__linux__) || defined(__APPLE__)
 #define HAVE_MAPPED 1
@@ -102,34 +104,11 @@ typedef struct {
 /* float16 -> float32, built once at import: 65536 entries (256 KiB). */
 static float f16_table[65536];
 
-static float
-f16_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t man = h & 0x3ffu;
-    uint32_t bits;
-    float f;
-    if (exp == 0x1f) { /* inf or NaN: keep the payload, set the quiet bit like hardware does */
-        bits = sign | 0x7f800000u | (man << 13) | (man ? 0x00400000u : 0u);
-    }
-    else if (exp != 0) { /* normal: rebias the exponent 15 -> 127 */
-        bits = sign | ((exp + 112u) << 23) | (man << 13);
-    }
-    else { /* zero or subnormal: man * 2^-24 is exact in float32 */
-        f = (float)man * 0x1p-24f;
-        memcpy(&bits, &f, 4);
-        bits |= sign;
-    }
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 static void
 build_f16_table(void)
 {
     for (uint32_t h = 0; h < 65536u; h++) {
-        f16_table[h] = f16_to_float((uint16_t)h);
+        f16_table[h] = dumpcat_f16_to_float((uint16_t)h);
     }
 }
 
