@@ -117,7 +117,8 @@ _COPY_RETRY_FACTOR = 1.15
 # write fits; the next merge starts where the last one fitted. Under the writer's cap, DuckDB filled
 # it with the sorted table (it spills past the cap, not before) on top of the row group: 10^6
 # tensors peaked at ~160 MiB of the writer's memory, ~90 MiB from here. The cap trades memory for
-# time (bench/memory_phases.py, 10^6 tensors, the last merge, same tree, 2026-11-29):
+# time (bench/memory_phases.py, 10^6 tensors, the last merge, same tree, 2026-11-29, when merges still
+# sorted one row-id range at a time; sorted in one statement, the 96 MiB merge takes 11.4 s):
 #   start  64 MiB: raised to 83, 38.4 s of CPU, the merge's peak 314 MiB (the ingest's: 318, a commit)
 #   start  96 MiB: stays at 96,  29.3 s of CPU, the merge's peak 313 MiB (318, a commit)
 #   start 128 MiB: 122 (the writer's), 25.7 s, the merge's peak 340 MiB: the ingest's peak
