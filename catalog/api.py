@@ -8,14 +8,17 @@ client always sees a consistent, current catalog without ever taking a lock.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 import tempfile
 import threading
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 import duckdb
 import numpy as np
@@ -23,6 +26,7 @@ import pyarrow as pa
 
 from catalog.guard import Refused as QueryRefused
 from catalog.guard import classify_query
+from catalog.result import Result
 from catalog.tensor_index import TensorIndex, TensorLocation
 
 if TYPE_CHECKING:
@@ -36,7 +40,7 @@ if TYPE_CHECKING:
 from catalog.views import DUCKDB_CONFIG, VIEWS_ALIAS, query_text, use_views
 from ingest.storage.store import CatalogError, CatalogStore
 
-__all__ = ["Catalog", "CatalogError", "QueryRefused", "TensorNotFoundError"]
+__all__ = ["Catalog", "CatalogError", "QueryRefused", "Result", "TensorNotFoundError"]
 
 
 def wall_in(con: duckdb.DuckDBPyConnection, catalog_root: Path, spill: str) -> None:
@@ -58,6 +62,32 @@ def wall_in(con: duckdb.DuckDBPyConnection, catalog_root: Path, spill: str) -> N
 
 class TensorNotFoundError(LookupError):
     """No tensor with this row id in the catalog."""
+
+
+# A frame's name (`Catalog.sql(..., frames=)`): a plain identifier, so that the guard reads it as a
+# table name and never as a file (`data.csv`), and it needs no quoting.
+_FRAME_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _frame_object(name: str, frame: object) -> object:
+    """What DuckDB registers for a frame: pandas and polars DataFrames and Arrow tables as they are
+    (DuckDB scans them in place), anything else that speaks the Arrow C stream (a Result, a
+    RecordBatchReader) as an Arrow table; anything else is refused with what is accepted."""
+    module = type(frame).__module__.split(".")[0]
+    kind = type(frame).__name__
+    if isinstance(frame, pa.Table | pa.RecordBatch) or (module, kind) in (
+        ("pandas", "DataFrame"),
+        ("polars", "DataFrame"),
+    ):
+        return frame
+    if isinstance(frame, Result):
+        return frame.arrow()
+    if hasattr(frame, "__arrow_c_stream__") and not isinstance(frame, type):
+        return pa.table(frame)
+    raise TypeError(
+        f"frame {name!r} is a {type(frame).__module__}.{kind}: give a pandas or polars DataFrame, "
+        "a pyarrow Table or RecordBatch, or an object with __arrow_c_stream__"
+    )
 
 
 class Catalog:
@@ -156,26 +186,76 @@ class Catalog:
         cur.execute(f"USE {VIEWS_ALIAS}")
         return cur
 
-    def sql(self, query: str, params: list | tuple | dict | None = None) -> pa.Table:
-        """Run one query against the catalog's views and return the result.
+    def sql(
+        self,
+        query: str,
+        params: list | tuple | dict | None = None,
+        *,
+        frames: Mapping[str, Any] | None = None,
+    ) -> Result:
+        """Run one query against the catalog's views and return the result (a `Result`: the
+        `pyarrow.Table` of the answer, with `.df()`, `.pl()`, `.fetchall()` and an HTML view).
 
         The catalog is read-only: the statement must be a query allowed by the same policy as
         `dumpcat serve` (`catalog.guard`); anything else raises QueryRefused with the reason.
+        `frames` ({name: DataFrame or Arrow table}) brings data of your own into this one query as
+        named relations, to join with the views: `Catalog.cursor()` would too, but unguarded. A
+        name must be an identifier and not one of the catalog's views.
         If a parquet file vanished under the query (a live ingest compacted and purged it after
         a new snapshot), the views are refreshed and the query runs once more.
         """
         text = classify_query(query)
+        local = self._frames(frames) if frames else {}
         for attempt in (1, 2):
             cur = self.cursor()
             try:
+                for name, frame in local.items():
+                    cur.register(name, frame)  # a temporary view of this cursor only
                 rel = cur.sql(text, params=params)
-                return rel.to_arrow_table() if rel is not None else pa.table({})
+                return Result(rel.to_arrow_table() if rel is not None else pa.table({}))
             except duckdb.IOException:
                 if attempt == 2 or self.store.union_token() == self._token:
                     raise
             finally:
+                for name in local:
+                    with contextlib.suppress(duckdb.Error):
+                        cur.unregister(name)
                 cur.close()
         raise AssertionError("unreachable")
+
+    def _frames(self, frames: Mapping[str, Any]) -> dict[str, object]:
+        """Check `Catalog.sql`'s frames: identifier names that no relation of the catalog has."""
+        if not isinstance(frames, Mapping):
+            raise TypeError(f"frames must be a dict of name -> DataFrame, not {type(frames).__name__}")
+        taken = self._relation_names()
+        out = {}
+        for name, frame in frames.items():
+            if not isinstance(name, str) or not _FRAME_NAME.fullmatch(name):
+                raise ValueError(f"frame name {name!r} is not an identifier (letters, digits, _)")
+            if name.lower() in taken:
+                raise ValueError(
+                    f"frame name {name!r} is a relation of the catalog (a view users query or one it "
+                    "is built from): name the frame otherwise"
+                )
+            out[name] = _frame_object(name, frame)
+        return out
+
+    def _relation_names(self) -> frozenset[str]:
+        """Lower-cased names of every table and view of the catalog's views database."""
+        cur = self.cursor()
+        try:
+            rows = cur.execute(
+                "SELECT DISTINCT lower(table_name) FROM information_schema.tables"
+                " WHERE table_catalog = current_database()"
+            ).fetchall()
+        finally:
+            cur.close()
+        return frozenset(r[0] for r in rows) | {v.lower() for v in self.views()}
+
+    def runs(self) -> Result:
+        """One row per run: producer, ranks, steps, tensors (and their bytes), ingest errors,
+        when it was first ingested and from where."""
+        return self.sql(query_text("runs_summary"))
 
     def views(self) -> list[str]:
         """Names of the views users query."""
@@ -183,14 +263,26 @@ class Catalog:
 
         return list(USER_VIEWS)
 
-    def where(self, file: str | None = None, line: int | None = None, code: str | None = None) -> pa.Table:
-        """Operators created by a source line (`file` + `line`, or the line's `code` text), with
-        their tensors' row ids per iteration. `file` may be a path or its tail (`train.py`)."""
+    def where(
+        self,
+        file: str | None = None,
+        line: int | None = None,
+        code: str | None = None,
+        *,
+        exact: bool = False,
+    ) -> Result:
+        """Operators created by a source line (`file` + `line`, or `code`), with their tensors' row
+        ids per iteration. `file` may be a path or its tail (`train.py`). `code` is a fragment of
+        the line (case-sensitive; runs of white space match any white space), so the line's
+        trailing comment need not be typed; `exact=True` asks for the whole line instead."""
         if line is None and code is None:
             raise ValueError("give a line number or the code of the line")
-        return self.sql(query_text("where"), {"file": file, "line": line, "code": code})
+        if code is not None and not code.strip():
+            raise ValueError("code is empty: give a fragment of the source line")
+        params = {"file": file, "line": line, "code": code, "exact": bool(exact)}
+        return self.sql(query_text("where"), params)
 
-    def anomalies(self, run: str | None = None, *, by_graph: bool = False) -> pa.Table:
+    def anomalies(self, run: str | None = None, *, by_graph: bool = False) -> Result:
         """The first anomaly of every step (`first_anomaly`: one row per run, rank and iteration),
         for every run or one; `by_graph=True` gives each kernel graph's own first anomaly instead
         (`first_anomaly_by_graph`), the steps in order and their graphs in execution order."""
@@ -335,3 +427,15 @@ class Catalog:
 
     def __repr__(self) -> str:
         return f"Catalog({str(self.path)!r})"
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view of a catalog: its path and one row per run (`runs()`)."""
+        import html
+
+        runs = self.runs()
+        tensors = sum(n or 0 for n in runs.column("tensors").to_pylist())
+        head = (
+            f"<p><b>dumpcat catalog</b> <code>{html.escape(str(self.path))}</code>: "
+            f"{runs.num_rows:,} run{'s' * (runs.num_rows != 1)}, {tensors:,} tensors</p>"
+        )
+        return head + (runs._repr_html_() if runs.num_rows else "")

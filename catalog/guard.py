@@ -125,6 +125,28 @@ _REFUSALS = {
 }
 
 
+# DuckDB runs a PIVOT without an IN list as several statements: a first pass over the data to find
+# the pivot's values (it creates an ENUM type of them), then the query. The guard allows one read,
+# and a statement that creates types is not one.
+_PIVOT_WITHOUT_IN = (
+    "PIVOT without an IN list is not supported: DuckDB needs a first pass over the data (it creates "
+    "a type of the values) that a read-only query cannot make; write the values: "
+    "PIVOT ... ON col IN ('a', 'b') USING ..."
+)
+
+
+def _has_keyword(text: str, word: str) -> bool:
+    """Does DuckDB's tokenizer read `word` as a keyword of `text` (not in a string or a comment)?"""
+    try:
+        tokens = duckdb.tokenize(text)
+    except (duckdb.Error, RuntimeError):
+        return False
+    return any(
+        kind == duckdb.token_type.keyword and text[offset:].split(None, 1)[0][: len(word)].upper() == word
+        for offset, kind in tokens
+    )
+
+
 @dataclass(frozen=True)
 class Statement:
     """A statement the policy allows: kind `query` (text is what to run) or a session command."""
@@ -304,6 +326,8 @@ def classify(text: str) -> Statement:
     if stype == "SELECT":
         check_query(text)
         return Statement("query", text)
+    if stype == "MULTI" and _has_keyword(text, "PIVOT"):
+        raise Refused(_PIVOT_WITHOUT_IN, SQLSTATE_UNSUPPORTED)
     if stype in _REFUSALS:
         sqlstate = SQLSTATE_UNSUPPORTED if stype in ("PREPARE", "EXECUTE") else SQLSTATE_PRIVILEGE
         raise Refused(_REFUSALS[stype], sqlstate)

@@ -1,6 +1,8 @@
 -- Operators a source line created, with their tensors' row ids per iteration.
 -- Parameters: $file (a path or its tail, e.g. 'train.py'), $line (NULL to match by code),
--- $code (the source text, NULL to match by line).
+-- $code (a fragment of the source line, NULL to match by line), $exact (true: $code is the whole
+-- line, comment included). Code is compared case-sensitively with runs of white space read as one
+-- space: `self.log(` finds `x = self.log(x)  # NaN here`.
 --
 -- A frame matches by line when it starts at $line, or when it is the operator's innermost user
 -- frame and spans $line (a statement over several lines); whole-function frames
@@ -21,8 +23,10 @@ hits AS (
       AND ($file IS NULL OR s.file = $file OR s.file LIKE '%/' || $file)
       AND ($line IS NULL OR s.line = $line
            OR (i.depth IS NOT NULL AND $line BETWEEN s.line AND coalesce(s.line_end, s.line)))
-      AND ($code IS NULL OR regexp_replace(trim(s.code), '\s+', ' ', 'g')
-                           = regexp_replace(trim($code), '\s+', ' ', 'g'))
+      AND ($code IS NULL OR CASE WHEN $exact
+               THEN regexp_replace(trim(s.code), '\s+', ' ', 'g') = regexp_replace(trim($code), '\s+', ' ', 'g')
+               ELSE contains(regexp_replace(trim(s.code), '\s+', ' ', 'g'), regexp_replace(trim($code), '\s+', ' ', 'g'))
+           END)
 )
 SELECT h.file, h.line, h.code, h.run, h.rank, h.graph_id, h.full_name AS op_name,
        t.iteration, list(t.row_id ORDER BY t.io DESC, t.slot) AS row_ids,
