@@ -90,6 +90,55 @@ def _frame_object(name: str, frame: object) -> object:
     )
 
 
+def _row_id_array(row_ids: Iterable[int]) -> np.ndarray:
+    """`Catalog.tensors`' row ids as int64s, or a clear error."""
+    if isinstance(row_ids, str | bytes) or not isinstance(row_ids, Iterable):
+        raise TypeError(f"row_ids must be a list of integers, not {type(row_ids).__name__}")
+    if isinstance(row_ids, pa.ChunkedArray | pa.Array):
+        row_ids = row_ids.to_pylist()
+    values = list(row_ids.tolist() if isinstance(row_ids, np.ndarray) else row_ids)
+    bad = [v for v in values if isinstance(v, bool) or not isinstance(v, int | np.integer)]
+    if bad:
+        raise TypeError(f"row ids are integers; got {bad[0]!r}")
+    try:
+        return np.array(values, np.int64)
+    except OverflowError as exc:
+        raise TensorNotFoundError(f"row ids are 64-bit integers: {exc}") from exc
+
+
+def _read_file_tensors(
+    path: str, tensors: list[tuple[int, TensorLocation]], layout: Literal["host", "device"]
+) -> dict[int, np.ndarray]:
+    """The tensors of one file (row id -> array, as `Catalog.tensor` reads them), the file opened
+    and memory-mapped once for all of them."""
+    import mmap
+
+    from ingest.formats.tensor_data import TensorDataError, decode_tensor, is_plain, stored_nbytes
+    from ingest.statistics.kernel import view_tensor
+
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+    except FileNotFoundError as exc:
+        ids = ", ".join(str(i) for i, _ in tensors)
+        raise TensorNotFoundError(f"tensors {ids} were cataloged but their file is gone: {path}") from exc
+    out = {}
+    for row_id, loc in tensors:
+        if is_plain(loc.stored_dtype, loc.format, loc.shape, loc.host_shape):
+            out[row_id] = view_tensor(mapped, size, loc.data_offset, loc.stored_dtype, loc.shape)
+            continue
+        want = stored_nbytes(loc.stored_dtype, loc.shape)
+        want = loc.nbytes if want is None else want
+        if want is None:
+            raise TensorDataError(f"stored dtype {loc.stored_dtype!r} needs the byte count")
+        if size < loc.data_offset + want:
+            raise TensorDataError(f"file has {size} bytes, data needs {want} bytes from offset {loc.data_offset}")
+        buf = memoryview(mapped)[loc.data_offset : loc.data_offset + want] if want else memoryview(b"")
+        out[row_id] = decode_tensor(buf, loc.stored_dtype, loc.shape, loc.format, loc.host_shape, layout=layout)
+    return out
+
+
 class Catalog:
     """A dumpcat catalog directory, opened for queries (and ingest)."""
 
@@ -342,6 +391,43 @@ class Catalog:
             )  # fmt: skip
         except FileNotFoundError as exc:
             raise TensorNotFoundError(f"tensor {row_id} was cataloged but its file is gone: {path}") from exc
+
+    def tensors(
+        self, row_ids: Iterable[int], *, layout: Literal["host", "device"] = "host"
+    ) -> list[np.ndarray]:
+        """Many tensors in one call, in the order of `row_ids` (what `tensor()` returns for each).
+
+        One search of the location index for all the ids, and each file opened and memory-mapped
+        once for all the tensors it holds (a raw Ascend dump file holds a whole operator's). Row
+        ids the catalog does not have raise one TensorNotFoundError that names them. `row_ids` may
+        be a list, a numpy array, or a pyarrow column (`cat.sql(...).column("row_id")`)."""
+        ids = _row_id_array(row_ids)
+        unique = np.unique(ids)
+        with self._lock:
+            self._sync()
+            self._index.sync(self._files["tensors"], self._flat_index)
+            found = self._index.find_many(unique)
+            missing = [int(i) for i in unique.tolist() if int(i) not in found]
+            if missing:
+                shown = ", ".join(str(i) for i in missing[:10]) + (", ..." if len(missing) > 10 else "")
+                raise TensorNotFoundError(
+                    f"{len(missing)} of {len(unique)} row ids are not tensors of catalog {self.path}: {shown}"
+                )
+            if self._roots is None:
+                self._roots = self.store.dump_roots(self._snap)
+            where: dict[int, tuple[str, TensorLocation]] = {}
+            for row_id, (loc, source) in found.items():
+                root = self._roots.get((self._shard_of.get(source, ""), loc.run))
+                if root is None:
+                    raise CatalogError(f"run {loc.run!r} of row id {row_id} has no dump root in the catalog")
+                where[row_id] = (os.path.join(root, loc.rel_path), loc)  # (pathlib costs 10 us a path)
+        by_file: dict[str, list[int]] = {}
+        for row_id, (path, _) in where.items():
+            by_file.setdefault(path, []).append(row_id)
+        arrays: dict[int, np.ndarray] = {}
+        for path, file_ids in by_file.items():
+            arrays.update(_read_file_tensors(path, [(i, where[i][1]) for i in file_ids], layout))
+        return [arrays[i] for i in ids.tolist()]
 
     # -- ingest ----------------------------------------------------------------------------
 

@@ -68,6 +68,13 @@ class _BatchIndex:
         i = int(np.searchsorted(self.ids, row_id))
         if i >= len(self.ids) or self.ids[i] != row_id:
             return None
+        return self._location(i)
+
+    def find_many(self, row_ids: np.ndarray) -> dict[int, TensorLocation]:
+        """The locations of those of `row_ids` this batch holds (one vectorised search)."""
+        return {int(self.ids[i]): self._location(int(i)) for i in _positions(self.ids, row_ids)}
+
+    def _location(self, i: int) -> TensorLocation:
         row = {c: self.table.column(c)[i].as_py() for c in _COLUMNS}
         host = row["host_shape"]
         return TensorLocation(
@@ -81,6 +88,16 @@ class _BatchIndex:
             None if host is None else tuple(host),
             row["nbytes"],
         )
+
+
+def _positions(sorted_ids: np.ndarray, row_ids: np.ndarray) -> np.ndarray:
+    """Positions in `sorted_ids` of those of `row_ids` it holds."""
+    if not len(sorted_ids) or not len(row_ids):
+        return np.empty(0, np.intp)
+    i = np.searchsorted(sorted_ids, row_ids)
+    inside = i < len(sorted_ids)
+    i = i[inside]
+    return i[sorted_ids[i] == row_ids[inside]]
 
 
 # The sidecar's columns are read from their Arrow buffers with numpy: pyarrow's `to_numpy`, `unique`,
@@ -172,13 +189,30 @@ class _SidecarIndex:
         if self._raw and self._raw[0].schema != INDEX_SCHEMA:
             raise ValueError(f"{path}: unexpected index schema")
 
+    def _view(self, b: int) -> _SidecarBatch:
+        view = self._views[b]
+        if view is None:
+            view = self._views[b] = _SidecarBatch(self._raw[b])
+        return view
+
+    def find_many(self, row_ids: np.ndarray) -> dict[int, TensorLocation]:
+        """The locations of those of `row_ids` this file holds: one search over the batches' first
+        ids, one per batch touched."""
+        out: dict[int, TensorLocation] = {}
+        if not len(self._firsts):
+            return out
+        batch_of = np.searchsorted(self._firsts, row_ids, side="right") - 1
+        for b in np.unique(batch_of[batch_of >= 0]).tolist():
+            view = self._view(b)
+            for i in _positions(view.ids, row_ids[batch_of == b]).tolist():
+                out[int(view.ids[i])] = view.location(i)
+        return out
+
     def find(self, row_id: int) -> TensorLocation | None:
         b = int(np.searchsorted(self._firsts, row_id, side="right")) - 1
         if b < 0:
             return None
-        view = self._views[b]
-        if view is None:
-            view = self._views[b] = _SidecarBatch(self._raw[b])
+        view = self._view(b)
         i = int(np.searchsorted(view.ids, row_id))
         if i >= len(view.ids) or view.ids[i] != row_id:
             return None
@@ -222,3 +256,18 @@ class TensorIndex:
             if loc is not None:
                 return loc, path
         return None
+
+    def find_many(self, row_ids: np.ndarray) -> dict[int, tuple[TensorLocation, str]]:
+        """`find_with_source` of many row ids at once (distinct int64s, in any order): row id ->
+        (location, file) for those found; each file is searched once for all the ids still missing."""
+        out: dict[int, tuple[TensorLocation, str]] = {}
+        pending = np.sort(np.asarray(row_ids, np.int64))
+        for path, batch in self._batches.items():
+            if not len(pending):
+                break
+            found = batch.find_many(pending)
+            for row_id, loc in found.items():
+                out.setdefault(row_id, (loc, path))
+            if found:
+                pending = pending[~np.isin(pending, np.fromiter(found, np.int64, len(found)))]
+        return out

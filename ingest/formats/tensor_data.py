@@ -107,6 +107,21 @@ def read_tensor(
             raise TensorDataError(f"stored dtype {stored_dtype!r} needs the byte count")
         want = nbytes
     buf = map_bytes(path, data_offset, want) if mapped else read_bytes(path, data_offset, want)
+    return decode_tensor(buf, stored_dtype, shape, fmt, host_shape, layout=layout)
+
+
+def decode_tensor(
+    buf: memoryview | bytearray,
+    stored_dtype: str,
+    shape: Sequence[int],
+    fmt: str | None = None,
+    host_shape: Sequence[int] | None = None,
+    *,
+    layout: Literal["host", "device"] = "host",
+) -> np.ndarray:
+    """The values of a tensor's bytes (`buf`, exactly its stored bytes), as `read_tensor` returns
+    them: `Catalog.tensors` maps a file once for all the tensors it holds and decodes each slice."""
+    shape = tuple(int(d) for d in shape)
     try:
         if fmt == FORTRAN_ORDER and stored_dtype != "raw":
             arr = dtypes.decode(buf, stored_dtype, shape[::-1]).T  # a view: no copy

@@ -112,6 +112,7 @@ __all__ = [
     "open_tensor",
     "stats_backend",
     "use_c_kernel",
+    "view_tensor",
 ]
 
 # The names of schema.STAT_VALUE_FIELDS, spelled out so that this module needs only numpy (a helper
@@ -825,21 +826,38 @@ def open_tensor(
     """
     dtype = _check_dtype(stored_dtype)
     shape = tuple(int(d) for d in shape)
-    count, nbytes = _nbytes(dtype, shape)
-    order = "F" if fortran_order else "C"
+    _, nbytes = _nbytes(dtype, shape)
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        if size < data_offset + nbytes:
-            raise TruncatedTensorError(
-                f"file has {size} bytes, data needs {nbytes} bytes from offset {data_offset}"
-            )
-        if nbytes == 0:
-            arr = np.empty(shape, dtype, order=order)
-            arr.flags.writeable = False
-            return arr
+        if size < data_offset + nbytes or nbytes == 0:
+            return view_tensor(None, size, data_offset, stored_dtype, shape, fortran_order=fortran_order)
         # Map from 0: mmap offsets must be page-aligned and npy data offsets are not.
         mm = mmap.mmap(f.fileno(), data_offset + nbytes, access=mmap.ACCESS_READ)
-    flat = np.frombuffer(mm, dtype=dtype, count=count, offset=data_offset)  # keeps mm alive
+    return view_tensor(mm, size, data_offset, stored_dtype, shape, fortran_order=fortran_order)
+
+
+def view_tensor(
+    mapped: mmap.mmap | None,
+    file_size: int,
+    data_offset: int,
+    stored_dtype: str,
+    shape: Sequence[int],
+    *,
+    fortran_order: bool = False,
+) -> np.ndarray:
+    """`open_tensor` over a map of the file made already (`mapped`, from byte 0; None when the file
+    is empty): `Catalog.tensors` maps each file once for all the tensors it holds."""
+    dtype = _check_dtype(stored_dtype)
+    shape = tuple(int(d) for d in shape)
+    count, nbytes = _nbytes(dtype, shape)
+    order = "F" if fortran_order else "C"
+    if file_size < data_offset + nbytes:
+        raise TruncatedTensorError(f"file has {file_size} bytes, data needs {nbytes} bytes from offset {data_offset}")
+    if nbytes == 0:
+        arr = np.empty(shape, dtype, order=order)
+        arr.flags.writeable = False
+        return arr
+    flat = np.frombuffer(mapped, dtype=dtype, count=count, offset=data_offset)  # keeps the map alive
     return flat.reshape(shape, order=order)
 
 
