@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 import ingest  # noqa: F401  (sets up the allocators before pyarrow and DuckDB load: ingest/storage/memory.py)
 
 if TYPE_CHECKING:
-    from catalog.api import Catalog, CatalogError, QueryRefused, TensorNotFoundError
+    from catalog.api import Catalog, CatalogError, QueryRefused, Result, TensorNotFoundError
 
-__all__ = ["Catalog", "CatalogError", "QueryRefused", "TensorNotFoundError"]
+__all__ = ["Catalog", "CatalogError", "QueryRefused", "Result", "TensorNotFoundError"]
 
 
 def __getattr__(name: str):
