@@ -45,6 +45,18 @@ def _cell(value: object) -> str:
     return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
 
 
+def _display_rows(table: pa.Table) -> list[tuple]:
+    """Rows to show. Dates Python cannot hold ('infinity'::TIMESTAMP) fail a conversion: then the
+    temporal columns are shown as DuckDB's text (as `dumpcat sql` does)."""
+    try:
+        columns = [col.to_pylist() for col in table.columns]
+    except (OverflowError, ValueError, pa.ArrowInvalid):
+        columns = [
+            (col.cast(pa.string()) if pa.types.is_temporal(col.type) else col).to_pylist() for col in table.columns
+        ]
+    return list(zip(*columns, strict=True)) if columns else [() for _ in range(table.num_rows)]
+
+
 class Result:
     """The answer of a catalog query: a `pyarrow.Table` (every table attribute works on it) plus
     `.arrow()`, `.df()`, `.pl()`, `.fetchall()`, and a bounded HTML view in Jupyter."""
@@ -127,7 +139,7 @@ class Result:
         from tabulate import tabulate
 
         head = self._table.slice(0, TEXT_ROWS)
-        rows = [[_cell(v) for v in row] for row in Result(head)]
+        rows = [[_cell(v) for v in row] for row in _display_rows(head)]
         text = tabulate(rows, headers=self._table.column_names, disable_numparse=True)
         more = self._table.num_rows - head.num_rows
         tail = f"\n… {more:,} more row{'s' * (more != 1)}" if more > 0 else ""
@@ -141,7 +153,7 @@ class Result:
             f"<th>{esc(f.name)}<br><small>{esc(str(f.type))}</small></th>" for f in self._table.schema
         )
         body = "".join(
-            "<tr>" + "".join(f"<td>{esc(_cell(v))}</td>" for v in row) + "</tr>" for row in Result(head)
+            "<tr>" + "".join(f"<td>{esc(_cell(v))}</td>" for v in row) + "</tr>" for row in _display_rows(head)
         )
         shown = f", first {head.num_rows:,} shown" if head.num_rows < self._table.num_rows else ""
         return (

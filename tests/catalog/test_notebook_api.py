@@ -99,6 +99,8 @@ def test_result_repr_and_html_are_bounded_and_escaped(cat):
     small = cat.sql("SELECT 1 AS one")
     assert repr(small).splitlines() == ["Result: 1 row × 1 column", "one", "-----", "1"]
     assert "first" not in small._repr_html_()
+    infinite = cat.sql("SELECT 'infinity'::TIMESTAMP AS t, 1 AS n")  # no Python datetime holds it
+    assert "<td>1</td>" in infinite._repr_html_() and repr(infinite).startswith("Result: 1 row × 2 columns")
     long = cat.sql("SELECT repeat('x', 500) AS s")._repr_html_()
     assert "x" * 119 + "…" in long and "x" * 121 not in long
 

@@ -257,6 +257,23 @@ def test_hostile_statements_are_refused(server, query, sqlstate):
         assert c.execute("SELECT count(*) FROM stats").fetchall()[0][0] > 0  # session still usable
 
 
+def test_pivot_without_in_is_refused_with_its_reason(server):
+    """DuckDB runs a PIVOT without an IN list as several statements (the guard once said "MULTI
+    statements are not allowed"); the server's workers share the guard's reason. With an IN list
+    it runs."""
+    with connect(server) as c:
+        with pytest.raises(psycopg.Error) as err:
+            c.execute("PIVOT stats ON io USING count(*)")
+        assert err.value.sqlstate == "0A000"
+        assert str(err.value).startswith("PIVOT without an IN list is not supported: DuckDB needs a first pass")
+        rows = c.execute("PIVOT tensors ON io IN ('input', 'output') USING count(*) GROUP BY run").fetchall()
+        counts = c.execute(
+            "SELECT run, count(*) FILTER (WHERE io = 'input'), count(*) FILTER (WHERE io = 'output') "
+            "FROM tensors GROUP BY run"
+        ).fetchall()
+        assert rows == counts and rows[0][1] + rows[0][2] == 180
+
+
 def test_timeout_row_cap_and_cancel(server):
     with connect(server) as c:
         t0 = time.monotonic()
