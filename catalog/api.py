@@ -15,9 +15,8 @@ import shutil
 import tempfile
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import duckdb
@@ -133,9 +132,13 @@ def _read_file_tensors(
         if want is None:
             raise TensorDataError(f"stored dtype {loc.stored_dtype!r} needs the byte count")
         if size < loc.data_offset + want:
-            raise TensorDataError(f"file has {size} bytes, data needs {want} bytes from offset {loc.data_offset}")
+            raise TensorDataError(
+                f"file has {size} bytes, data needs {want} bytes from offset {loc.data_offset}"
+            )
         buf = memoryview(mapped)[loc.data_offset : loc.data_offset + want] if want else memoryview(b"")
-        out[row_id] = decode_tensor(buf, loc.stored_dtype, loc.shape, loc.format, loc.host_shape, layout=layout)
+        out[row_id] = decode_tensor(
+            buf, loc.stored_dtype, loc.shape, loc.format, loc.host_shape, layout=layout
+        )
     return out
 
 

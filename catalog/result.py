@@ -52,7 +52,8 @@ def _display_rows(table: pa.Table) -> list[tuple]:
         columns = [col.to_pylist() for col in table.columns]
     except (OverflowError, ValueError, pa.ArrowInvalid):
         columns = [
-            (col.cast(pa.string()) if pa.types.is_temporal(col.type) else col).to_pylist() for col in table.columns
+            (col.cast(pa.string()) if pa.types.is_temporal(col.type) else col).to_pylist()
+            for col in table.columns
         ]
     return list(zip(*columns, strict=True)) if columns else [() for _ in range(table.num_rows)]
 
@@ -153,7 +154,8 @@ class Result:
             f"<th>{esc(f.name)}<br><small>{esc(str(f.type))}</small></th>" for f in self._table.schema
         )
         body = "".join(
-            "<tr>" + "".join(f"<td>{esc(_cell(v))}</td>" for v in row) + "</tr>" for row in _display_rows(head)
+            "<tr>" + "".join(f"<td>{esc(_cell(v))}</td>" for v in row) + "</tr>"
+            for row in _display_rows(head)
         )
         shown = f", first {head.num_rows:,} shown" if head.num_rows < self._table.num_rows else ""
         return (

@@ -852,7 +852,9 @@ def view_tensor(
     count, nbytes = _nbytes(dtype, shape)
     order = "F" if fortran_order else "C"
     if file_size < data_offset + nbytes:
-        raise TruncatedTensorError(f"file has {file_size} bytes, data needs {nbytes} bytes from offset {data_offset}")
+        raise TruncatedTensorError(
+            f"file has {file_size} bytes, data needs {nbytes} bytes from offset {data_offset}"
+        )
     if nbytes == 0:
         arr = np.empty(shape, dtype, order=order)
         arr.flags.writeable = False

@@ -65,7 +65,12 @@ def test_result_is_the_arrow_table_for_code_written_for_one(cat):
     assert r.fetchall() == list(r) == list(zip(*table.to_pydict().values(), strict=True))
     assert r.fetchall()[0] == ("bin", 24)
     # the other table-returning methods
-    for other in (cat.where(file="train.py", line=16), cat.anomalies(), cat.anomalies(by_graph=True), cat.runs()):
+    for other in (
+        cat.where(file="train.py", line=16),
+        cat.anomalies(),
+        cat.anomalies(by_graph=True),
+        cat.runs(),
+    ):
         assert isinstance(other, Result) and other.num_rows > 0
 
 
@@ -140,7 +145,8 @@ def test_runs_has_one_row_per_run_with_what_users_want(cat):
     ]  # fmt: skip
     for run, row in runs.items():
         expected = cat.sql(
-            "SELECT count(*), coalesce(sum(nbytes), 0), count(DISTINCT rank) FROM tensors WHERE run = ?", [run]
+            "SELECT count(*), coalesce(sum(nbytes), 0), count(DISTINCT rank) FROM tensors WHERE run = ?",
+            [run],
         ).fetchall()[0]
         assert (row["tensors"], row["tensor_bytes"]) == expected[:2], run
         assert row["dump_root"] == str(RUNS[run]), run
@@ -174,7 +180,9 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 @pytest.mark.parametrize("run", ["nan_log", "lowp", "raw", "probe", "bin"])
 def test_tensors_equal_tensor_for_each_id_in_the_order_asked(cat, run):
-    ids = cat.sql("SELECT row_id FROM tensors WHERE run = ? ORDER BY row_id DESC", [run]).column(0).to_pylist()
+    ids = (
+        cat.sql("SELECT row_id FROM tensors WHERE run = ? ORDER BY row_id DESC", [run]).column(0).to_pylist()
+    )
     assert len(ids) >= 20
     arrays = cat.tensors(ids)
     assert len(arrays) == len(ids)
@@ -245,9 +253,9 @@ def test_frames_join_a_local_dataframe_with_a_catalog_view(cat, kind):
     )
     assert joined.fetchall() == [("ascend", 180), ("npy", 180)]
     # parameters still work beside frames
-    assert cat.sql("SELECT note FROM mine WHERE run = ?", ["raw"], frames={"mine": _notes(kind)}).fetchall() == [
-        ("ascend",)
-    ]
+    assert cat.sql(
+        "SELECT note FROM mine WHERE run = ?", ["raw"], frames={"mine": _notes(kind)}
+    ).fetchall() == [("ascend",)]
     # gone after the call
     with pytest.raises(duckdb.CatalogException, match="mine"):
         cat.sql("SELECT * FROM mine")
@@ -321,7 +329,9 @@ def test_pivot_without_in_is_refused_with_its_reason_and_with_in_runs(cat):
     ):
         with pytest.raises(QueryRefused) as refused:
             cat.sql(query)
-        assert str(refused.value).startswith("PIVOT without an IN list is not supported: DuckDB needs a first pass")
+        assert str(refused.value).startswith(
+            "PIVOT without an IN list is not supported: DuckDB needs a first pass"
+        )
         assert "PIVOT ... ON col IN ('a', 'b')" in str(refused.value)
         assert refused.value.sqlstate == "0A000"
     pivot = cat.sql(
@@ -353,9 +363,14 @@ def test_readme_notebook_recipe_runs(tmp_path):
     Catalog.open(tmp_path / "scratch/demo.cat", create=True).ingest(DATA / "ms210/nan_log/dump")
     check = "\nprint(len(df), len(arrays), sum(int(np.isnan(a).sum()) for a in arrays))\n"
     out = subprocess.run(
-        [sys.executable, "-c", "import numpy as np\n" + code + check], capture_output=True, text=True, cwd=tmp_path
+        [sys.executable, "-c", "import numpy as np\n" + code + check],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr
     cat = Catalog.open(tmp_path / "scratch/demo.cat")
-    nan_tensors, nans = cat.sql("SELECT count(*), sum(nan_count) FROM stats WHERE nan_count > 0").fetchall()[0]
+    nan_tensors, nans = cat.sql("SELECT count(*), sum(nan_count) FROM stats WHERE nan_count > 0").fetchall()[
+        0
+    ]
     assert out.stdout.split() == ["2", str(nan_tensors), str(nans)]

@@ -265,7 +265,9 @@ def test_pivot_without_in_is_refused_with_its_reason(server):
         with pytest.raises(psycopg.Error) as err:
             c.execute("PIVOT stats ON io USING count(*)")
         assert err.value.sqlstate == "0A000"
-        assert str(err.value).startswith("PIVOT without an IN list is not supported: DuckDB needs a first pass")
+        assert str(err.value).startswith(
+            "PIVOT without an IN list is not supported: DuckDB needs a first pass"
+        )
         rows = c.execute("PIVOT tensors ON io IN ('input', 'output') USING count(*) GROUP BY run").fetchall()
         counts = c.execute(
             "SELECT run, count(*) FILTER (WHERE io = 'input'), count(*) FILTER (WHERE io = 'output') "
