@@ -190,6 +190,7 @@ BENCHMARKS: list[Benchmark] = [
     ),
     Benchmark("bench_open", "Opening a catalog (bench/bench_open.py)", quick="--rounds 1"),
     Benchmark("bench_many_runs", "Many runs in one catalog (bench/bench_many_runs.py)", quick="--rounds 1"),
+    Benchmark("bench_tensors", "Many tensors in one call (bench/bench_tensors.py)", quick="--rounds 1"),
     Benchmark(
         "bench_report",
         "HTML report (bench/bench_report.py)",
