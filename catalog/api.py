@@ -121,7 +121,8 @@ def _read_file_tensors(
             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
     except FileNotFoundError as exc:
         ids = ", ".join(str(i) for i, _ in tensors)
-        raise TensorNotFoundError(f"tensors {ids} were cataloged but their file is gone: {path}") from exc
+        which = f"tensors {ids} were" if len(tensors) > 1 else f"tensor {ids} was"
+        raise TensorNotFoundError(f"{which} cataloged but the file is gone: {path}") from exc
     out = {}
     for row_id, loc in tensors:
         if is_plain(loc.stored_dtype, loc.format, loc.shape, loc.host_shape):

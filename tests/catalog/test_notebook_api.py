@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import subprocess
 import sys
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -18,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 from catalog import Catalog, QueryRefused, Result, TensorNotFoundError
-from tests.conftest import DATA, REPO
+from tests.conftest import DATA, REPO, as_written_before_flat_files
 
 # One run of each producer whose tensors `tensor()` reads (npy with bfloat16/int4 stored types, a
 # raw Ascend dump with device layouts, msprobe, MindSpore .bin), a run with a commented source line,
@@ -227,6 +228,25 @@ def test_tensors_name_unknown_ids_and_refuse_bad_input(cat):
         cat.tensors([known, "x"])
     with pytest.raises(TypeError, match="row_ids must be a list of integers, not int"):
         cat.tensors(known)
+
+
+def test_tensors_of_a_catalog_without_flat_files_and_of_a_removed_file(tmp_path, copy_dump):
+    """A catalog an older dumpcat wrote has no memory-mapped index: the batches' index is searched.
+    A file removed since ingest raises TensorNotFoundError naming the file, as `tensor()` does."""
+    dump = copy_dump("nan_log")
+    path = tmp_path / "old.cat"
+    Catalog.open(path, create=True).ingest(dump, run="nan_log")
+    as_written_before_flat_files(path)
+    old = Catalog.open(path)
+    ids = old.sql("SELECT row_id FROM tensors ORDER BY row_id").column(0).to_pylist()
+    assert len(ids) == 180
+    assert all(_same(a, old.tensor(i)) for a, i in zip(old.tensors(ids), ids, strict=True))
+    with pytest.raises(TensorNotFoundError, match=r"^1 of 2 row ids are not tensors of catalog .*: 7$"):
+        old.tensors([ids[0], 7])
+    gone_id, gone = old.sql("SELECT row_id, path FROM tensors ORDER BY row_id LIMIT 1").fetchall()[0]
+    Path(gone).unlink()
+    with pytest.raises(TensorNotFoundError, match=f"tensor {gone_id} was cataloged but the file is gone"):
+        old.tensors(ids)
 
 
 # -- frames= ---------------------------------------------------------------------------------
