@@ -7,6 +7,7 @@ Everything runs on real dumps committed under tests/data, with real pandas, pola
 from __future__ import annotations
 
 import html
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -394,3 +395,22 @@ def test_readme_notebook_recipe_runs(tmp_path):
         0
     ]
     assert out.stdout.split() == ["2", str(nan_tensors), str(nans)]
+
+
+def test_python_api_notebook_examples_print_what_the_page_shows(tmp_path, monkeypatch):
+    """docs/python-api.md *In a notebook*: its `>>>` examples, run with doctest on the README's demo
+    catalog (scratch/demo.cat of the committed nan_log dump)."""
+    import doctest
+
+    page = (REPO / "docs" / "python-api.md").read_text(encoding="utf-8")
+    section = page[page.index("\n## In a notebook\n") :]
+    examples = "\n".join(re.findall(r"^```python\n(>>> .*?)^```$", section, re.M | re.S))
+    assert examples.count(">>> ") >= 8
+    monkeypatch.chdir(tmp_path)
+    Catalog.open(tmp_path / "scratch/demo.cat", create=True).ingest(DATA / "ms210/nan_log/dump")
+    test = doctest.DocTestParser().get_doctest(
+        examples, {"Catalog": Catalog, "pd": pd}, "python-api.md", None, 0
+    )
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    runner.run(test, out=lambda text: pytest.fail(text))
+    assert runner.summarize(verbose=False).attempted == examples.count(">>> ")
