@@ -1026,7 +1026,7 @@ def healthcheck(host: str, port: int, user: str | None, password_file: str | Non
         runs = check(host, port, user, password, timeout)
     except (CredentialsError, HealthcheckError) as exc:
         _fail(f"unhealthy: {exc}")
-    click.echo(f"healthy: {host}:{port} answered ({runs} runs)")
+    click.echo(f"healthy: {host}:{port} answered a query over the catalog (runs: {runs})")
 
 
 if __name__ == "__main__":

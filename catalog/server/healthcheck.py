@@ -10,6 +10,7 @@ the image needs no psql, and it starts in a few tens of milliseconds (no DuckDB,
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import secrets
@@ -91,10 +92,8 @@ class _Connection:
         return tag, body
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.sock.sendall(_msg(b"X", b""))
-        except OSError:
-            pass
         self.sock.close()
 
 

@@ -61,7 +61,8 @@ __all__ = [
     "task_bounds",
 ]
 
-# dumpcat is not on PyPI, where `pip install 'dumpcat[spark]'` would fetch another project: the checkout's extra
+# dumpcat is not on PyPI, where `pip install 'dumpcat[spark]'` would fetch another project: the
+# checkout's extra
 INSTALL_HINT = "pip install -e '.[spark]'"
 # Spark jobs in flight per executor core (default parallelism): one running, one queued behind it.
 _JOBS_PER_CORE = 2
