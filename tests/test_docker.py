@@ -402,6 +402,19 @@ def test_container_keeps_the_password_off_command_lines(how, volumes, tmp_path):
     )
 
 
+def test_container_starts_on_fresh_volumes(tmp_path):
+    """A first `docker run` on new, empty volumes: the server creates the catalog, watches the empty
+    dump tree, and is healthy."""
+    fresh = {"/catalog": tmp_path / "catalog", "/dumps": tmp_path / "dumps"}
+    fresh["/catalog"].mkdir()
+    fresh["/dumps"].mkdir()
+    env = _container_env({"DUMPCAT_USER": "analyst", "DUMPCAT_PASSWORD": secrets.token_urlsafe(12)})
+    with _container(env, fresh, tmp_path, ("--max-concurrent", "1")) as (_, port):
+        healthy = _healthcheck_run(env, port, fresh)
+        assert healthy.returncode == 0 and healthy.stdout.startswith(f"healthy: 127.0.0.1:{port} "), healthy
+    assert (fresh["/catalog"] / "snapshot.json").is_file()
+
+
 def test_container_without_a_user_does_not_start(volumes, tmp_path):
     """On 0.0.0.0 without DUMPCAT_USER the server refuses to start, with one line (not a traceback)."""
     env = _container_env({})
