@@ -132,7 +132,7 @@ SPARK_OPTION = click.option(
     metavar="MASTER_URL",
     callback=_spark_master,
     help="Do the work as Spark tasks on this master (local[4], spark://host:7077, ...), one dump directory "
-    "each; needs pip install 'dumpcat[spark]', and the executors must see the dump at the same paths.",
+    "each; needs pip install -e '.[spark]', and the executors must see the dump at the same paths.",
 )
 FORMAT_OPTION = click.option(
     "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True
@@ -792,7 +792,20 @@ def export_duckdb_cmd(catalog_path: str, out_path: Path, materialize: bool, stor
     help="Require this user name (with --password); without it only loopback clients are served.",
 )
 @click.option(
-    "--password", default=None, envvar="DUMPCAT_PASSWORD", show_envvar=True, help="Password for --user."
+    "--password",
+    default=None,
+    envvar="DUMPCAT_PASSWORD",
+    show_envvar=True,
+    help="Password for --user. On the command line it is visible to `ps`: prefer the variable or "
+    "--password-file.",
+)
+@click.option(
+    "--password-file",
+    default=None,
+    envvar="DUMPCAT_PASSWORD_FILE",
+    show_envvar=True,
+    metavar="FILE",
+    help="Read the password for --user from FILE (one line; a Docker or Kubernetes secret).",
 )
 @click.option(
     "--auth",
@@ -804,11 +817,18 @@ def export_duckdb_cmd(catalog_path: str, out_path: Path, materialize: bool, stor
 @click.option(
     "--tls-cert",
     default=None,
+    envvar="DUMPCAT_TLS_CERT",
+    show_envvar=True,
     type=click.Path(exists=True, dir_okay=False),
     help="PEM certificate: serve TLS to clients that ask (with --tls-key).",
 )
 @click.option(
-    "--tls-key", default=None, type=click.Path(exists=True, dir_okay=False), help="PEM key of --tls-cert."
+    "--tls-key",
+    default=None,
+    envvar="DUMPCAT_TLS_KEY",
+    show_envvar=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="PEM key of --tls-cert.",
 )
 @click.option(
     "--query-timeout",
@@ -910,6 +930,7 @@ def serve(
     run: str | None,
     user: str | None,
     password: str | None,
+    password_file: str | None,
     auth: str,
     tls_cert: str | None,
     tls_key: str | None,
@@ -932,9 +953,9 @@ def serve(
     """Serve the catalog, read-only, over the PostgreSQL wire protocol (psql, JDBC, ODBC, BI tools).
 
     Client SQL runs in contained worker processes: queries over the catalog's views only, no file
-    access, every phase under --query-timeout, memory capped per statement. The Docker image also
-    reads DUMPCAT_TLS_CERT and DUMPCAT_TLS_KEY for --tls-cert and --tls-key.
+    access, every phase under --query-timeout, memory capped per statement.
     """
+    from catalog.server.credentials import PASSWORD_ENV, CredentialsError, resolve_password
     from catalog.server.server import Limits, parse_users
     from catalog.server.server import serve as run_server
     from catalog.server.statement_worker import parse_size
@@ -942,6 +963,12 @@ def serve(
 
     if (tls_cert is None) != (tls_key is None):
         _fail("--tls-cert and --tls-key go together")
+    try:
+        password = resolve_password(password, password_file)
+    except CredentialsError as exc:
+        _fail(str(exc))
+    # The statement workers (which run client SQL) and the watcher inherit this environment.
+    os.environ.pop(PASSWORD_ENV, None)
     try:
         limits = Limits(
             query_timeout=query_timeout, max_rows=max_rows, max_result_bytes=parse_size(max_result_bytes),
@@ -966,6 +993,40 @@ def serve(
         )
     except (ValueError, WorkerStartError) as exc:  # bad options; workers that cannot start
         _fail(str(exc))
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address of the server.")
+@click.option("--port", default=5433, show_default=True, type=click.IntRange(1, 65535), help="Its port.")
+@click.option("--user", default=None, envvar="DUMPCAT_USER", show_envvar=True, help="User to log in as.")
+@click.option(
+    "--password-file",
+    default=None,
+    envvar="DUMPCAT_PASSWORD_FILE",
+    show_envvar=True,
+    metavar="FILE",
+    help="Read the password from FILE (else from DUMPCAT_PASSWORD; there is no --password, which "
+    "would put it on the command line).",
+)
+@click.option(
+    "--timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds for the whole check.",
+)
+def healthcheck(host: str, port: int, user: str | None, password_file: str | None, timeout: float) -> None:
+    """Exit 0 if a running `dumpcat serve` logs in and answers a query over the catalog, else 1 with
+    the reason (the Docker image's HEALTHCHECK)."""
+    from catalog.server.credentials import PASSWORD_ENV, CredentialsError, resolve_password
+    from catalog.server.healthcheck import HealthcheckError, check
+
+    try:
+        password = resolve_password(os.environ.get(PASSWORD_ENV) or None, password_file)
+        runs = check(host, port, user, password, timeout)
+    except (CredentialsError, HealthcheckError) as exc:
+        _fail(f"unhealthy: {exc}")
+    click.echo(f"healthy: {host}:{port} answered a query over the catalog (runs: {runs})")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,10 @@ from catalog.report.data import Limits, ReportData, ReportError, ReportSummary, 
 if TYPE_CHECKING:
     from catalog.api import Catalog
 
-__all__ = ["Limits", "ReportData", "ReportError", "ReportSummary", "gather", "write_report"]
+# dumpcat is not on PyPI (`pip install 'dumpcat[report]'` would fetch another project): the checkout's extra
+INSTALL_HINT = "pip install -e '.[report]'"
+
+__all__ = ["INSTALL_HINT", "Limits", "ReportData", "ReportError", "ReportSummary", "gather", "write_report"]
 
 
 def _check_out(out: Path) -> Path:
@@ -61,9 +64,13 @@ def write_report(
     """Write the HTML report of `run` (the only run when None) to `out`, compared with the run
     `against` when given (which needs `dumpcat compare` to have run). The file is replaced
     atomically, so a reader never sees half a page."""
-    from catalog.report.page import render_page
-
     started = time.perf_counter()
+    try:
+        from catalog.report.page import render_page
+    except ModuleNotFoundError as exc:  # plotly is the `report` extra: only this command draws figures
+        if (exc.name or "").split(".")[0] != "plotly":
+            raise
+        raise ReportError(f"plotly is not installed, which the report draws with: {INSTALL_HINT}") from None
     out = _check_out(Path(out))
     data = gather(catalog, run, against, limits or Limits())
     html = render_page(data)

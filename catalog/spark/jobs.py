@@ -61,7 +61,9 @@ __all__ = [
     "task_bounds",
 ]
 
-INSTALL_HINT = "pip install 'dumpcat[spark]'"
+# dumpcat is not on PyPI, where `pip install 'dumpcat[spark]'` would fetch another project: the
+# checkout's extra
+INSTALL_HINT = "pip install -e '.[spark]'"
 # Spark jobs in flight per executor core (default parallelism): one running, one queued behind it.
 _JOBS_PER_CORE = 2
 # Tasks parallelized together (one RDD, one partition each); each still runs as its own job.

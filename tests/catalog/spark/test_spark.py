@@ -771,7 +771,7 @@ def test_bad_master_and_missing_pyspark_are_one_line_errors(spark, no_stats, two
         [sys.executable, "-c", without, "stats", str(no_stats), "--spark", "local[2]"],
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
-    assert "pip install 'dumpcat[spark]'" in _one_line_error(proc)
+    assert "pip install -e '.[spark]'" in _one_line_error(proc)
     usage = _cli("stats", str(no_stats), "--spark", "local[2]", "--workers", "2", check=False)
     assert usage.returncode == 2 and "--workers" in usage.stderr
     with Catalog.open(no_stats) as cat:  # nothing was committed by any of them
