@@ -226,7 +226,7 @@ class Cursor:
             text = classify_query(operation)
         except Refused as exc:
             raise _refused(exc) from None
-        params = None if parameters is None else _params(parameters)
+        params = _params(parameters) if parameters else None  # no parameters: not a prepared statement
         self._cur = self._run(text, params)
         desc = self._cur.description
         self.description = None if desc is None else [(d[0], str(d[1]), *[None] * 5) for d in desc]

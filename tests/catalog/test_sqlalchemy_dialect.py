@@ -16,6 +16,7 @@ import tomllib
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
@@ -54,8 +55,14 @@ def engine(cat_path):
     engine.dispose()
 
 
+def catalog_table(cat_path: Path, query: str, params=None) -> pa.Table:
+    """Catalog.sql's answer as a pyarrow Table (a Table, or a result object with `.arrow()`)."""
+    result = Catalog.open(cat_path).sql(query, params)
+    return result.arrow() if hasattr(result, "arrow") else result
+
+
 def catalog_rows(cat_path: Path, query: str, params=None) -> list[tuple]:
-    return [tuple(r.values()) for r in Catalog.open(cat_path).sql(query, params).to_pylist()]
+    return [tuple(r.values()) for r in catalog_table(cat_path, query, params).to_pylist()]
 
 
 # -- the entry point and the URL -------------------------------------------------------------------
@@ -109,7 +116,7 @@ def test_inspect_lists_the_user_views_only(engine):
 
 def test_columns_have_sqlalchemy_types(engine, cat_path):
     columns = sa.inspect(engine).get_columns("stats")
-    want = Catalog.open(cat_path).sql("SELECT * FROM stats LIMIT 0").schema
+    want = catalog_table(cat_path, "SELECT * FROM stats LIMIT 0").schema
     assert [c["name"] for c in columns] == want.names
     types = {c["name"]: c["type"] for c in columns}
     assert isinstance(types["nan_count"], sa.BIGINT)
