@@ -44,7 +44,7 @@ def column_comments_sql() -> list[str]:
 
 def query_text(name: str) -> str:
     """A named query from sql/queries/ (parameterised with $names), e.g. 'where'."""
-    return sql_root().joinpath("queries", f"{name}.sql").read_text(encoding="utf-8")
+    return sql_root().joinpath("queries").joinpath(f"{name}.sql").read_text(encoding="utf-8")
 
 
 def define_views(
