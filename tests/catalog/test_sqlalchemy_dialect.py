@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -404,3 +405,26 @@ def test_jupysql_magic(cat_path, tmp_path):
     assert lines["REFUSED"].endswith("True"), done.stdout
     n = catalog_rows(cat_path, "SELECT count(*) FROM stats WHERE nan_count > 0")[0][0]
     assert lines["AFTER"] == repr({"n": (n,)})
+
+
+# -- the README's recipe ---------------------------------------------------------------------------
+
+
+def test_readme_recipe_prints_what_it_shows(tmp_path):
+    """The README's *SQLAlchemy, pandas and JupySQL* recipe, run where `scratch/demo.cat` is the
+    set-up's catalog (the nan_log dump), prints the text shown after it."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n### SQLAlchemy, pandas and JupySQL\n", 1)[1].split("\n## ", 1)[0]
+    code, shown = re.findall(r"^```(?:python|text)\n(.*?)^```$", section, re.M | re.S)
+    Catalog.open(tmp_path / "scratch" / "demo.cat", create=True).ingest(dump_of("nan_log"), run="nan_log")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", REGISTER + code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == shown
