@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import os
 import shutil
 import sys
 import tempfile
@@ -108,8 +107,6 @@ def main() -> None:
     from catalog.api import Catalog
     from catalog.export import export_duckdb
 
-    started = time.monotonic()
-    load_before = os.getloadavg()[0]
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-dialect-"))
     cat_path = make_catalog(workdir / "data", args.tensors)
     cat = Catalog.open(cat_path)
@@ -179,19 +176,13 @@ def main() -> None:
         raw.close()
         other_conn.close()
     shutil.rmtree(workdir / "data", ignore_errors=True)
-    took = time.monotonic() - started
 
     print(f"catalog: {args.tensors} tensors, {stat_rows} stats rows; best of {args.rounds} x {args.reps}")
     emit.report_follows()
-    print(
-        f"*`python bench/bench_dialect.py --tensors {args.tensors} --rounds {args.rounds} "
-        f"--reps {args.reps}`, {took:.0f} s, load average {load_before:.2f} at start, "
-        f"{os.getloadavg()[0]:.2f} at end.*\n"
-    )
     print("```text")
     print(f"synthetic catalog: {args.tensors} tensors, {stat_rows} stats rows; ms per query, best of "
           f"{args.rounds} samples of {args.reps}")  # fmt: skip
-    print(f"{'':<24} {'the catalog':^30} {'an export-duckdb file':^30}")
+    print(f"{'':<24} {'the catalog':^30} {'an export-duckdb file':^30}".rstrip())
     print(f"{'query':<24} {'Catalog.sql':>11} {'dumpcat://':>11} {'ratio':>6} "
           f"{'DuckDB':>9} {'duckdb-engine':>13} {'ratio':>6}")  # fmt: skip
     ratios = {}
