@@ -154,7 +154,7 @@ def connect(path: str | os.PathLike) -> Connection:
     """Open the catalog at `path` (a dumpcat catalog folder) for guarded, read-only queries."""
     try:
         catalog = Catalog.open(path)
-    except CatalogError as exc:
+    except (CatalogError, OSError) as exc:
         raise OperationalError(str(exc)) from exc
     return Connection(catalog)
 
@@ -240,8 +240,10 @@ class Cursor:
         for attempt in (1, 2):
             try:
                 cur = catalog.cursor()
-            except CatalogError as exc:
+            except (CatalogError, OSError) as exc:  # the catalog's folder or snapshot went away
                 raise OperationalError(str(exc)) from exc
+            except duckdb.Error as exc:
+                raise _translate(exc) from None
             try:
                 cur.execute(text, params)
                 return cur

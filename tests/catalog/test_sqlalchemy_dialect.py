@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -428,3 +429,14 @@ def test_readme_recipe_prints_what_it_shows(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == shown
+
+
+def test_a_catalog_removed_under_an_open_connection_says_so(tmp_path):
+    path = nan_log_catalog(tmp_path)
+    with dbapi.connect(path) as conn:
+        cur = conn.cursor()
+        cur.execute("SELECT count(*) FROM runs")
+        assert cur.fetchone() == (1,)
+        shutil.rmtree(path)
+        with pytest.raises(dbapi.OperationalError, match=r"cannot read .*snapshot\.json"):
+            cur.execute("SELECT count(*) FROM stats")
