@@ -11,7 +11,7 @@ whose syntax DuckDB reads), not on duckdb-engine: that dialect reflects through 
 `pg_catalog` queries, whose column reflection fails on SQLAlchemy >= 2.0.45 with DuckDB 2.0, would
 reach the catalog unguarded, and shows every helper view. Here reflection reads DuckDB's
 `duckdb_views()` and `duckdb_columns()` through the guard, and lists only the user views
-(`catalog.views.USER_VIEWS`); docs/bi-tools.md has the measurements.
+(`catalog.views.USER_VIEWS`). docs/benchmarks.md (bench_dialect) has the measurements.
 """
 
 from __future__ import annotations
