@@ -227,6 +227,12 @@ BENCHMARKS: list[Benchmark] = [
         kept=_REMEASURED,
     ),
     Benchmark(
+        "bench_dialect",
+        "The dumpcat:// SQLAlchemy dialect against Catalog.sql (bench/bench_dialect.py)",
+        args="--workdir {workdir}",
+        quick="--tensors 2000 --rounds 1 --reps 2 --workdir {workdir}",
+    ),
+    Benchmark(
         "bench_server",
         "Queries/s against in-process DuckDB (bench/bench_server.py)",
         quick="--rounds 1 --slice 0.5",

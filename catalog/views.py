@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import time
-from importlib import resources
 from pathlib import Path
 
 import duckdb
@@ -27,7 +26,7 @@ import duckdb
 from ingest.storage.definitions_cache import cached_database
 from ingest.storage.flat_columns import FLAT_VIEWS, flat_view_sql
 from ingest.storage.schema import TABLES
-from ingest.storage.sql_views import define_raw_view, define_sql_views, quote_literal
+from ingest.storage.sql_views import define_raw_view, define_sql_views, quote_literal, sql_root
 
 DUCKDB_CONFIG = {
     # Only the extensions built into the wheel load here; never try to download others.
@@ -39,13 +38,13 @@ DUCKDB_CONFIG = {
 def column_comments_sql() -> list[str]:
     """The COMMENT ON COLUMN statements of sql/comments.sql (the user views' column descriptions),
     run where a database keeps the views: the server's views database and export-duckdb."""
-    text = resources.files("sql").joinpath("comments.sql").read_text(encoding="utf-8")
+    text = sql_root().joinpath("comments.sql").read_text(encoding="utf-8")
     return [line.rstrip(";") for line in text.splitlines() if line.startswith("COMMENT ON ")]
 
 
 def query_text(name: str) -> str:
     """A named query from sql/queries/ (parameterised with $names), e.g. 'where'."""
-    return resources.files("sql").joinpath("queries", f"{name}.sql").read_text(encoding="utf-8")
+    return sql_root().joinpath("queries").joinpath(f"{name}.sql").read_text(encoding="utf-8")
 
 
 def define_views(

@@ -24,7 +24,8 @@ STRUCTURE = ROOT / "docs" / "structure.md"
 # producer-agnostic pipeline and the watcher. The catalog
 # side: the query core (views, the guard) -> the operations a Catalog offers (compare, missing
 # statistics, export, the report, the Spark jobs), each taking what it needs as arguments -> the
-# `Catalog` API, a facade over them -> the front ends that serve a user (the CLI, the server).
+# `Catalog` API, a facade over them -> the front ends that serve a user (the CLI, the server, the
+# DB-API driver and SQLAlchemy dialect).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("storage", ("ingest.storage",)),
     ("formats", ("ingest.formats",)),
@@ -49,7 +50,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ("catalog.compare", "catalog.missing_stats", "catalog.export", "catalog.report", "catalog.spark"),
     ),
     ("api", ("catalog",)),
-    ("front ends", ("catalog.cli", "catalog.server")),
+    ("front ends", ("catalog.cli", "catalog.server", "catalog.dbapi", "catalog.sqlalchemy_dialect")),
 ]
 
 

@@ -4,6 +4,8 @@ appears, and docs/structure.md is the picture of today's imports."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.import_layers import STRUCTURE, cycles, import_graph, structure_markdown, upward_imports
 
 # Cycles still to be broken (issue 34): none left. A cycle may leave this list, not join it. (The
@@ -42,14 +44,25 @@ def test_every_package_is_shipped():
 
     from tests.import_layers import ROOT
 
-    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setuptools["packages"])
+    folders = setuptools.get("package-dir", {})  # import name -> folder (dumpcat_sql is sql/)
     found = {
         ".".join(p.parent.relative_to(ROOT).parts)
-        for top in ("catalog", "ingest", "sql")
+        for top in ("catalog", "ingest")
         for p in (ROOT / top).rglob("__init__.py")
     }
-    assert found <= listed, found - listed  # (sql.queries holds SQL files only: no __init__.py)
-    assert all((ROOT / name.replace(".", "/")).is_dir() for name in listed)
+    assert found <= listed, found - listed
+
+    def folder(name: str) -> Path:
+        top, *rest = name.split(".")
+        return ROOT / folders.get(top, top) / "/".join(rest)
+
+    assert all(folder(name).is_dir() for name in listed)
+    # sql/ and sql/queries hold SQL files only, installed as dumpcat_sql (not `sql`, JupySQL's name)
+    assert folder("dumpcat_sql.queries") == ROOT / "sql" / "queries"
+    assert {"dumpcat_sql", "dumpcat_sql.queries"} <= listed and "sql" not in listed
+    assert not (ROOT / "sql" / "__init__.py").exists()
 
 
 def test_tests_mirror_the_packages():

@@ -8,7 +8,10 @@ run in file-name order, so it can be read and run by hand in the DuckDB shell.
 
 from __future__ import annotations
 
+import functools
 from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -74,9 +77,23 @@ def missing_columns(con: duckdb.DuckDBPyConnection, table: str, files: list[str]
     return tuple(name for name in TABLES[table].names if name not in present)
 
 
+SQL_PACKAGE = "dumpcat_sql"  # what a wheel installs sql/ as (pyproject.toml's package-dir)
+
+
+@functools.cache
+def sql_root() -> Traversable:
+    """dumpcat's SQL files: the `sql/` folder beside `ingest/` in a checkout (or an editable
+    install), else the package `dumpcat_sql` a wheel installs them as. Never the import name
+    `sql`: JupySQL's package has it, and one would shadow (or overwrite) the other."""
+    checkout = Path(__file__).resolve().parents[2] / "sql"
+    if (checkout / "comments.sql").is_file():
+        return checkout
+    return resources.files(SQL_PACKAGE)
+
+
 def view_sql_files() -> list[tuple[str, str]]:
     """(name, text) of every numbered sql/NN_*.sql file (the views and macros), in order."""
-    root = resources.files("sql")
+    root = sql_root()
     files = sorted(
         (p for p in root.iterdir() if p.name.endswith(".sql") and p.name[:1].isdigit()), key=lambda p: p.name
     )

@@ -38,8 +38,45 @@ make_template() {
     fi
 }
 
+# dumpcat itself, for its dumpcat:// dialect (tests/catalog/test_superset_dialect.py), with
+# --no-deps: its other requirements (sqlglot>=30, plotly, orjson, ml_dtypes, protobuf, ... for ingest, the
+# server and the report) clash with Superset's (sqlglot 28), and the dialect imports only duckdb, numpy, pyarrow and
+# SQLAlchemy. Superset brings numpy 1.26, pyarrow 18 and SQLAlchemy 1.4.54; duckdb is added at the
+# version the project venv runs. Installed from a copy of the source (no build files in the
+# checkout); its digest (tests/superset/source_digest.py) is the stamp: changed code is reinstalled.
+dumpcat_pins=(duckdb==2.0.1)
+dumpcat_stamp="$venv/.dumpcat-source"
+install_dumpcat() {
+    local digest copy dlog
+    digest="$(python3 "$repo/tests/superset/source_digest.py")"
+    if [ -f "$dumpcat_stamp" ] && [ "$(cat "$dumpcat_stamp")" = "$digest ${dumpcat_pins[*]}" ]; then
+        return 0
+    fi
+    copy="$(mktemp -d)"
+    dlog="$copy/install.log"
+    mkdir "$copy/src"
+    cp -r "$repo/catalog" "$repo/ingest" "$repo/sql" "$repo/pyproject.toml" "$repo/setup.py" \
+        "$repo/README.md" "$copy/src/"
+    find "$copy/src" \( -name __pycache__ -o -name '*.so' \) -prune -exec rm -rf {} +
+    if ! { PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 \
+        "$venv/bin/python" -m pip install --quiet "${dumpcat_pins[@]}" &&
+        PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 \
+            "$venv/bin/python" -m pip install --quiet --no-deps --force-reinstall "$copy/src" &&
+        "$venv/bin/python" -c "import sqlalchemy as sa; assert sa.create_engine('dumpcat:///x').dialect.name == 'dumpcat'"
+    } > "$dlog" 2>&1; then
+        cat "$dlog" >&2
+        rm -rf "$copy"
+        echo "superset: installing dumpcat (--no-deps) and ${dumpcat_pins[*]} in $venv failed" >&2
+        exit 1
+    fi
+    rm -rf "$copy"
+    echo "$digest ${dumpcat_pins[*]}" > "$dumpcat_stamp"
+    echo "superset: installed dumpcat ($digest) and ${dumpcat_pins[*]} in $venv"
+}
+
 if [ -x "$venv/bin/superset" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "${pins[*]}" ]; then
     [ -f "$template" ] || make_template
+    install_dumpcat
     echo "superset: $venv already has ${pins[*]}"
     exit 0
 fi
@@ -65,4 +102,6 @@ fi
 rm -f "$template"
 make_template
 echo "${pins[*]}" > "$stamp"
+rm -f "$dumpcat_stamp"  # a new venv: dumpcat goes in anew
+install_dumpcat
 echo "superset: installed ${pins[*]} in $venv"
