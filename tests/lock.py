@@ -2,10 +2,10 @@
 
 pyproject.toml gives ranges (`duckdb>=2.0,<3`); an install from it takes whatever is newest that
 day, so two builds of one commit could differ, and differ from what the suite passed on.
-constraints.txt pins every distribution that
-`pip install -e '.[test,spark,report]'` brings in (the core dependencies, each extra and all of
-theirs), as installed in the environment the suite passed in. The Dockerfile and `.ci/run` install
-with `pip install -c constraints.txt ...`; tests/test_dependencies.py checks that the pins satisfy
+constraints.txt pins every distribution that `pip install -e '.[test,spark,report,pandas,polars]'`
+brings in (the core dependencies, each extra and all of theirs), as installed in the environment
+the suite passed in. The Dockerfile and `.ci/run` install with `pip install -c constraints.txt ...`;
+tests/test_dependencies.py checks that the pins satisfy
 pyproject's ranges, cover every dependency and are what the suite runs on.
 
     python -m tests.lock           # rewrite constraints.txt from this environment
@@ -26,12 +26,13 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "constraints.txt"
-EXTRAS = ("test", "spark", "report")  # every extra; the image installs the core alone
+EXTRAS = ("test", "spark", "report", "pandas", "polars")  # every extra; the image installs the core alone
 HEADER = """\
-# The versions dumpcat is tested with: every distribution `pip install -e '.[test,spark,report]'`
-# installs. Written by `python -m tests.lock` (after a dependency change, install, run the suite,
-# then run it); checked by tests/test_dependencies.py. Used as `pip install -c constraints.txt ...`
-# by the Dockerfile and .ci/run. Resolved on Linux x86_64, CPython 3.11.
+# The versions dumpcat is tested with: every distribution that
+# `pip install -e '.[test,spark,report,pandas,polars]'` installs. Written by `python -m tests.lock`
+# (after a dependency change, install, run the suite, then run it); checked by
+# tests/test_dependencies.py. Used as `pip install -c constraints.txt ...` by the Dockerfile and
+# .ci/run. Resolved on Linux x86_64, CPython 3.11.
 """
 
 

@@ -31,12 +31,6 @@ from tests.conftest import REPO
 
 # modules that may import the packages of an extra, and which
 EXTRAS = {"catalog/spark/": "spark", "catalog/report/figures.py": "report"}
-# Core dependencies no runtime module imports yet, each with the reason it stays.
-NOT_IMPORTED_YET = {
-    # catalog/sqlalchemy_dialect.py (the SQLAlchemy dialect, on its own branch) imports it; remove
-    # this exception when that module is merged.
-    "sqlalchemy",
-}
 
 
 def _requirement_names(specs: list[str]) -> set[str]:
@@ -70,7 +64,7 @@ def test_every_package_a_shipped_module_imports_is_a_dependency():
     core = _requirement_names(project["dependencies"])
     extras = {name: _requirement_names(specs) for name, specs in project["optional-dependencies"].items()}
     distributions = importlib.metadata.packages_distributions()
-    ours = {"catalog", "ingest", "sql"}
+    ours = {"catalog", "ingest", "sql", "dumpcat_sql"}
     missing = []
     for package in ("catalog", "ingest"):
         for path in sorted((REPO / package).rglob("*.py")):
@@ -111,9 +105,9 @@ def test_every_runtime_dependency_is_imported():
             for name in _all_imports(path):
                 imported |= {d.lower().replace("_", "-") for d in distributions.get(name, [name])}
     assert "protobuf" in imported and "ml-dtypes" in imported  # import names that differ from theirs
-    unused = declared - imported - NOT_IMPORTED_YET
+    assert "sqlalchemy" in imported  # the dumpcat:// dialect (catalog/sqlalchemy_dialect.py)
+    unused = declared - imported
     assert unused == set(), f"declared in pyproject.toml but imported by no runtime module: {sorted(unused)}"
-    assert declared >= NOT_IMPORTED_YET
 
 
 def _without(package: str, *args: str, cwd) -> subprocess.CompletedProcess:

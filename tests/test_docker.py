@@ -122,8 +122,10 @@ def test_installs_the_package_from_the_copied_sources():
         assert (ROOT / src).exists(), f"Dockerfile copies {src}, which is not in the repository"
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     packages = project["tool"]["setuptools"]["packages"]
-    # a subpackage (sql.queries) comes with its top-level folder
-    needed = {"pyproject.toml", project["project"]["readme"], *(p.split(".")[0] for p in packages)}
+    folders = project["tool"]["setuptools"].get("package-dir", {})  # dumpcat_sql is the folder sql/
+    # a subpackage (dumpcat_sql.queries) comes with its top-level folder
+    tops = {p.split(".")[0] for p in packages}
+    needed = {"pyproject.toml", project["project"]["readme"], *(folders.get(t, t) for t in tops)}
     assert needed <= {s.rstrip("/") for s in sources}, f"pip install . needs {needed}"
     # the package is built from the copied sources (a wheel in the build stage, or installed)
     commands = [shlex.split(c) for run in _all("RUN") for c in run.split("&&")]
