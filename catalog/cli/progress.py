@@ -41,13 +41,17 @@ class ProgressBar:
         if self.enabled:
             from tqdm import tqdm
 
+            # drawn first by the first phase or total (`delay`), not as an empty count before them
             self._bar = tqdm(
-                desc=self.label, unit=f" {self.unit}", file=sys.stderr, leave=False, dynamic_ncols=True
-            )
+                desc=self.label, unit=f" {self.unit}", file=sys.stderr, leave=False, dynamic_ncols=True,
+                delay=1e-9,
+            )  # fmt: skip
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         if self._bar is not None:
+            if exc_type is None:
+                self._bar.refresh()  # the final count is drawn before the line is cleared
             self._bar.close()
             self._bar = None
 
