@@ -527,8 +527,10 @@ class Ingester:
                 self.store.start_run()
                 self.on_phase("walking")
                 self.scan_all()
+                # every file is counted (the last leaves' are read by the flush): the walk's count is
+                # the total now, should the tree have changed since the caller counted it
+                self.on_total(self.summary.files_seen)
                 self.flush()
-                self.on_total(self.summary.files_seen)  # the walk's count is the total now
                 # The walk is done: idle helpers give their memory back before the last merge (the
                 # ingest's peak), and so does what only the walk needed (finish_run hands the
                 # freed memory back to the system first).

@@ -208,3 +208,16 @@ def test_compare_without_a_terminal_draws_no_bar(tmp_path, two_runs):
     _no_bar(piped.stderr, "pairs")
     assert "new pairs" in piped.stderr
     assert "pairing" not in piped.stderr
+
+
+def test_every_phase_is_reported_somewhere_and_documented():
+    """The phase names the code reports are ingest.progress.PHASES, and docs/cli.md's table has a row
+    for each."""
+    from ingest.progress import PHASES
+
+    code = "".join(p.read_text() for d in ("ingest", "catalog") for p in (REPO / d).rglob("*.py"))
+    reported = set(re.findall(r"phase\(\"([a-z ]+)\"\)", code))
+    assert reported == set(PHASES)
+    docs = (REPO / "docs" / "cli.md").read_text()
+    for name in PHASES:
+        assert f"| `{name}` |" in docs, name
