@@ -4,15 +4,13 @@ It is the `on_progress` of the work (ingest/progress.py): counts advance it, `to
 the size of the work (so it shows a percentage and an ETA) and `phase(name)` says what is being
 done when the count stands still (a batch committed, the flat files merged). It is shown when
 stderr is a terminal, or as `--progress/--no-progress` say; tqdm is imported only then (the
-start-up time of scripted commands).
+start-up time of scripted commands), and so is the table printer that makes the label printable.
 """
 
 from __future__ import annotations
 
 import sys
 from typing import Any
-
-from catalog.cli.output import printable
 
 __all__ = ["ProgressBar", "show_progress"]
 
@@ -32,7 +30,7 @@ class ProgressBar:
     and pass `on_progress` (None when disabled: the work then makes no calls at all)."""
 
     def __init__(self, label: str, unit: str, *, enabled: bool) -> None:
-        self.label = printable(label)
+        self.label = label
         self.unit = unit
         self.enabled = enabled
         self._bar: Any = None
@@ -40,6 +38,10 @@ class ProgressBar:
     def __enter__(self) -> ProgressBar:
         if self.enabled:
             from tqdm import tqdm
+
+            from catalog.cli.output import printable
+
+            self.label = printable(self.label)  # a run's name is anyone's text: no escapes drawn
 
             # drawn first by the first phase or total (`delay`), not as an empty count before them
             self._bar = tqdm(

@@ -137,6 +137,14 @@ def test_ingest_bar_is_labelled_with_the_derived_run_name(tmp_path):
     _assert_truthful(text, "ingest run 'experiment_7'", "files", _files(dump), ["walking"])
 
 
+def test_a_run_name_with_escapes_is_shown_not_sent(tmp_path):
+    """A run's name is anyone's text: on the bar its control characters are shown as `\\xNN`."""
+    hostile = "r\x1b]0;pwned\x07"
+    text = _on_a_terminal("ingest", str(dump_of("nan_log")), "-c", str(tmp_path / "cat"), "--run", hostile)
+    assert "\x1b]0;pwned" not in text and "\x07" not in text
+    assert "ingest run 'r\\x1b]0;pwned\\x07', walking:" in text
+
+
 def test_ingest_without_a_terminal_or_with_no_progress_draws_no_bar(tmp_path, synthetic):
     piped = _in_a_pipe("ingest", str(dump_of("nan_log")), "-c", str(tmp_path / "a"))
     _no_bar(piped.stderr, "files")
