@@ -108,3 +108,17 @@ def test_stats_progress_has_its_total_first_and_moves_in_small_steps(tmp_path, m
     first_step = events.index(("n", 16))
     assert ("total", 180) in events[:first_step] and ("phase", "computing statistics") in events[:first_step]
     assert events[0] == ("phase", "listing tensors") and ("phase", "committing") in events
+
+
+def test_duckdbs_own_bar_is_off_on_the_writers_connection_and_cursors():
+    """DuckDB draws a bar of its own on stdout (into a pipe too) for a statement of over 2 s, as a big
+    ingest's resolution and last merge are: the writer's connection and its cursors have it off."""
+    from ingest.storage.flat import open_writer_connection, writer_cursor
+
+    con = open_writer_connection()
+    try:
+        setting = "SELECT current_setting('enable_progress_bar')"
+        assert con.execute(setting).fetchone() == (False,)
+        assert writer_cursor(con).execute(setting).fetchone() == (False,)
+    finally:
+        con.close()
