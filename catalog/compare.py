@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from ingest.helper_pool import resolve_workers, run_ordered
 from ingest.pipeline import now
+from ingest.progress import phase_hook, total_hook
 from ingest.storage.schema import COMPARISONS
 from ingest.storage.store import CatalogStore
 
@@ -79,6 +80,7 @@ def compare_runs(
     from ingest.compare_metrics import PairJob, compare_jobs, pair_batches
 
     started = time.perf_counter()
+    phase, total = phase_hook(on_progress), total_hook(on_progress)  # ingest/progress.py
     with catalog.cursor() as cur:  # the mapping is a TEMP table: this cursor's own
         runs = {r[0] for r in cur.execute("SELECT run FROM runs").fetchall()}
         for name in (run, baseline):
@@ -92,6 +94,7 @@ def compare_runs(
         _register_mapping(cur, mapping)
         from catalog.views import query_text
 
+        phase("pairing")
         pairs = cur.sql(
             query_text("compare_pairs"),
             params={"run": run, "baseline": baseline, "iterations": iterations, "ranks": ranks},
@@ -99,7 +102,9 @@ def compare_runs(
     summary = CompareSummary(run, baseline)
     store = CatalogStore(catalog.path)
     n = pairs.num_rows
+    total(n)
     if n:
+        phase("comparing")
         columns = {name: pairs.column(name).to_pylist() for name in pairs.column_names}
 
         def side(i: int, prefix: str) -> tuple | None:
@@ -132,15 +137,19 @@ def compare_runs(
                 if on_progress is not None:
                     on_progress(len(result))
                 if len(done) >= _COMMIT_PAIRS:
-                    _commit(store, run, baseline, columns, done, summary)
+                    _commit(store, run, baseline, columns, done, summary, phase)
+                    phase("comparing")
                     done = []
-            _commit(store, run, baseline, columns, done, summary)
+            _commit(store, run, baseline, columns, done, summary, phase)
     catalog.refresh()
     summary.seconds = time.perf_counter() - started
     return summary
 
 
-def _commit(store: CatalogStore, run: str, baseline: str, columns: dict, done: list, summary) -> None:
+def _commit(
+    store: CatalogStore, run: str, baseline: str, columns: dict, done: list, summary,
+    phase: Callable[[str], None],
+) -> None:  # fmt: skip
     if not done:
         return
     rows = {name: [] for name in COMPARISONS.names}
@@ -157,7 +166,7 @@ def _commit(store: CatalogStore, run: str, baseline: str, columns: dict, done: l
         rows["compared_at"].append(at)
         summary.statuses[metrics.status] += 1
     table = pa.Table.from_arrays([pa.array(rows[f.name], f.type) for f in COMPARISONS], schema=COMPARISONS)
-    store.commit_batch(run, {"comparisons": table})
+    store.commit_batch(run, {"comparisons": table}, on_phase=phase)
     summary.pairs += table.num_rows
 
 

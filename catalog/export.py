@@ -125,6 +125,8 @@ def export_duckdb(
             _remove(p)
         con = duckdb.connect(":memory:", config=DUCKDB_CONFIG)
         try:
+            # DuckDB's own bar would go to stdout (a pipe too) once a copy takes over 2 s
+            con.execute("SET enable_progress_bar = false")
             con.execute(f"ATTACH {quote_literal(str(tmp))} AS {_ALIAS}{options}")
             rows = _write(con, files, materialize)
             _describe(con)

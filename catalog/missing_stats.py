@@ -25,6 +25,7 @@ import pyarrow as pa
 from catalog.spark.jobs import check_master_url, pack_tasks
 from catalog.views import DUCKDB_CONFIG, query_text
 from ingest.helper_pool import resolve_workers
+from ingest.progress import phase_hook, total_hook
 from ingest.statistics.rows import STATS_INPUT_COLUMNS, computed_stats_rows
 from ingest.storage.sql_views import define_raw_view
 from ingest.storage.store import SNAPSHOT, CatalogError, CatalogStore
@@ -127,9 +128,10 @@ def _directories(reader: pa.RecordBatchReader) -> Iterator[tuple[str, pa.Table, 
 class _Commits:
     """Rows waiting to be committed, per run; a run's are committed once there are enough."""
 
-    def __init__(self, shard: CatalogStore, summary: StatsSummary) -> None:
+    def __init__(self, shard: CatalogStore, summary: StatsSummary, phase: Callable[[str], None]) -> None:
         self.shard = shard
         self.summary = summary
+        self.phase = phase  # a commit names its phases, then the work goes on computing
         self.waiting: dict[str, tuple[list[pa.Table], list[pa.Table]]] = {}
 
     def add(self, run: str, stats: pa.Table, errors: pa.Table | None) -> None:
@@ -142,13 +144,14 @@ class _Commits:
             failed.append(errors)
         if sum(t.num_rows for t in tables) + sum(t.num_rows for t in failed) >= _COMMIT_ROWS:
             self.commit(run)
+            self.phase("computing statistics")
 
     def commit(self, run: str) -> None:
         tables, failed = self.waiting.pop(run, ([], []))
         batch = {"tensor_stats": pa.concat_tables(tables)} if tables else {}
         if failed:
             batch["ingest_errors"] = pa.concat_tables(failed)
-        if batch and self.shard.commit_batch(run, batch):
+        if batch and self.shard.commit_batch(run, batch, on_phase=self.phase):
             self.summary.batches += 1
 
     def commit_all(self) -> None:
@@ -178,6 +181,8 @@ def compute_missing_stats(
     summary = StatsSummary(runs={r: RunStats() for r in ([run] if run is not None else runs)})
     summary.where = f"local, {resolve_workers(workers)} workers" if spark is None else "Spark"
     progress = on_progress or (lambda n: None)
+    phase = phase_hook(on_progress)
+    total = total_hook(on_progress)
     with contextlib.ExitStack() as stack:
         sessions: list[SparkSession] = []
 
@@ -198,7 +203,8 @@ def compute_missing_stats(
                 except CatalogError as exc:  # left out of the views too (a warning said so)
                     unreadable.append(f"{shard.describe()}: {exc}")
                     continue
-            _shard_stats(shard, run, summary, session if spark is not None else None, workers, md5, progress)
+            spark_session = session if spark is not None else None
+            _shard_stats(shard, run, summary, spark_session, workers, md5, progress, phase, total)
     if unreadable:
         raise StatsError(
             f"the statistics of the other shards are committed, but not those of {'; '.join(unreadable)}"
@@ -218,6 +224,8 @@ def _shard_stats(
     workers: int | None,
     md5: bool,
     progress: Callable[[int], None],
+    phase: Callable[[str], None],
+    total: Callable[[int], None],
 ) -> None:
     """One shard's work, under its writer lock (taken first: the work list is then exact). A shard
     without tensors of the run is left alone, so that its writer (a watcher) is not waited for."""
@@ -226,6 +234,7 @@ def _shard_stats(
     ):
         return
     with shard.writer_lock(wait=shard.writer is None):
+        phase("listing tensors")
         snap = shard.snapshot()
         roots = {r: root for (_, r), root in shard.dump_roots(snap).items()}
         files, full = shard.table_files(snap), shard.full_schema_tables(snap)
@@ -245,19 +254,23 @@ def _shard_stats(
                 summary.runs.setdefault(r, RunStats()).todo += n
                 if r not in roots:
                     raise CatalogError(f"run {r!r} has no dump root in {shard.describe()}")
+            total(sum(s.todo for s in summary.runs.values()))  # this shard's and those done before
+            phase("computing statistics")
             reader = con.sql(todo_sql, params={"run": run}).to_arrow_reader(_READ_ROWS)
-            commits = _Commits(shard, summary)
+            commits = _Commits(shard, summary, phase)
             if session is None:
                 groups = ((r, table, sizes) for r, table, sizes in _directories(reader))
                 for r, pieces in pack_tasks(groups, _COMMIT_ROWS, 1 << 62):
                     todo = pa.concat_tables(pieces)
-                    commits.add(r, *computed_stats_rows(todo, r, roots[r], md5=md5, workers=workers))
-                    progress(todo.num_rows)
+                    rows = computed_stats_rows(
+                        todo, r, roots[r], md5=md5, workers=workers, on_progress=progress
+                    )
+                    commits.add(r, *rows)
             else:
                 _on_spark(session(), reader, counts, roots, md5, commits, summary, progress)
             commits.commit_all()
             for r, _, _ in counts:
-                shard.finish_run(r)
+                shard.finish_run(r, on_phase=phase)
         finally:
             con.close()
 

@@ -36,6 +36,7 @@ from ingest.files import age, fresh_age, now, size_or_none
 from ingest.formats.limits import MetadataCaps
 from ingest.helper_pool import start_helpers, stop_idle_helpers
 from ingest.ids import TensorIdHasher
+from ingest.progress import phase_hook, total_hook
 from ingest.readers.sink import IngestOptions, ManifestEntry
 from ingest.row_id_set import RowIdSet
 from ingest.statistics.rows import computed_stats_rows
@@ -242,7 +243,11 @@ class Ingester:
         self.producer = producer
         self.md5 = md5
         self.batch_rows = batch_rows
-        self.on_progress = on_progress or (lambda n: None)
+        # files seen advance `on_progress`; one with `phase`/`total` methods (ingest/progress.py) also
+        # hears what the ingest does after the walk, and the walk's count when it ends
+        self.on_progress = on_progress
+        self.on_phase = phase_hook(on_progress)
+        self.on_total = total_hook(on_progress)
         self.summary = IngestSummary(run=run, dump_root=str(dump_root))
         self.pending = _Pending()
         self.known_tensors = RowIdSet()  # 8 bytes per tensor, not a set's ~70
@@ -366,10 +371,17 @@ class Ingester:
         """`is_known` of each of `row_ids` (a bool array)."""
         return self.known_tensors.contains_many(row_ids)
 
-    def saw_files(self, n: int, *, progress: bool = False) -> None:
-        """Count `n` files as seen; `progress`: advance the progress bar too."""
+    def saw_files(self, n: int, *, progress: bool = False, later: bool = False) -> None:
+        """Count `n` files as seen, and advance the progress bar by as many (every file seen, so that
+        the bar ends at the walk's count), or, `later`, once the reader has read them (`files_read`).
+        `progress` is kept for readers that pass it."""
         self.summary.files_seen += n
-        if progress:
+        if self.on_progress is not None and not later:
+            self.on_progress(n)
+
+    def files_read(self, n: int) -> None:
+        """Advance the progress bar by `n` files counted with `saw_files(later=True)`."""
+        if self.on_progress is not None and n:
             self.on_progress(n)
 
     def previous(self, rel: str) -> ManifestEntry | None:
@@ -468,7 +480,7 @@ class Ingester:
             reason = f"cannot stat: {exc.strerror}"
         if reason is None:
             return True
-        self.summary.files_seen += 1
+        self.saw_files(1)
         self.file_error(self.rel(entry.path), "unknown", "walk", reason)
         return False
 
@@ -480,7 +492,7 @@ class Ingester:
             return True
         except UnicodeEncodeError:
             shown = self.rel(os.fsencode(entry.path).decode("utf-8", "backslashreplace"))
-            self.summary.files_seen += 1
+            self.saw_files(1)
             self.file_error(shown, "unknown", "walk", "file name is not valid UTF-8; rename it to catalog it")
             return False
 
@@ -497,6 +509,7 @@ class Ingester:
         """Commit when enough rows are pending (bounded memory)."""
         if self.pending.size() >= self.batch_rows:
             self.flush()
+            self.on_phase("walking")  # the batch is committed: back to the walk
 
     # -- driving a reader --------------------------------------------------------------------
 
@@ -512,14 +525,18 @@ class Ingester:
             with self.store.writer_lock(wait=self.store.writer is None):
                 self._load_state()
                 self.store.start_run()
+                self.on_phase("walking")
                 self.scan_all()
+                # every file is counted (the last leaves' are read by the flush): the walk's count is
+                # the total now, should the tree have changed since the caller counted it
+                self.on_total(self.summary.files_seen)
                 self.flush()
                 # The walk is done: idle helpers give their memory back before the last merge (the
                 # ingest's peak), and so does what only the walk needed (finish_run hands the
                 # freed memory back to the system first).
                 stop_idle_helpers()
                 self._drop_walk_state()
-                self.store.finish_run(self.run)
+                self.store.finish_run(self.run, on_phase=self.on_phase)
         finally:
             if gc_was_enabled:
                 gc.enable()
@@ -581,6 +598,7 @@ class Ingester:
         their data (ingest/statistics/rows.py); a tensor whose data cannot be read is an error row."""
         if not self.pending.stat_ids:
             return None
+        self.on_phase("computing statistics")
         wanted = np.isin(tensors.column("row_id").to_numpy(), np.asarray(self.pending.stat_ids, np.int64))
         # usually every pending tensor (pyarrow.compute, which filter needs, takes ~40 ms to import)
         todo = tensors if wanted.all() else tensors.filter(pa.array(wanted))
@@ -612,7 +630,7 @@ class Ingester:
             # they give their memory back (~40 MiB each) and the walk starts new ones when it
             # needs them (ingest/helper_pool.py: the caller computes while they start).
             stop_idle_helpers()
-        if tables and self.store.commit_batch(self.run, tables):
+        if tables and self.store.commit_batch(self.run, tables, on_phase=self.on_phase):
             self.summary.batches += 1
 
     def _batch_tables(self) -> dict[str, pa.Table]:
@@ -650,8 +668,11 @@ class ReaderSink:
     def scandir(self, path: str, *, sort: bool = True) -> list[os.DirEntry] | None:
         return self._ingester.scandir(path, sort=sort)
 
-    def saw_files(self, n: int, *, progress: bool = False) -> None:
-        self._ingester.saw_files(n, progress=progress)
+    def saw_files(self, n: int, *, progress: bool = False, later: bool = False) -> None:
+        self._ingester.saw_files(n, progress=progress, later=later)
+
+    def files_read(self, n: int) -> None:
+        self._ingester.files_read(n)
 
     def warm_helpers(self, task: str | None = None) -> None:
         self._ingester.warm_helpers(task)

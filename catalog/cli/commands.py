@@ -7,7 +7,6 @@ counted and listed in `ingest_errors`.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
@@ -134,6 +133,11 @@ SPARK_OPTION = click.option(
     help="Do the work as Spark tasks on this master (local[4], spark://host:7077, ...), one dump directory "
     "each; needs pip install -e '.[spark]', and the executors must see the dump at the same paths.",
 )
+PROGRESS_OPTION = click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="A progress bar on stderr: total, ETA, phase (default: when stderr is a terminal).",
+)
 FORMAT_OPTION = click.option(
     "--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True
 )
@@ -236,9 +240,7 @@ def main() -> None:
     default=None,
     help="Processes reading headers and computing statistics (default: one per core, at most 8).",
 )
-@click.option(
-    "--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal)."
-)
+@PROGRESS_OPTION
 @FOLLOW_SYMLINKS_OPTION
 @MAX_METADATA_OPTION
 def ingest(
@@ -262,7 +264,9 @@ def ingest(
     # the writer's DuckDB gets ready while the rest is imported and the dump scanned
     warm_up_writer(open_writer_connection)
     from catalog.api import Catalog
-    from ingest.pipeline import detect_dump
+    from catalog.cli.progress import ProgressBar, show_progress
+    from ingest.pipeline import default_run_name, detect_dump
+    from ingest.progress import count_files
     from ingest.storage.store import check_writer_name
 
     if run is not None and len(dump_dirs) > 1:
@@ -271,22 +275,19 @@ def ingest(
         check_writer_name(writer)
     detections = [detect_dump(d, producer) for d in dump_dirs]  # all readable before a catalog is made
     cat = Catalog.open(catalog_path, create=True)
-    show_bar = sys.stderr.isatty() if progress is None else progress
+    show_bar = show_progress(progress)
     for dump_dir, detection in zip(dump_dirs, detections, strict=True):
         click.echo(f"{dump_dir}: {detection.description}")
-        with contextlib.ExitStack() as stack:
-            on_progress = None
-            if show_bar:  # tqdm is imported only for a bar (start-up time of scripted ingests)
-                from tqdm import tqdm
-
-                bar = stack.enter_context(
-                    tqdm(desc=f"ingest {dump_dir.name}", unit=" files", file=sys.stderr, leave=False)
-                )
-                on_progress = bar.update
+        # labelled with the run's name in the catalog (ingest_dump names it so)
+        label = f"ingest run {run or default_run_name(detection.root)!r}"
+        with ProgressBar(label, "files", enabled=show_bar) as bar:
+            if show_bar:  # a quick count first: the bar gets a total and an ETA (docs/cli.md)
+                bar.phase("counting files")
+                bar.total(count_files(dump_dir))
             s = cat.ingest(
                 dump_dir, run, producer=detection.reader.name, compute_stats=compute_stats, md5=md5,
-                workers=workers, on_progress=on_progress, writer=writer, follow_symlinks=follow_symlinks,
-                max_metadata_size=max_metadata_size, detection=detection,
+                workers=workers, on_progress=bar.on_progress, writer=writer,
+                follow_symlinks=follow_symlinks, max_metadata_size=max_metadata_size, detection=detection,
             )  # fmt: skip
         rate = s.files_seen / s.seconds if s.seconds > 0 else 0.0
         click.echo(
@@ -596,14 +597,16 @@ def _int_list(text: str | None) -> list[int] | None:
     "--workers", type=int, default=None, help="Processes computing metrics (default: one per core)."
 )
 @SPARK_OPTION
+@PROGRESS_OPTION
 @FORMAT_OPTION
 def compare(
     catalog_path: str, run: str, baseline: str, iterations: str | None, ranks: str | None,
-    mapping: Path | None, workers: int | None, spark_master: str | None, fmt: str,
+    mapping: Path | None, workers: int | None, spark_master: str | None, progress: bool | None, fmt: str,
 ) -> None:  # fmt: skip
     """Compare the tensors of RUN with those of BASELINE (two runs of one catalog): cosine, errors,
     KL divergence and more per pair, stored in `comparisons`; then print each step's first divergence."""
     _spare_pandas()
+    from catalog.cli.progress import ProgressBar, show_progress
     from catalog.compare import CompareError
     from catalog.spark.jobs import SparkJobError
 
@@ -611,10 +614,12 @@ def compare(
         raise click.UsageError("--workers is for local processes; with --spark every executor core works")
     cat = _open(catalog_path)
     try:
-        summary = cat.compare(
-            run, baseline, iterations=_int_list(iterations), ranks=_int_list(ranks), mapping=mapping,
-            workers=workers, spark=spark_master,
-        )  # fmt: skip
+        label = f"compare {run!r} with {baseline!r}"
+        with ProgressBar(label, "pairs", enabled=show_progress(progress)) as bar:
+            summary = cat.compare(
+                run, baseline, iterations=_int_list(iterations), ranks=_int_list(ranks), mapping=mapping,
+                workers=workers, spark=spark_master, on_progress=bar.on_progress,
+            )  # fmt: skip
     except (CompareError, SparkJobError) as exc:
         _fail(" ".join(str(exc).split()))
     click.echo(summary.line(), err=True)
@@ -664,9 +669,7 @@ def _say_first_difference(cat: Catalog, run: str, baseline: str) -> None:
     help="Local processes computing statistics (default: one per core, at most 8).",
 )
 @click.option("--md5", is_flag=True, help="Also compute the md5 of each tensor's bytes.")
-@click.option(
-    "--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal)."
-)
+@PROGRESS_OPTION
 def stats(
     catalog_path: str, run: str | None, spark_master: str | None, workers: int | None, md5: bool,
     progress: bool | None,
@@ -674,19 +677,18 @@ def stats(
     """Compute statistics from tensor data for every cataloged tensor that has none yet (a run ingested
     with --no-stats) and commit them, as `ingest --stats` would have; a re-run does what is left."""
     _spare_pandas()
-    from tqdm import tqdm
-
+    from catalog.cli.progress import ProgressBar, show_progress
     from catalog.missing_stats import StatsError
     from catalog.spark.jobs import SparkJobError
 
     if spark_master is not None and workers is not None:
         raise click.UsageError("--workers is for local processes; with --spark every executor core works")
     cat = _open(catalog_path)
-    disable = None if progress is None else not progress
+    label = "stats" if run is None else f"stats of run {run!r}"
     try:
-        with tqdm(desc="stats", unit=" tensors", disable=disable, file=sys.stderr, leave=False) as bar:
+        with ProgressBar(label, "tensors", enabled=show_progress(progress)) as bar:
             summary = cat.compute_stats(
-                run, spark=spark_master, workers=workers, md5=md5, on_progress=bar.update
+                run, spark=spark_master, workers=workers, md5=md5, on_progress=bar.on_progress
             )
     except (StatsError, SparkJobError) as exc:
         _fail(" ".join(str(exc).split()))

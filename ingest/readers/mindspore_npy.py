@@ -76,6 +76,7 @@ class _Leaf:
     known_names: list[str] = field(default_factory=list)  # .npy files cataloged before
     tables: list[pa.Table] = field(default_factory=list)  # scanned rows
     irregular: list[str] = field(default_factory=list)  # scanned files to judge one by one
+    unread: int = 0  # listed files the progress bar has not been advanced by (sink.files_read)
 
 
 def _is_npy(name: str) -> bool:
@@ -181,17 +182,20 @@ class LeafEngine:
         entries = self.sink.scandir(path, sort=self.sink.options.live)
         if entries is None:
             return
-        self.sink.saw_files(len(entries), progress=True)
+        # the bar advances as the files are read (the scan of queued leaves comes later, in bulk)
+        self.sink.saw_files(len(entries), later=True)
         rel_dir = self.sink.rel(path)
         names = [e.name for e in entries]
         mapping: dict[str, str] = {}
         if "mapping.csv" in names:
             mapping = self._read_mapping(rel_dir, entries[names.index("mapping.csv")])
         leaf = _Leaf(rank, net, graph_id, iteration, dir_kind, path, rel_dir, entries, mapping)
+        leaf.unread = len(entries)
         settled = self.sink.options.live and self._settled(entries)
         if self.sink.options.live and not settled:
             # A directory being written: each file judged by _ingest_tensor's live rules.
             self._process_leaf(leaf, scanned=False)
+            self.sink.files_read(leaf.unread)
             return
         if len(entries) > _GIANT_LEAF_FILES:
             # Scanned rows of a directory are finished together (its statistic.csv is matched
@@ -199,6 +203,7 @@ class LeafEngine:
             # that memory stays bounded by the batch size.
             entries.sort(key=_entry_name)
             self._process_leaf(leaf, scanned=False)
+            self.sink.files_read(leaf.unread)
             return
         is_scanned = self.files.is_scanned
         scan = [n for n in names if is_scanned(n)]
@@ -257,8 +262,10 @@ class LeafEngine:
             return
         batches: list[list[LeafChunk]] = []
         owners: list[list[int]] = []  # per batch: the queue index of each chunk
+        sizes: list[list[int]] = []  # per batch: the files of each chunk (the progress bar's steps)
         batch: list[LeafChunk] = []
         owner: list[int] = []
+        sized: list[int] = []
         size = 0
         for index, leaf in enumerate(queue):
             ctx = (self.sink.options.run, leaf.rank, leaf.net, leaf.graph_id, leaf.iteration, leaf.dir_kind)
@@ -270,14 +277,17 @@ class LeafEngine:
                 originals = [leaf.mapping.get(n) for n in part] if leaf.mapping else [None] * len(part)
                 batch.append((ctx, leaf.path, leaf.rel_dir, part, originals))
                 owner.append(index)
+                sized.append(len(part))
                 size += len(part)
                 if size >= _SCAN_BATCH_FILES:
                     batches.append(batch)
                     owners.append(owner)
-                    batch, owner, size = [], [], 0
+                    sizes.append(sized)
+                    batch, owner, sized, size = [], [], [], 0
         if batch:
             batches.append(batch)
             owners.append(owner)
+            sizes.append(sized)
         workers = resolve_workers(self.sink.options.workers)
         if workers > 1 and len(batches) > 1:
             # `workers` helpers scan; this process finishes leaves meanwhile (measured: faster than
@@ -290,18 +300,23 @@ class LeafEngine:
             results = (scan(b) for b in batches)
         # Finish each leaf as soon as its last chunk is back, while the helpers scan the next.
         finished = 0
-        for owner, result in zip(owners, results, strict=True):
-            for index, scanned in zip(owner, result, strict=True):
+        files_read = self.sink.files_read
+        for owner, sized, result in zip(owners, sizes, results, strict=True):
+            for index, n, scanned in zip(owner, sized, result, strict=True):
                 table, irregular = self.files.scanned_table(scanned)
                 queue[index].tables.append(table)
                 queue[index].irregular.extend(irregular)
+                queue[index].unread -= n
+            files_read(sum(sized))  # the bar moves a scan batch at a time
             upto = owner[-1] if owner else finished
             while finished < upto:
                 self._process_leaf(queue[finished], scanned=True)
+                files_read(queue[finished].unread)  # its other files (statistic.csv, ...), the known ones
                 queue[finished] = None  # type: ignore[call-overload]  # free its rows
                 finished += 1
         while finished < len(queue):
             self._process_leaf(queue[finished], scanned=True)
+            files_read(queue[finished].unread)
             finished += 1
 
     def _irregular_entries(self, leaf: _Leaf) -> dict[str, os.DirEntry]:

@@ -65,9 +65,15 @@ class IngestSink(Protocol):
         error rows already and left out."""
         ...
 
-    def saw_files(self, n: int, *, progress: bool = False) -> None:
-        """Count `n` files as seen (the summary); `progress`: also advance the progress bar, which
-        counts the files of the directories that hold tensors."""
+    def saw_files(self, n: int, *, progress: bool = False, later: bool = False) -> None:
+        """Count `n` files as seen: the summary, and the progress bar, which counts every file seen so
+        that it ends at the count made before the walk. `later`: the bar advances only when the reader
+        says it has read them (`files_read`), for files queued to be read in bulk. `progress` is
+        accepted and changes nothing (the bar once counted only the files it named)."""
+        ...
+
+    def files_read(self, n: int) -> None:
+        """Advance the progress bar by `n` of the files counted with `saw_files(later=True)`."""
         ...
 
     def warm_helpers(self, task: str | None = None) -> None:

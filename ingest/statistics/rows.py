@@ -10,6 +10,7 @@ cannot be read gets an `ingest_errors` row instead, the same at each of them.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pyarrow as pa
@@ -23,6 +24,7 @@ __all__ = ["STATS_INPUT_COLUMNS", "computed_stats_rows"]
 _KEY_COLUMNS = TABLES["tensor_stats"].names[: -len(STAT_VALUE_FIELDS)]
 _VALUES = pa.schema(STAT_VALUE_FIELDS)
 _KEYS = pa.schema([TABLES["tensor_stats"].field(name) for name in _KEY_COLUMNS])
+_PROGRESS_STEP = 1024  # tensors between progress reports: a bar moves, its calls cost nothing
 _WHERE = ("row_id", "rel_path", "data_offset", "stored_dtype", "shape", "format", "host_shape")
 # The columns of a `tensors` row that statistics need: the keys `tensor_stats` repeats, and where
 # the data is.
@@ -36,10 +38,12 @@ def computed_stats_rows(
     *,
     md5: bool = False,
     workers: int | None = None,
+    on_progress: Callable[[int], None] | None = None,
 ) -> tuple[pa.Table, pa.Table | None]:
     """The `tensor_stats` rows of `tensors` (their `tensors` rows, or at least STATS_INPUT_COLUMNS;
     text columns may be dictionary-encoded), and the `ingest_errors` rows (None when there are
-    none) of the tensors whose data could not be read, which get no statistics row."""
+    none) of the tensors whose data could not be read, which get no statistics row. `on_progress`
+    hears every _PROGRESS_STEP tensors done (and the rest at the end), so that a bar moves."""
     cols = [tensors.column(c).to_pylist() for c in _WHERE]
     root = os.fspath(dump_root) + os.sep
     jobs = (
@@ -50,7 +54,11 @@ def computed_stats_rows(
     errors: list[tuple] = []
     chunks: list[pa.Table] = []
     rows: list[tuple] = []
+    step = _PROGRESS_STEP if on_progress is not None else -1  # the next count reported at
     for i, (_, stats, error) in enumerate(compute_stats_many(jobs, md5=md5, workers=workers)):
+        if i == step:  # `i` tensors done
+            on_progress(_PROGRESS_STEP)  # type: ignore[misc]
+            step += _PROGRESS_STEP
         computed.append(error is None)
         if error is not None:
             errors.append((run, cols[1][i], "tensor_stats", error, None, datetime.now(UTC)))
@@ -60,6 +68,8 @@ def computed_stats_rows(
             chunks.append(rows_to_table(rows, _VALUES))
             rows = []
     chunks.append(rows_to_table(rows, _VALUES))
+    if on_progress is not None and computed:
+        on_progress(len(computed) - (step - _PROGRESS_STEP))  # the rest
     keys = tensors.select(list(_KEY_COLUMNS))
     if not keys.schema.equals(_KEYS):  # dictionary-encoded while pending
         keys = keys.cast(_KEYS)

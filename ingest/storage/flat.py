@@ -310,7 +310,7 @@ def open_writer_connection() -> duckdb.DuckDBPyConnection:
     )
     # One execute for every statement: run in a thread beside busy imports, each return to Python
     # would wait for the GIL.
-    local = [raw_view_sql(table, []) for table in _RAW_READ]
+    local = [_QUIET, *(raw_view_sql(table, []) for table in _RAW_READ)]
     local += [f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM raw_{view[4:]}" for view in _SRC_VIEWS]
     for rebuild in (False, True):
         cached = _writer_views_database(rebuild=rebuild)
@@ -336,6 +336,7 @@ def writer_cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     """A cursor of the writer's connection that finds the resolution views as the connection
     does (the search path is a connection's setting, which a cursor does not inherit)."""
     cursor = con.cursor()  # (asked, not `con`: another thread may be using the connection)
+    cursor.execute(_QUIET)  # a client setting too
     attached = "SELECT count(*) FROM duckdb_databases() WHERE database_name = ?"
     if cursor.execute(attached, [_WRITER_VIEWS]).fetchone()[0]:
         cursor.execute(_SEARCH_PATH)
@@ -343,6 +344,9 @@ def writer_cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
 
 
 _RESOLVED = [f"{flat}_resolved" for flat in FLAT_SOURCES]  # what the writer queries
+# DuckDB's own progress bar, drawn on stdout (a pipe or a file too) by a statement of over 2 s, as
+# the resolution and last merge of a big ingest are: never (the command line draws its own bar).
+_QUIET = "SET enable_progress_bar = false"
 _SEARCH_PATH = f"SET search_path = 'memory.main,{_WRITER_VIEWS}.main'"
 # The views the resolution SQL reads each batch's rows through (sql/30_tensors.sql, 40_stats.sql).
 _SRC_VIEWS = tuple(f"src_{t}" for ts in FLAT_SOURCES.values() for t in ts)

@@ -40,7 +40,7 @@ import socket
 import time
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import quote, unquote
@@ -451,18 +451,22 @@ class CatalogStore:
         (see FlatWriter.interim). Caller holds writer_lock."""
         self._flat_writer().interim = True
 
-    def finish_run(self, run: str) -> None:
+    def finish_run(self, run: str, *, on_phase: Callable[[str], None] | None = None) -> None:
         """A one-shot ingest of `run` ended: merge its flat files into one per table, so queries
         read one file (the watcher never calls this; its files stay merged by size tiers).
-        Caller holds writer_lock."""
+        Caller holds writer_lock. `on_phase` hears the phase names (ingest/progress.py)."""
         if self._flat is not None:
             self._flat.interim = False
         snap = self.snapshot()
         if "flat" not in snap:
             return
         release_free_memory()
+        if on_phase is not None:
+            on_phase("merging flat files")
         retired = self._flat_writer().consolidate(snap, run)
         if retired:
+            if on_phase is not None:
+                on_phase("committing")
             self._retire(snap, retired)
             self._commit_snapshot(snap)
 
@@ -499,8 +503,11 @@ class CatalogStore:
                 if rel not in live:
                     shutil.rmtree(bdir, ignore_errors=True)
 
-    def commit_batch(self, run: str, tables: dict[str, pa.Table]) -> str | None:
+    def commit_batch(
+        self, run: str, tables: dict[str, pa.Table], *, on_phase: Callable[[str], None] | None = None
+    ) -> str | None:
         """Write one batch of tables and commit it. Caller holds writer_lock. Returns the batch id.
+        `on_phase` hears the phase names (ingest/progress.py): a big batch takes seconds to write.
 
         Takes the tables: `tables` is emptied, and the rows are let go once their files are
         written, so that a batch's rows and the flat writer's DuckDB (which reads the files) are
@@ -511,8 +518,10 @@ class CatalogStore:
             return None
         if self.writer is not None and run != self.shard_run:
             raise CatalogError(f"{self.describe()} cannot hold rows of run {run!r}")
+        phase = on_phase or _no_phase
         snap = self.snapshot()
         self._claim_ranks(snap, run, live)
+        phase("writing batch")
         entry = self._write_batch(run, live)
         live.clear()
         # and what held them goes back to the system before the flat writer's DuckDB, which
@@ -520,7 +529,9 @@ class CatalogStore:
         release_free_memory()
         snap["batches"].append(entry)
         if "flat" in snap:
+            phase("resolving names")  # the flat files: operator names, statistics joined to tensors
             self._retire(snap, self._flat_writer().after_batch(snap, entry))
+        phase("committing")
         self._commit_snapshot(snap)
         # the allocators keep freed blocks for reuse; an ingest idles between batches, so give
         # them back (the next batch is minutes of walking away on a big dump)
@@ -753,6 +764,10 @@ def _lock_holder(fd: int) -> str:
     with contextlib.suppress(OSError):
         return os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
     return ""
+
+
+def _no_phase(name: str) -> None:
+    pass
 
 
 def empty_flat() -> dict:

@@ -493,8 +493,8 @@ def test_a_one_shot_ingest_merges_its_interim_files_at_its_end(tmp_path, monkeyp
         store.start_run()
         original = store.commit_batch
 
-        def commit_batch(run, tables):
-            batch = original(run, tables)
+        def commit_batch(run, tables, **kwargs):
+            batch = original(run, tables, **kwargs)
             counts.append(len(store.snapshot()["flat"]["tensors"]))
             return batch
 

@@ -148,9 +148,9 @@ def test_a_full_batch_commits_with_no_idle_helper_beside_it(tmp_path, monkeypatc
     at_commits: list[tuple[int, int]] = []  # (tensors in the batch, helpers alive)
     commit = CatalogStore.commit_batch
 
-    def observed_commit(self, run, tables):
+    def observed_commit(self, run, tables, **kwargs):
         at_commits.append((tables["tensors"].num_rows if "tensors" in tables else 0, helpers_alive()))
-        return commit(self, run, tables)
+        return commit(self, run, tables, **kwargs)
 
     started: list[int] = []
     checkout = helper_pool._checkout_helpers
