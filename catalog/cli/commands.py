@@ -493,7 +493,7 @@ def status(catalog_path: str, fmt: str) -> None:
     metavar="FILE:LINE",
     help="A source line, e.g. train.py:58 (the file may be a path or its tail).",
 )
-@click.option("--code", default=None, help='The text of a source line, e.g. "x = self.conv3(x)".')
+@click.option("--code", default=None, help='A fragment of a source line, e.g. "self.conv3(".')
 @FORMAT_OPTION
 def where(catalog_path: str, line_spec: str | None, code: str | None, fmt: str) -> None:
     """List the operators a source line created and their tensors' row ids per iteration."""
