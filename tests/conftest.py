@@ -31,6 +31,7 @@ SLOWEST_FILES = {
     "test_flat.py": 53, "test_server_availability.py": 49, "test_report.py": 36, "test_flat_memory.py": 30,
     "test_superset.py": 28, "test_leaf_scan.py": 22, "test_cli.py": 22, "test_ascend_raw.py": 17,
     "test_server_hostile.py": 16, "test_server.py": 16, "test_pgcodec.py": 16, "test_hostile_tree.py": 15,
+    "test_superset_dialect.py": 30, "test_progress.py": 20, "test_docker.py": 17,
 }  # fmt: skip
 
 
