@@ -22,6 +22,25 @@ step 2 is NaN throughout on that rank. Net.forward also returns torch.log(relu(h
 which is -inf where relu(h) == 0 at step 1 only (not used in the loss, so no backward for it).
 In the 2-rank tree only rank 1 takes offset 0.0, and
 the detached loss is all_reduce'd (SUM), so rank 0 sees NaN only in Distributed.all_reduce.
+
+4-rank trees (issue 37), `<producer venv>/bin/python tests/writers/msprobe_dumps.py multirank`:
+TREES4 below, world size 4, model Net4 (enc=Linear(4,8) -> ReLU -> fc2=Linear(8,2), MSE, SGD).
+Every step: Distributed.broadcast.0 (rank 0 -> all, finite), the forward, then per scenario the
+p2p/gather below, loss.backward(), then Distributed.all_reduce.0..3 of enc.weight, enc.bias,
+fc2.weight, fc2.bias (one call per parameter) each followed by Tensor.div_, then SGD.
+The NaN is planted in Net4.forward at `root = torch.sqrt(h + offset)`, msprobe op
+Torch.sqrt.0.forward, this file (recorded as /home/user/msprobe_demo/msprobe_dumps.py) line 246,
+at step 1 only, by offset 0.0 on the nan rank (h has negative entries there):
+- "allreduce" trees (pt_4ranks_allreduce_l1_statistics, pt_4ranks_allreduce_mix_tensor): NaN rank 2.
+  Also Distributed.all_gather.0 of the detached loss (the NaN lands inside every rank's output
+  list) and Distributed.send.0 rank 0 -> Distributed.recv.0 rank 1 (y, finite at step 1). The
+  enc gradients all_reduce (0 and 1) spread it to every rank; step 2 starts from NaN enc weights
+  on every rank: no new origin.
+- "recv" trees (pt_4ranks_recv_l1_statistics, pt_4ranks_recv_mix_tensor): NaN rank 3, which sends
+  root (NaN) to rank 1 (Distributed.send.0 / Distributed.recv.0); rank 1 adds its mean into its
+  loss, so rank 1 first gets the NaN through the recv; ranks 0 and 2 get it later from the enc
+  gradient all_reduce (rank 1's own gradients stay finite). No all_gather.
+The mix/tensor trees dump step 1 only (3 steps would be ~3 MB of .pt files each).
 """
 
 from __future__ import annotations
@@ -174,7 +193,7 @@ TREES4 = {
             "task": "tensor",
             "level": "mix",
             "rank": [],
-            "step": [0, 1, 2],
+            "step": [1],
             "tensor": {"scope": [], "list": [], "data_mode": ["all"]},
         },
         "allreduce",
@@ -194,7 +213,7 @@ TREES4 = {
             "task": "tensor",
             "level": "mix",
             "rank": [],
-            "step": [0, 1, 2],
+            "step": [1],
             "tensor": {"scope": [], "list": [], "data_mode": ["all"]},
         },
         "recv",
