@@ -327,6 +327,39 @@ def _overflow_check(tree: str) -> None:
             found = sorted(out.glob("anomaly_analyze_*.json")) if out.exists() else []
             if found:
                 shutil.copyfile(found[-1], dest / f"{step_dir.name}.json")
+    _overflow_check_orders(tree, dest / "rank_orders.json")
+
+
+def _overflow_check_orders(tree: str, dest: Path) -> None:
+    """msprobe's answer depends on the order os.listdir gives the rank dirs (its search takes the
+    first rank's queue as the group seed): rerun its OverFlowCheck under all 24 orders and record
+    {step: [{"names": {rank_R: [op_name]}, "orders": ["0123", ...]}]}."""
+    import itertools
+
+    from msprobe.overflow_check import analyzer
+    from msprobe.overflow_check.utils import FileCache
+
+    listdir = os.listdir
+    result = {}
+    try:
+        for step_dir in sorted((ROOT / tree).glob("step*")):
+            answers: dict[str, list[str]] = {}
+            for perm in itertools.permutations(range(WORLD4)):
+                names = [f"rank{r}" for r in perm]
+                analyzer.os.listdir = lambda p, names=names, step=str(step_dir): (
+                    names if str(p) == step else listdir(p)
+                )
+                FileCache._instance = None  # a fresh cache per run (it is a singleton)
+                with tempfile.TemporaryDirectory() as td:
+                    analyzer.OverFlowCheck(str(step_dir), os.path.join(td, "o")).analyze()
+                    found = sorted(Path(td, "o").glob("anomaly_analyze_*.json"))
+                    got = json.loads(found[0].read_text()) if found else {}
+                key = json.dumps({r: [n["op_name"] for n in v] for r, v in got.items()}, sort_keys=True)
+                answers.setdefault(key, []).append("".join(map(str, perm)))
+            result[step_dir.name] = [{"names": json.loads(k), "orders": v} for k, v in answers.items()]
+    finally:
+        analyzer.os.listdir = listdir
+    dest.write_text(json.dumps(result, indent=1) + "\n")
 
 
 def _anonymise() -> None:
@@ -340,8 +373,9 @@ def _anonymise() -> None:
 
 
 def main(argv: list[str]) -> int:
-    if argv == ["multirank"]:  # the 4-rank trees, msprobe's overflow_check on each step, then anonymise
-        for name in TREES4:
+    if argv[:1] == ["multirank"]:  # the 4-rank trees, msprobe's overflow_check on each step, then anonymise
+        only = argv[1:]
+        for name in [a for a in TREES4 if not only or a in only]:
             subprocess.run([sys.executable, __file__, name], check=True)
             _overflow_check(name)
         _anonymise()
