@@ -142,6 +142,22 @@ def test_all_gather_hides_the_nan_in_a_nested_output_list():
         assert [_non_finite(t) for t in entry["output"][0]] == [False, False, True, False]
 
 
+def test_the_catalog_finds_the_nan_inside_all_gathers_list(cat):
+    """dumpcat reads the nested list msprobe's own analysis skips: element 2 (rank 2's loss)."""
+    rows = cat.sql(
+        "SELECT rank, arg_path, io FROM stats WHERE run = 'pt_4ranks_allreduce_l1_statistics' "
+        "AND iteration = 1 AND op_name = 'Distributed.all_gather.0.forward' AND has_nan ORDER BY ALL"
+    ).to_pylist()
+    assert [(r["rank"], r["arg_path"], r["io"]) for r in rows] == [
+        (0, "output.0.2", "output"),
+        (1, "output.0.2", "output"),
+        (2, "input.1", "input"),  # rank 2 sends its own NaN loss
+        (2, "output.0.2", "output"),
+        (2, "output.1", "output"),
+        (3, "output.0.2", "output"),
+    ]
+
+
 # ---- what msprobe's own analysis said (README: "msprobe overflow_check on the 4-rank trees") -------
 LABELS = {  # the first column of the README's overflow_check table
     "allreduce L1": "pt_4ranks_allreduce_l1_statistics",
