@@ -8,8 +8,8 @@ It is run by hand, e.g.
 
 Each tree is produced in a fresh Python process (msprobe's PrecisionDebugger is a per-process
 singleton), written straight by msprobe into tests/data/msprobe/<tree>/; nothing msprobe wrote
-is renamed or edited afterwards. Every process joins a torch.distributed gloo group (world size 1
-or 2, CPU, loopback only), so msprobe names the rank directories itself (rank0/, rank1/) instead
+is renamed or edited afterwards. Every process joins a torch.distributed gloo group (world size 1,
+2 or 4, CPU, loopback only), so msprobe names the rank directories itself (rank0/, rank1/) instead
 of proc{pid}/.
 
 Model Net: enc=Sequential(Linear(4,8)) -> act=ReLU -> fc2=Linear(8,2), MSE loss, SGD(lr=0.1),
