@@ -135,7 +135,7 @@ def train(scenario: str) -> None:
             grads = self.grad(self.network, self.weights)(x, v, label)
             reduced = ()
             for g in grads:
-                reduced = reduced + (self.allreduce(g) * self.inv,)
+                reduced = reduced + (self.allreduce(g) * self.inv,)  # noqa: RUF005
             loss = ops.depend(loss, self.optimizer(reduced))
             return self.allgather(ops.reshape(loss, (1,)))
 
@@ -245,16 +245,17 @@ def facts(out: Path) -> int:
         print(f"   entries: {extra}")
         for it in sorted((rank_dir / "Net" / "0").iterdir(), key=lambda p: int(p.name)):
             files = list(it.glob("*.npy"))
-            bad = sum(
-                1 for p in files if np.load(p).dtype.kind == "f" and not np.isfinite(np.load(p)).all()
+            bad = sum(1 for p in files if np.load(p).dtype.kind == "f" and not np.isfinite(np.load(p)).all())
+            print(
+                f"   iteration {it.name}: {len(files)} files, {bad} non-finite, first {first_nonfinite(it)}"
             )
-            print(f"   iteration {it.name}: {len(files)} files, {bad} non-finite, first {first_nonfinite(it)}")
         ir = (rank_dir / "graphs" / "ms_output_trace_code_graph_0.ir").read_text()
         for op in ("Log-op0", "Sqrt-op0"):
-            at = ir.find(f"# Fullname with scope: (Default/network-WithLoss/_backbone-Net/{op})")
-            if at >= 0:
-                line = re.search(r"ms210_dist_dumps\.py:(\d+)", ir[at:])
-                print(f"   {op}: source line {line[1] if line else None}")
+            at = ir.find(f"Net/{op})")
+            if at >= 0:  # the frames follow the full name, innermost last
+                frames = ir[at:].split("\n  %", 1)[0]
+                lines = re.findall(r"ms210_dist_dumps\.py:(\d+),", frames)
+                print(f"   {op}: source line {lines[-1] if lines else None}")
     return 0
 
 
