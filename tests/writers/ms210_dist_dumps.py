@@ -24,14 +24,14 @@ with an explicit `ops.AllReduce` (sum) of every gradient, scaled by 1/4, then `M
 update, an `ops.AllGather` of every rank's loss (so the step returns all 4 losses).
 
   - `dist_allreduce`: `Log` -> `Dense(4,3)` -> `Dense(3,2)`. PLANTED: rank 2, step 1, the input
-    x[1, 2] = -1, so `Log-op0` (the line marked `# PLANTED allreduce`, `x = self.log(x)`) makes one
-    NaN on rank 2 only. Rank 2's gradients are NaN, and the gradient AllReduce hands NaN to
-    ranks 0, 1 and 3 (undirected). Step 2 starts from NaN weights on every rank.
+    x[1, 2] = -1, so `Log-op0` (line 95, `x = self.log(x)  # PLANTED allreduce`) makes 1 NaN on
+    rank 2 only; rank 2's gradients are NaN, and the gradient AllReduce (`Default/AllReduce-op2`,
+    line 138, first) hands NaN to ranks 0, 1 and 3 (undirected). Step 2 starts from NaN weights.
   - `dist_broadcast`: `Dense(4,3)` times a scale `s = Sqrt(v)` that `ops.Broadcast(1)` takes from
     rank 1 to every rank, then `Dense(3,2)`. PLANTED: rank 1 (the root), step 1, v[0] = -4, so
-    `Sqrt-op0` (the line marked `# PLANTED broadcast`, `s = self.sqrt(v)`) makes one NaN on rank 1;
-    the Broadcast (directed, root 1) hands it to ranks 0, 2 and 3 in the forward pass, before any
-    AllReduce. The other ranks' own Sqrt stays finite.
+    `Sqrt-op0` (line 108, `s = self.sqrt(v)  # PLANTED broadcast`) makes 1 NaN on rank 1; the
+    Broadcast (line 109, directed, root 1) hands it to ranks 0, 2 and 3 in the forward pass, before
+    any AllReduce. The other ranks' own Sqrt stays finite. (Keep these line numbers: the dumps' IR.)
 """
 
 from __future__ import annotations
