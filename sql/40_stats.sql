@@ -72,13 +72,18 @@ SELECT u.row_id, u.stat_id, u.run, u.rank, u.net, u.graph_id, u.iteration,
        u.stat_semantics, u.arg_path, u.requires_grad,
        -- Does the tensor hold NaN / ±Inf? By the counts when the row has them; otherwise by what
        -- the producer's definitions allow: MindSpore and msprobe let a NaN through to max and min,
-       -- CANN skips NaN in max/min but not in its average (NULL: the row cannot tell).
+       -- CANN skips NaN in max/min but not in its average (NULL: the row cannot tell). A statistic
+       -- the producer was not asked for (statistic.csv's categories) is no evidence either way: a
+       -- row of finite max and min and no average holds no NaN (false, not NULL).
        CASE WHEN u.nan_count IS NOT NULL THEN u.nan_count > 0
             WHEN u.stat_semantics = 'cann' THEN isnan(u.avg)
-            ELSE isnan(u.max) OR isnan(u.min) OR isnan(u.avg) END AS has_nan,
+            WHEN u.max IS NULL AND u.min IS NULL AND u.avg IS NULL THEN NULL
+            ELSE coalesce(isnan(u.max), false) OR coalesce(isnan(u.min), false)
+                 OR coalesce(isnan(u.avg), false) END AS has_nan,
        CASE WHEN u.neg_inf_count IS NOT NULL OR u.pos_inf_count IS NOT NULL
                 THEN coalesce(u.neg_inf_count, 0) + coalesce(u.pos_inf_count, 0) > 0
-            ELSE isinf(u.max) OR isinf(u.min) END AS has_inf
+            WHEN u.max IS NULL AND u.min IS NULL THEN NULL
+            ELSE coalesce(isinf(u.max), false) OR coalesce(isinf(u.min), false) END AS has_inf
 FROM unioned u
 LEFT JOIN op_keys k
        ON k.run = u.run AND k.rank = u.rank AND k.graph_id = u.graph_id AND k.key = u.file_op_name

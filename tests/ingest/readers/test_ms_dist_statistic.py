@@ -81,3 +81,18 @@ def test_first_anomaly_from_max_and_min_alone(cat):
         assert (op_name.replace("/", "_"), io, slot) == want[key] and nan_count is None
     assert got[(2, 1)][0] == "Default/network-WithLoss/_backbone-LogNet/Log-op0"
     assert {got[(r, 1)][0] for r in (0, 1, 3)} == {"Default/AllReduce-op2"}
+
+
+def test_has_nan_and_has_inf_are_known_without_an_average(cat):
+    """The tree has max, min and l2norm but no average: a row of finite max and min holds no NaN
+    (MindSpore's max and min are NaN when any element is), so has_nan is false, not NULL; the
+    rows the CSV shows nan in say true."""
+    rows = cat.sql(
+        "SELECT rank, iteration, op_name, io, slot, has_nan, has_inf, max, min FROM stats"
+    ).to_pylist()
+    assert rows and all(r["has_nan"] is not None and r["has_inf"] is not None for r in rows)
+    for r in rows:
+        assert r["has_nan"] == (math.isnan(r["max"]) or math.isnan(r["min"]))
+        assert r["has_inf"] == (math.isinf(r["max"]) or math.isinf(r["min"]))
+    nan_rows = {(r["rank"], r["iteration"]) for r in rows if r["has_nan"]}
+    assert nan_rows == {(rank, i) for rank in RANKS for i in (1, 2)}
