@@ -1,0 +1,228 @@
+-- Which rank started it: collectives, and the origin of a NaN/Inf across the ranks of a run.
+--
+-- A collective is recognised by its operator type, spelled per producer: msprobe's `Distributed.*`
+-- / `Communication.*` APIs (`all_reduce`), MindSpore graph kernels (`AllReduce`, `Receive`) and
+-- HCCL kernels of raw/GE dumps (`HcomAllReduce`). `collective_names` maps the spelling (lower case,
+-- no `_`, no `hcom` prefix) to one name and a kind:
+--   directed   one sender (send, isend, scatter, broadcast) or one receiver (recv, gather, reduce)
+--   undirected every rank of the group both sends and receives (all_reduce, all_gather, ...)
+-- `gather`, `scatter` and `reduce` are also compute operators (MindSpore's Gather, torch.gather):
+-- they count as collectives only under msprobe's Distributed/Communication prefix or as Hcom kernels.
+CREATE OR REPLACE VIEW collective_names AS
+SELECT * FROM (VALUES
+    ('allreduce', 'all_reduce', 'undirected'),
+    ('allgather', 'all_gather', 'undirected'),
+    ('allgatherintotensor', 'all_gather_into_tensor', 'undirected'),
+    ('allgatherbase', 'all_gather_into_tensor', 'undirected'),
+    ('reducescatter', 'reduce_scatter', 'undirected'),
+    ('reducescattertensor', 'reduce_scatter_tensor', 'undirected'),
+    ('reducescatterbase', 'reduce_scatter_tensor', 'undirected'),
+    ('alltoall', 'all_to_all', 'undirected'),
+    ('alltoallv', 'all_to_all', 'undirected'),
+    ('alltoallvc', 'all_to_all', 'undirected'),
+    ('alltoallsingle', 'all_to_all', 'undirected'),
+    ('barrier', 'barrier', 'undirected'),
+    ('broadcast', 'broadcast', 'directed'),
+    ('send', 'send', 'directed'),
+    ('isend', 'isend', 'directed'),
+    ('recv', 'recv', 'directed'),
+    ('receive', 'recv', 'directed'),
+    ('irecv', 'irecv', 'directed'),
+    ('scatter', 'scatter', 'directed'),
+    ('collectivescatter', 'scatter', 'directed'),
+    ('gather', 'gather', 'directed'),
+    ('collectivegather', 'gather', 'directed'),
+    ('reduce', 'reduce', 'directed')
+) AS t(spelling, collective, kind);
+
+-- communication_ops: one row per collective call (run, rank, step), numbered `instance` = the n-th
+-- call of that collective in the step on that rank (0-based), in the rank's own execution order
+-- (msprobe: dump.json order; kernels: the step's order as in first_anomaly). The same instance on
+-- two ranks is the same collective: joining on it needs no clock, where timestamps of two hosts are
+-- not comparable. Inputs and outputs are every tensor of the call, nested ones (all_gather's list)
+-- included. Group and peer come from the kernel's arguments where the producer saved them
+-- (kernel_args: `group`, `src_rank`/`dest_rank`/`root_rank`, `src`/`dst`).
+CREATE OR REPLACE VIEW communication_ops AS
+WITH calls AS (
+    SELECT s.run, s.rank, s.iteration, s.graph_id, s.op_name, s.timestamp_us,
+           min(s.exec_index) AS exec_index, any_value(s.op_type) AS op_type,
+           any_value(n.collective) AS collective, any_value(n.kind) AS kind,
+           count(*) FILTER (WHERE s.io = 'input') AS inputs,
+           count(*) FILTER (WHERE s.io = 'output') AS outputs,
+           coalesce(bool_or(s.has_nan OR s.has_inf) FILTER (WHERE s.io = 'input'), false) AS input_nonfinite,
+           coalesce(bool_or(s.has_nan OR s.has_inf) FILTER (WHERE s.io = 'output'), false) AS output_nonfinite,
+           sum(s.nan_count) FILTER (WHERE s.io = 'input') AS input_nan_count,
+           sum(s.nan_count) FILTER (WHERE s.io = 'output') AS output_nan_count,
+           sum(coalesce(s.neg_inf_count, 0) + coalesce(s.pos_inf_count, 0)) FILTER (WHERE s.io = 'input')
+               AS input_inf_count,
+           sum(coalesce(s.neg_inf_count, 0) + coalesce(s.pos_inf_count, 0)) FILTER (WHERE s.io = 'output')
+               AS output_inf_count
+    FROM stats s
+    JOIN collective_names n ON n.spelling = regexp_replace(lower(s.op_type), '^hcom|_', '', 'g')
+    WHERE (s.op_name LIKE 'Distributed.%' OR s.op_name LIKE 'Communication.%'
+           OR (s.stat_semantics <> 'msprobe'
+               AND (n.spelling NOT IN ('gather', 'scatter', 'reduce') OR lower(s.op_type) LIKE 'hcom%')))
+      AND s.op_name NOT LIKE '%.backward'
+    GROUP BY s.run, s.rank, s.iteration, s.graph_id, s.op_name, s.timestamp_us
+),
+args AS (
+    SELECT run, rank, graph_id, iteration, file_op_name,
+           any_value(arg_value) FILTER (WHERE arg_name IN ('group', 'group_ranks')) AS grp,
+           any_value(arg_value) FILTER (WHERE arg_name IN ('src_rank', 'src', 'root_rank')) AS src,
+           any_value(arg_value) FILTER (WHERE arg_name IN ('dest_rank', 'dst')) AS dst
+    FROM kernel_args
+    WHERE arg_name IN ('group', 'group_ranks', 'src_rank', 'src', 'root_rank', 'dest_rank', 'dst')
+    GROUP BY ALL
+)
+SELECT c.run, c.rank, c.iteration,
+       row_number() OVER (PARTITION BY c.run, c.rank, c.iteration, c.collective
+                          ORDER BY c.timestamp_us NULLS LAST, c.graph_id, c.exec_index NULLS LAST,
+                                   c.op_name) - 1 AS instance,
+       c.collective, c.kind, c.op_type, c.op_name, c.graph_id, c.exec_index, c.timestamp_us,
+       a.grp AS "group", TRY_CAST(a.src AS INTEGER) AS src, TRY_CAST(a.dst AS INTEGER) AS dst,
+       c.inputs, c.outputs, c.input_nonfinite, c.output_nonfinite,
+       c.input_nan_count, c.output_nan_count, c.input_inf_count, c.output_inf_count
+FROM calls c
+LEFT JOIN args a
+       ON a.run = c.run AND a.rank = c.rank AND a.graph_id IS NOT DISTINCT FROM c.graph_id
+      AND a.iteration IS NOT DISTINCT FROM c.iteration
+      AND (a.file_op_name = c.op_name OR c.op_name LIKE '%/' || a.file_op_name);
+
+-- nan_origin: one row per run and step with an anomaly. Built from each rank's first anomaly (the
+-- order of first_anomaly) and the collectives' instances:
+--   * a rank whose first anomalous output is a collective's output (inputs of that call finite)
+--     RECEIVED it: through an undirected collective C (instance k) from the ranks whose inputs to
+--     instance k of C were non-finite; through a recv/irecv from the ranks whose send/isend in the
+--     step had non-finite inputs (the `src` when the producer recorded it); through a broadcast or
+--     scatter from the src, or the ranks whose inputs to instance k were non-finite;
+--   * a rank whose first anomalous output is a compute operator with finite inputs (or a collective
+--     whose inputs were finite on every rank: an overflow in the reduction) is an ORIGIN; the
+--     first one (lowest rank among those the received ranks trace back to, else the lowest) is
+--     the step's origin, any other is a second origin, listed as such;
+--   * a rank whose first anomalous operator already has non-finite inputs (state from an earlier
+--     step: parameters, optimizer state) or whose step shows only anomalous inputs INHERITED it.
+--     A step with no origin and an inherited rank points back (origin_iteration) to the latest
+--     earlier step of the run that has one, whose origin it repeats.
+-- Statistics without counts (msprobe's dump.json: has_nan from Max/Min/Mean) still decide all of
+-- this; only the nan/inf counts are NULL.
+CREATE OR REPLACE VIEW nan_origin AS
+WITH anom AS MATERIALIZED (
+    SELECT run, rank, iteration, graph_id, exec_index, timestamp_us, op_type, op_name, io, slot,
+           nan_count, neg_inf_count, pos_inf_count, source_file, source_line, source_code
+    FROM anomalous_tensors
+),
+firsts AS (
+    SELECT DISTINCT ON (run, rank, iteration) *
+    FROM anom
+    ORDER BY run, rank, iteration, io <> 'output', timestamp_us NULLS LAST, graph_id,
+             exec_index NULLS LAST, slot
+),
+bad_inputs AS (  -- first operators whose own inputs already hold NaN/Inf
+    SELECT DISTINCT f.run, f.rank, f.iteration
+    FROM firsts f
+    JOIN anom a
+      ON a.run = f.run AND a.rank = f.rank AND a.iteration IS NOT DISTINCT FROM f.iteration
+     AND a.op_name = f.op_name AND a.graph_id IS NOT DISTINCT FROM f.graph_id
+     AND a.timestamp_us IS NOT DISTINCT FROM f.timestamp_us AND a.io = 'input'
+    WHERE f.io = 'output'
+),
+ranks AS (
+    SELECT f.*, c.collective, c.kind, c.instance, c.src AS call_src,
+           CASE WHEN f.io <> 'output' OR b.rank IS NOT NULL THEN 'inherited'
+                WHEN c.collective IS NOT NULL THEN 'received'
+                ELSE 'origin' END AS state
+    FROM firsts f
+    LEFT JOIN bad_inputs b
+           ON b.run = f.run AND b.rank = f.rank AND b.iteration IS NOT DISTINCT FROM f.iteration
+    LEFT JOIN communication_ops c
+           ON c.run = f.run AND c.rank = f.rank AND c.iteration IS NOT DISTINCT FROM f.iteration
+          AND c.op_name = f.op_name AND c.graph_id IS NOT DISTINCT FROM f.graph_id
+          AND c.timestamp_us IS NOT DISTINCT FROM f.timestamp_us
+),
+senders AS (  -- for each received rank, the ranks it got it from
+    SELECT r.run, r.iteration, r.rank, list(DISTINCT c.rank ORDER BY c.rank) AS from_ranks
+    FROM ranks r
+    JOIN communication_ops c
+      ON c.run = r.run AND c.iteration IS NOT DISTINCT FROM r.iteration AND c.rank <> r.rank
+     AND c.input_nonfinite
+     AND CASE WHEN r.collective IN ('recv', 'irecv')
+                   THEN c.collective IN ('send', 'isend') AND (c.dst IS NULL OR c.dst = r.rank)
+                        AND (r.call_src IS NULL OR c.rank = r.call_src)
+              ELSE c.collective = r.collective AND c.instance = r.instance
+                   AND (r.call_src IS NULL OR c.rank = r.call_src) END
+    WHERE r.state = 'received'
+    GROUP BY ALL
+),
+classified AS (  -- a collective whose inputs were finite everywhere made the NaN itself: an origin
+    SELECT r.*, s.from_ranks,
+           CASE WHEN r.state = 'received' AND s.from_ranks IS NULL THEN 'origin' ELSE r.state END AS kind_of
+    FROM ranks r
+    LEFT JOIN senders s ON s.run = r.run AND s.rank = r.rank AND s.iteration IS NOT DISTINCT FROM r.iteration
+),
+senders_of AS (  -- ranks some received rank got it from
+    SELECT DISTINCT run, iteration, unnest(from_ranks) AS rank
+    FROM classified
+    WHERE from_ranks IS NOT NULL
+),
+steps AS (
+    SELECT c.run, c.iteration,
+           count(*) AS anomalous_ranks,
+           min(c.rank) FILTER (WHERE c.kind_of = 'origin' AND t.rank IS NOT NULL) AS traced_origin,
+           min(c.rank) FILTER (WHERE c.kind_of = 'origin') AS any_origin,
+           list({'rank': c.rank, 'collective': c.collective, 'instance': c.instance, 'op_name': c.op_name,
+                 'from_ranks': c.from_ranks} ORDER BY c.rank) FILTER (WHERE c.kind_of = 'received') AS reached,
+           list(c.rank ORDER BY c.rank) FILTER (WHERE c.kind_of = 'inherited') AS inherited_ranks
+    FROM classified c
+    LEFT JOIN senders_of t
+           ON t.run = c.run AND t.iteration IS NOT DISTINCT FROM c.iteration AND t.rank = c.rank
+    GROUP BY c.run, c.iteration
+),
+own AS (  -- steps with an origin of their own
+    SELECT s.run, s.iteration, s.anomalous_ranks, s.reached, s.inherited_ranks,
+           coalesce(s.traced_origin, s.any_origin) AS origin_rank
+    FROM steps s
+),
+born AS (
+    SELECT o.run, o.iteration, o.origin_rank, c.op_type, c.op_name, c.io, c.slot, c.nan_count,
+           c.neg_inf_count, c.pos_inf_count, c.source_file, c.source_line, c.source_code,
+           c.collective IS NOT NULL AS in_collective
+    FROM own o
+    JOIN classified c
+      ON c.run = o.run AND c.iteration IS NOT DISTINCT FROM o.iteration AND c.rank = o.origin_rank
+),
+seconds AS (
+    SELECT c.run, c.iteration,
+           list({'rank': c.rank, 'op_name': c.op_name, 'source_file': c.source_file,
+                 'source_line': c.source_line} ORDER BY c.rank) AS second_origins
+    FROM classified c
+    JOIN own o ON o.run = c.run AND o.iteration IS NOT DISTINCT FROM c.iteration
+    WHERE c.kind_of = 'origin' AND c.rank <> o.origin_rank
+    GROUP BY ALL
+)
+SELECT o.run, o.iteration,
+       coalesce(b.iteration, pb.iteration) AS origin_iteration,
+       b.iteration IS NOT NULL AS new_origin,
+       coalesce(b.origin_rank, pb.origin_rank) AS origin_rank,
+       coalesce(b.op_type, pb.op_type) AS op_type,
+       coalesce(b.op_name, pb.op_name) AS op_name,
+       coalesce(b.io, pb.io) AS io, coalesce(b.slot, pb.slot) AS slot,
+       coalesce(b.nan_count, pb.nan_count) AS nan_count,
+       coalesce(b.neg_inf_count, pb.neg_inf_count) AS neg_inf_count,
+       coalesce(b.pos_inf_count, pb.pos_inf_count) AS pos_inf_count,
+       coalesce(b.source_file, pb.source_file) AS source_file,
+       coalesce(b.source_line, pb.source_line) AS source_line,
+       coalesce(b.source_code, pb.source_code) AS source_code,
+       CASE WHEN b.in_collective THEN 'inputs finite on every rank, collective output non-finite'
+            WHEN b.origin_rank IS NOT NULL THEN 'inputs finite, output non-finite'
+            WHEN pb.origin_rank IS NOT NULL
+                THEN 'state already non-finite at the step''s start: origin at step ' || pb.iteration
+            ELSE 'inputs already non-finite, no earlier step with an origin' END AS reason,
+       o.reached, o.inherited_ranks, s.second_origins, o.anomalous_ranks
+FROM own o
+LEFT JOIN born b ON b.run = o.run AND b.iteration IS NOT DISTINCT FROM o.iteration
+LEFT JOIN LATERAL (
+    SELECT * FROM born p
+    WHERE b.origin_rank IS NULL AND p.run = o.run AND p.iteration < o.iteration
+    ORDER BY p.iteration DESC LIMIT 1
+) pb ON true
+LEFT JOIN seconds s ON s.run = o.run AND s.iteration IS NOT DISTINCT FROM o.iteration;
