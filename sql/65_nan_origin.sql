@@ -79,7 +79,7 @@ SELECT c.run, c.rank, c.iteration,
                           ORDER BY c.timestamp_us NULLS LAST, c.graph_id, c.exec_index NULLS LAST,
                                    c.op_name) - 1 AS instance,
        c.collective, c.kind, c.op_type, c.op_name, c.graph_id, c.exec_index, c.timestamp_us,
-       a.grp AS "group", TRY_CAST(a.src AS INTEGER) AS src, TRY_CAST(a.dst AS INTEGER) AS dst,
+       a.grp AS group_name, TRY_CAST(a.src AS INTEGER) AS src, TRY_CAST(a.dst AS INTEGER) AS dst,
        c.inputs, c.outputs, c.input_nonfinite, c.output_nonfinite,
        c.input_nan_count, c.output_nan_count, c.input_inf_count, c.output_inf_count
 FROM calls c
@@ -111,6 +111,11 @@ WITH anom AS MATERIALIZED (
            nan_count, neg_inf_count, pos_inf_count, source_file, source_line, source_code
     FROM anomalous_tensors
 ),
+comm AS MATERIALIZED (
+    SELECT run, rank, iteration, graph_id, op_name, timestamp_us, collective, kind, instance, src, dst,
+           input_nonfinite
+    FROM communication_ops
+),
 firsts AS (
     SELECT DISTINCT ON (run, rank, iteration) *
     FROM anom
@@ -134,7 +139,7 @@ ranks AS (
     FROM firsts f
     LEFT JOIN bad_inputs b
            ON b.run = f.run AND b.rank = f.rank AND b.iteration IS NOT DISTINCT FROM f.iteration
-    LEFT JOIN communication_ops c
+    LEFT JOIN comm c
            ON c.run = f.run AND c.rank = f.rank AND c.iteration IS NOT DISTINCT FROM f.iteration
           AND c.op_name = f.op_name AND c.graph_id IS NOT DISTINCT FROM f.graph_id
           AND c.timestamp_us IS NOT DISTINCT FROM f.timestamp_us
@@ -142,7 +147,7 @@ ranks AS (
 senders AS (  -- for each received rank, the ranks it got it from
     SELECT r.run, r.iteration, r.rank, list(DISTINCT c.rank ORDER BY c.rank) AS from_ranks
     FROM ranks r
-    JOIN communication_ops c
+    JOIN comm c
       ON c.run = r.run AND c.iteration IS NOT DISTINCT FROM r.iteration AND c.rank <> r.rank
      AND c.input_nonfinite
      AND CASE WHEN r.collective IN ('recv', 'irecv')
