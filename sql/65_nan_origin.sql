@@ -128,7 +128,7 @@ bad_inputs AS (  -- first operators whose own inputs already hold NaN/Inf
     JOIN anom a
       ON a.run = f.run AND a.rank = f.rank AND a.iteration IS NOT DISTINCT FROM f.iteration
      AND a.op_name = f.op_name AND a.graph_id IS NOT DISTINCT FROM f.graph_id
-     AND a.timestamp_us IS NOT DISTINCT FROM f.timestamp_us AND a.io = 'input'
+     AND a.timestamp_us IS NOT DISTINCT FROM f.timestamp_us AND a.io IN ('input', 'parameter')
     WHERE f.io = 'output'
 ),
 ranks AS (
@@ -182,13 +182,16 @@ steps AS (
            ON t.run = c.run AND t.iteration IS NOT DISTINCT FROM c.iteration AND t.rank = c.rank
     GROUP BY c.run, c.iteration
 ),
-own AS (  -- steps with an origin of their own
+own AS (  -- the origin of each step that has one; the run's first anomalous step always has one
     SELECT s.run, s.iteration, s.anomalous_ranks, s.reached, s.inherited_ranks,
-           coalesce(s.traced_origin, s.any_origin) AS origin_rank
+           coalesce(s.traced_origin, s.any_origin,
+                    CASE WHEN s.iteration = min(s.iteration) OVER (PARTITION BY s.run)
+                         THEN s.inherited_ranks[1] END) AS origin_rank,
+           s.traced_origin IS NULL AND s.any_origin IS NULL AS unseen
     FROM steps s
 ),
 born AS (
-    SELECT o.run, o.iteration, o.origin_rank, c.op_type, c.op_name, c.io, c.slot, c.nan_count,
+    SELECT o.run, o.iteration, o.origin_rank, o.unseen, c.op_type, c.op_name, c.io, c.slot, c.nan_count,
            c.neg_inf_count, c.pos_inf_count, c.source_file, c.source_line, c.source_code,
            c.collective IS NOT NULL AS in_collective
     FROM own o
@@ -217,7 +220,9 @@ SELECT o.run, o.iteration,
        coalesce(b.source_file, pb.source_file) AS source_file,
        coalesce(b.source_line, pb.source_line) AS source_line,
        coalesce(b.source_code, pb.source_code) AS source_code,
-       CASE WHEN b.in_collective THEN 'inputs finite on every rank, collective output non-finite'
+       CASE WHEN b.unseen THEN 'inputs already non-finite at the run''s first anomalous step: born in an '
+                                || 'operator the dump does not show'
+            WHEN b.in_collective THEN 'inputs finite on every rank, collective output non-finite'
             WHEN b.origin_rank IS NOT NULL THEN 'inputs finite, output non-finite'
             WHEN pb.origin_rank IS NOT NULL
                 THEN 'state already non-finite at the step''s start: origin at step ' || pb.iteration
