@@ -51,11 +51,11 @@ WITH calls AS (
            count(*) FILTER (WHERE s.io = 'output') AS outputs,
            coalesce(bool_or(s.has_nan OR s.has_inf) FILTER (WHERE s.io = 'input'), false) AS input_nonfinite,
            coalesce(bool_or(s.has_nan OR s.has_inf) FILTER (WHERE s.io = 'output'), false) AS output_nonfinite,
-           sum(s.nan_count) FILTER (WHERE s.io = 'input') AS input_nan_count,
-           sum(s.nan_count) FILTER (WHERE s.io = 'output') AS output_nan_count,
-           sum(coalesce(s.neg_inf_count, 0) + coalesce(s.pos_inf_count, 0)) FILTER (WHERE s.io = 'input')
+           CAST(sum(s.nan_count) FILTER (WHERE s.io = 'input') AS BIGINT) AS input_nan_count,
+           CAST(sum(s.nan_count) FILTER (WHERE s.io = 'output') AS BIGINT) AS output_nan_count,
+           CAST(sum(s.neg_inf_count + s.pos_inf_count) FILTER (WHERE s.io = 'input') AS BIGINT)
                AS input_inf_count,
-           sum(coalesce(s.neg_inf_count, 0) + coalesce(s.pos_inf_count, 0)) FILTER (WHERE s.io = 'output')
+           CAST(sum(s.neg_inf_count + s.pos_inf_count) FILTER (WHERE s.io = 'output') AS BIGINT)
                AS output_inf_count
     FROM stats s
     JOIN collective_names n ON n.spelling = regexp_replace(lower(s.op_type), '^hcom|_', '', 'g')
