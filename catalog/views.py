@@ -277,7 +277,7 @@ USER_VIEWS = {
     "first_anomaly_by_graph": "per run/rank/graph/iteration, the graph's own first output holding NaN/Inf",
     "anomalous_tensors": "every statistic row whose tensor holds NaN or Inf",
     "communication_ops": "every collective call (all_reduce, send, ...) per run/rank/step, with its instance",
-    "nan_origin": "per run and step, the rank and operator where a NaN/Inf was born, and the ranks it reached",
+    "nan_origin": "per run and step, the rank and operator where NaN/Inf was born, and the ranks it reached",
     "modules": "msprobe construct.json: the module tree of each step and rank (node, parent, depth)",
     "fx_links": "TorchAir: each GE op output's FX tensor (_fx_tensor_name), with both tensors' row ids",
     "comparisons": "dumpcat compare: metrics per matched tensor pair of two runs, and one-run-only tensors",

@@ -240,3 +240,23 @@ def test_over_the_postgresql_protocol(cat_path):
         (1, 1, "all_reduce", 0),
         (1, 2, "all_reduce", 0),
     ]
+
+
+def test_report_marks_the_origin_rank_in_the_heat_map(cat, tmp_path):
+    from catalog.report.data import gather
+    from catalog.report.figures import heatmap_figure
+
+    data = gather(cat, TWO)
+    assert data.origins.to_pylist() == [{"rank": 1, "iterations": [1]}]
+    fig = heatmap_figure(data)
+    assert [t.name for t in fig.data] == ["rank 0", "rank 1 · origin"]
+    assert [b.label for b in fig.layout.updatemenus[0].buttons] == ["rank 0", "rank 1 · origin"]
+    assert "rank 1 (origin at iteration 1)" in fig.data[1].hovertemplate
+    assert "origin" not in fig.data[0].hovertemplate
+    out = tmp_path / "two.html"
+    cat.report(out, TWO)
+    html = out.read_text(encoding="utf-8")
+    assert "<b>· origin</b>: a rank where the NaN/Inf was born" in html
+    # a one-rank run has no menu and no mark
+    one = heatmap_figure(gather(cat, "pt_mix_tensor"))
+    assert [t.name for t in one.data] == ["rank 0 · origin"] and not one.layout.updatemenus
