@@ -260,3 +260,96 @@ def test_report_marks_the_origin_rank_in_the_heat_map(cat, tmp_path):
     # a one-rank run has no menu and no mark
     one = heatmap_figure(gather(cat, "pt_mix_tensor"))
     assert [t.name for t in one.data] == ["rank 0 · origin"] and not one.layout.updatemenus
+
+
+# The 4-rank trees (tests/data/msprobe/README.md): the planted NaN, and how each rank received it.
+PLANTED_LINE = 246
+PLANTED_CODE = "root = torch.sqrt(h + offset)  # the planted NaN: offset 0.0 and h < 0 (one rank, step 1)"
+GATHERED = {r: ("all_gather", 0, [2]) for r in (0, 1, 3)}  # rank 2's NaN loss in every rank's list
+SENT = {0: ("all_reduce", 0, [3]), 1: ("recv", 0, [3]), 2: ("all_reduce", 0, [3])}  # rank 3 -> 1, then grads
+FOUR = {
+    # tree: (origin rank, {received rank: (collective, instance, from ranks)}, steps)
+    "pt_4ranks_allreduce_l1_statistics": (2, GATHERED, [1, 2]),
+    "pt_4ranks_allreduce_mix_tensor": (2, GATHERED, [1]),
+    "pt_4ranks_recv_l1_statistics": (3, SENT, [1, 2]),
+    "pt_4ranks_recv_mix_tensor": (3, SENT, [1]),
+}
+
+
+@pytest.fixture(scope="module")
+def four(tmp_path_factory) -> Catalog:
+    c = Catalog.open(tmp_path_factory.mktemp("four") / "cat", create=True)
+    for tree in FOUR:
+        summary = c.ingest(MSPROBE / tree, run=tree)
+        assert summary.errors == 0, summary
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize("tree", list(FOUR))
+def test_four_ranks_name_the_planted_rank_op_and_line(four, tree):
+    origin, reached, steps = FOUR[tree]
+    rows = {
+        r["iteration"]: r
+        for r in four.sql("SELECT * FROM nan_origin WHERE run = $run", {"run": tree}).to_pylist()
+    }
+    assert sorted(rows) == steps
+    first = rows[1]
+    assert (first["origin_rank"], first["op_name"], first["io"]) == (origin, "Torch.sqrt.0.forward", "output")
+    assert (first["source_line"], first["source_code"]) == (PLANTED_LINE, PLANTED_CODE)
+    assert _stack_line(tree, 1, origin, "Torch.sqrt.0.forward")[1:] == (PLANTED_LINE, PLANTED_CODE)
+    assert first["new_origin"] and first["reason"] == "inputs finite, output non-finite"
+    assert {r["rank"]: (r["collective"], r["instance"], r["from_ranks"]) for r in first["reached"]} == reached
+    assert first["second_origins"] is None and first["inherited_ranks"] is None
+    assert first["anomalous_ranks"] == 4
+    if 2 in rows:  # every rank starts step 2 with NaN weights: no new origin, back to step 1
+        second = rows[2]
+        assert (second["new_origin"], second["origin_iteration"], second["origin_rank"]) == (False, 1, origin)
+        assert second["inherited_ranks"] == [0, 1, 2, 3] and second["reached"] is None
+        assert second["source_line"] == PLANTED_LINE
+
+
+@pytest.mark.parametrize("tree", list(FOUR))
+def test_four_ranks_collectives_are_those_of_the_files(four, tree):
+    """Instance numbers and non-finite flags against a plain-json scan, nested outputs included
+    (all_gather's list); directed ones are directed."""
+    rows = four.sql(
+        "SELECT rank, iteration, collective, instance, input_nonfinite, output_nonfinite, kind "
+        "FROM communication_ops WHERE run = $run",
+        {"run": tree},
+    ).to_pylist()
+    got = sorted(
+        (
+            r["rank"],
+            r["iteration"],
+            r["collective"],
+            r["instance"],
+            r["input_nonfinite"],
+            r["output_nonfinite"],
+        )
+        for r in rows
+    )
+    assert got == _scan_collectives(tree)
+    kinds = {r["collective"]: r["kind"] for r in rows}
+    assert kinds["broadcast"] == kinds["send"] == kinds["recv"] == "directed"
+    assert kinds["all_reduce"] == "undirected" and kinds.get("all_gather", "undirected") == "undirected"
+    assert max(r["instance"] for r in rows if r["collective"] == "all_reduce") == 3  # one per parameter
+
+
+@pytest.mark.parametrize("tree", list(FOUR))
+def test_four_ranks_against_msprobe_overflow_check(four, tree):
+    """msprobe's own answer (its json, committed) names the same rank at step 1; at step 2 it names
+    an origin where there is none (README: the step starts from NaN weights)."""
+    origin = FOUR[tree][0]
+    for step_file in sorted((MSPROBE / "overflow_check" / tree).glob("step*.json")):
+        step = int(step_file.stem[4:])
+        msprobe = json.loads(step_file.read_text())
+        row = four.sql(
+            "SELECT origin_rank, new_origin FROM nan_origin WHERE run = $run AND iteration = $it",
+            {"run": tree, "it": step},
+        ).to_pylist()[0]
+        if step == 1:
+            assert list(msprobe) == [f"rank_{origin}"] and row == {"origin_rank": origin, "new_origin": True}
+            assert msprobe[f"rank_{origin}"][0]["op_name"].startswith("Torch.sqrt.0.")
+        else:
+            assert len(msprobe) == 1 and row["new_origin"] is False
