@@ -45,8 +45,8 @@ SELECT * FROM (VALUES
 CREATE OR REPLACE VIEW communication_ops AS
 WITH calls AS (
     SELECT s.run, s.rank, s.iteration, s.graph_id, s.op_name, s.timestamp_us,
-           min(s.exec_index) AS exec_index, any_value(s.op_type) AS op_type,
-           any_value(n.collective) AS collective, any_value(n.kind) AS kind,
+           min(s.exec_index) AS exec_index, min(s.op_type) AS op_type,
+           min(n.collective) AS collective, min(n.kind) AS kind,
            count(*) FILTER (WHERE s.io = 'input') AS inputs,
            count(*) FILTER (WHERE s.io = 'output') AS outputs,
            coalesce(bool_or(s.has_nan OR s.has_inf) FILTER (WHERE s.io = 'input'), false) AS input_nonfinite,
@@ -67,12 +67,12 @@ WITH calls AS (
 ),
 args AS (
     SELECT run, rank, graph_id, iteration, file_op_name,
-           any_value(arg_value) FILTER (WHERE arg_name IN ('group', 'group_ranks')) AS grp,
-           any_value(arg_value) FILTER (WHERE arg_name IN ('src_rank', 'src', 'root_rank')) AS src,
-           any_value(arg_value) FILTER (WHERE arg_name IN ('dest_rank', 'dst')) AS dst
+           max(CASE WHEN arg_name IN ('group', 'group_ranks') THEN arg_value END) AS grp,
+           max(CASE WHEN arg_name IN ('src_rank', 'src', 'root_rank') THEN arg_value END) AS src,
+           max(CASE WHEN arg_name IN ('dest_rank', 'dst') THEN arg_value END) AS dst
     FROM kernel_args
     WHERE arg_name IN ('group', 'group_ranks', 'src_rank', 'src', 'root_rank', 'dest_rank', 'dst')
-    GROUP BY ALL
+    GROUP BY run, rank, graph_id, iteration, file_op_name
 )
 SELECT c.run, c.rank, c.iteration,
        row_number() OVER (PARTITION BY c.run, c.rank, c.iteration, c.collective
@@ -86,7 +86,7 @@ FROM calls c
 LEFT JOIN args a
        ON a.run = c.run AND a.rank = c.rank AND a.graph_id IS NOT DISTINCT FROM c.graph_id
       AND a.iteration IS NOT DISTINCT FROM c.iteration
-      AND (a.file_op_name = c.op_name OR c.op_name LIKE '%/' || a.file_op_name);
+      AND (a.file_op_name = c.op_name OR c.op_name LIKE concat('%/', a.file_op_name));
 
 -- nan_origin: one row per run and step with an anomaly. Built from each rank's first anomaly (the
 -- order of first_anomaly) and the collectives' instances:
@@ -106,12 +106,12 @@ LEFT JOIN args a
 -- Statistics without counts (msprobe's dump.json: has_nan from Max/Min/Mean) still decide all of
 -- this; only the nan/inf counts are NULL.
 CREATE OR REPLACE VIEW nan_origin AS
-WITH anom AS MATERIALIZED (
+WITH anom AS (
     SELECT run, rank, iteration, graph_id, exec_index, timestamp_us, op_type, op_name, io, slot,
            nan_count, neg_inf_count, pos_inf_count, source_file, source_line, source_code
     FROM anomalous_tensors
 ),
-comm AS MATERIALIZED (
+comm AS (
     SELECT run, rank, iteration, graph_id, op_name, timestamp_us, collective, kind, instance, src, dst,
            input_nonfinite
     FROM communication_ops
@@ -122,7 +122,7 @@ firsts AS (
     ORDER BY run, rank, iteration, io <> 'output', timestamp_us NULLS LAST, graph_id,
              exec_index NULLS LAST, slot
 ),
-bad_inputs AS (  -- first operators whose own inputs already hold NaN/Inf
+bad_inputs AS (  -- first operators whose own inputs (or parameters) already hold NaN/Inf
     SELECT DISTINCT f.run, f.rank, f.iteration
     FROM firsts f
     JOIN anom a
@@ -144,8 +144,8 @@ ranks AS (
           AND c.op_name = f.op_name AND c.graph_id IS NOT DISTINCT FROM f.graph_id
           AND c.timestamp_us IS NOT DISTINCT FROM f.timestamp_us
 ),
-senders AS (  -- for each received rank, the ranks it got it from
-    SELECT r.run, r.iteration, r.rank, list(DISTINCT c.rank ORDER BY c.rank) AS from_ranks
+sender_rows AS (  -- for each received rank, each rank it got it from
+    SELECT DISTINCT r.run, r.iteration, r.rank, c.rank AS from_rank
     FROM ranks r
     JOIN comm c
       ON c.run = r.run AND c.iteration IS NOT DISTINCT FROM r.iteration AND c.rank <> r.rank
@@ -156,7 +156,11 @@ senders AS (  -- for each received rank, the ranks it got it from
               ELSE c.collective = r.collective AND c.instance = r.instance
                    AND (r.call_src IS NULL OR c.rank = r.call_src) END
     WHERE r.state = 'received'
-    GROUP BY ALL
+),
+senders AS (
+    SELECT run, iteration, rank, list(from_rank ORDER BY from_rank) AS from_ranks
+    FROM sender_rows
+    GROUP BY run, iteration, rank
 ),
 classified AS (  -- a collective whose inputs were finite everywhere made the NaN itself: an origin
     SELECT r.*, s.from_ranks,
@@ -165,30 +169,41 @@ classified AS (  -- a collective whose inputs were finite everywhere made the Na
     LEFT JOIN senders s ON s.run = r.run AND s.rank = r.rank AND s.iteration IS NOT DISTINCT FROM r.iteration
 ),
 senders_of AS (  -- ranks some received rank got it from
-    SELECT DISTINCT run, iteration, unnest(from_ranks) AS rank
+    SELECT DISTINCT run, iteration, from_rank AS rank
+    FROM sender_rows
+),
+reached AS (
+    SELECT run, iteration,
+           list({'rank': rank, 'collective': collective, 'instance': instance, 'op_name': op_name,
+                 'from_ranks': from_ranks} ORDER BY rank) AS reached
     FROM classified
-    WHERE from_ranks IS NOT NULL
+    WHERE kind_of = 'received'
+    GROUP BY run, iteration
+),
+inherited AS (
+    SELECT run, iteration, list(rank ORDER BY rank) AS inherited_ranks, min(rank) AS first_inherited
+    FROM classified
+    WHERE kind_of = 'inherited'
+    GROUP BY run, iteration
 ),
 steps AS (
     SELECT c.run, c.iteration,
            count(*) AS anomalous_ranks,
-           min(c.rank) FILTER (WHERE c.kind_of = 'origin' AND t.rank IS NOT NULL) AS traced_origin,
-           min(c.rank) FILTER (WHERE c.kind_of = 'origin') AS any_origin,
-           list({'rank': c.rank, 'collective': c.collective, 'instance': c.instance, 'op_name': c.op_name,
-                 'from_ranks': c.from_ranks} ORDER BY c.rank) FILTER (WHERE c.kind_of = 'received') AS reached,
-           list(c.rank ORDER BY c.rank) FILTER (WHERE c.kind_of = 'inherited') AS inherited_ranks
+           min(CASE WHEN c.kind_of = 'origin' AND t.rank IS NOT NULL THEN c.rank END) AS traced_origin,
+           min(CASE WHEN c.kind_of = 'origin' THEN c.rank END) AS any_origin
     FROM classified c
     LEFT JOIN senders_of t
            ON t.run = c.run AND t.iteration IS NOT DISTINCT FROM c.iteration AND t.rank = c.rank
     GROUP BY c.run, c.iteration
 ),
 own AS (  -- the origin of each step that has one; the run's first anomalous step always has one
-    SELECT s.run, s.iteration, s.anomalous_ranks, s.reached, s.inherited_ranks,
+    SELECT s.run, s.iteration, s.anomalous_ranks,
            coalesce(s.traced_origin, s.any_origin,
                     CASE WHEN s.iteration = min(s.iteration) OVER (PARTITION BY s.run)
-                         THEN s.inherited_ranks[1] END) AS origin_rank,
+                         THEN i.first_inherited END) AS origin_rank,
            s.traced_origin IS NULL AND s.any_origin IS NULL AS unseen
     FROM steps s
+    LEFT JOIN inherited i ON i.run = s.run AND i.iteration IS NOT DISTINCT FROM s.iteration
 ),
 born AS (
     SELECT o.run, o.iteration, o.origin_rank, o.unseen, c.op_type, c.op_name, c.io, c.slot, c.nan_count,
@@ -198,6 +213,13 @@ born AS (
     JOIN classified c
       ON c.run = o.run AND c.iteration IS NOT DISTINCT FROM o.iteration AND c.rank = o.origin_rank
 ),
+earlier AS (  -- for a step without an origin of its own, the latest earlier step of the run with one
+    SELECT o.run, o.iteration, max(p.iteration) AS born_at
+    FROM own o
+    JOIN born p ON p.run = o.run AND p.iteration < o.iteration
+    WHERE o.origin_rank IS NULL
+    GROUP BY o.run, o.iteration
+),
 seconds AS (
     SELECT c.run, c.iteration,
            list({'rank': c.rank, 'op_name': c.op_name, 'source_file': c.source_file,
@@ -205,7 +227,7 @@ seconds AS (
     FROM classified c
     JOIN own o ON o.run = c.run AND o.iteration IS NOT DISTINCT FROM c.iteration
     WHERE c.kind_of = 'origin' AND c.rank <> o.origin_rank
-    GROUP BY ALL
+    GROUP BY c.run, c.iteration
 )
 SELECT o.run, o.iteration,
        coalesce(b.iteration, pb.iteration) AS origin_iteration,
@@ -225,14 +247,14 @@ SELECT o.run, o.iteration,
             WHEN b.in_collective THEN 'inputs finite on every rank, collective output non-finite'
             WHEN b.origin_rank IS NOT NULL THEN 'inputs finite, output non-finite'
             WHEN pb.origin_rank IS NOT NULL
-                THEN 'state already non-finite at the step''s start: origin at step ' || pb.iteration
+                THEN 'state already non-finite at the step''s start: origin at step '
+                     || CAST(pb.iteration AS VARCHAR)
             ELSE 'inputs already non-finite, no earlier step with an origin' END AS reason,
-       o.reached, o.inherited_ranks, s.second_origins, o.anomalous_ranks
+       r.reached, i.inherited_ranks, s.second_origins, o.anomalous_ranks
 FROM own o
 LEFT JOIN born b ON b.run = o.run AND b.iteration IS NOT DISTINCT FROM o.iteration
-LEFT JOIN LATERAL (
-    SELECT * FROM born p
-    WHERE b.origin_rank IS NULL AND p.run = o.run AND p.iteration < o.iteration
-    ORDER BY p.iteration DESC LIMIT 1
-) pb ON true
+LEFT JOIN earlier e ON e.run = o.run AND e.iteration IS NOT DISTINCT FROM o.iteration
+LEFT JOIN born pb ON pb.run = e.run AND pb.iteration = e.born_at
+LEFT JOIN reached r ON r.run = o.run AND r.iteration IS NOT DISTINCT FROM o.iteration
+LEFT JOIN inherited i ON i.run = o.run AND i.iteration IS NOT DISTINCT FROM o.iteration
 LEFT JOIN seconds s ON s.run = o.run AND s.iteration IS NOT DISTINCT FROM o.iteration;

@@ -353,3 +353,23 @@ def test_four_ranks_against_msprobe_overflow_check(four, tree):
             assert msprobe[f"rank_{origin}"][0]["op_name"].startswith("Torch.sqrt.0.")
         else:
             assert len(msprobe) == 1 and row["new_origin"] is False
+
+
+@pytest.mark.parametrize("tree", ["pt_4ranks_allreduce_l1_statistics", "pt_4ranks_recv_l1_statistics"])
+def test_four_ranks_peers_are_the_kwargs_msprobe_recorded(four, tree):
+    expected = set()
+    for path in sorted((MSPROBE / tree).glob("step*/rank*/dump.json")):
+        step, rank = int(path.parts[-3][4:]), int(path.parts[-2][4:])
+        for key, body in json.loads(path.read_text())["data"].items():
+            if key.startswith("Distributed.") and body.get("input_kwargs"):
+                kw = body["input_kwargs"]
+                expected.add(
+                    (rank, step, key, *(kw[n]["value"] if n in kw else None for n in ("src", "dst")))
+                )
+    got = four.sql(
+        "SELECT rank, iteration, op_name, src, dst FROM communication_ops "
+        "WHERE run = $run AND (src IS NOT NULL OR dst IS NOT NULL)",
+        {"run": tree},
+    ).to_pylist()
+    assert {(r["rank"], r["iteration"], r["op_name"], r["src"], r["dst"]) for r in got} == expected
+    assert any(e[2].startswith("Distributed.recv.") for e in expected)
