@@ -255,9 +255,9 @@ COMMENT ON COLUMN communication_ops.op_name IS 'as in stats: Distributed.all_red
 COMMENT ON COLUMN communication_ops.graph_id IS 'as in stats (NULL for msprobe)';
 COMMENT ON COLUMN communication_ops.exec_index IS 'as in stats: msprobe, the entry''s position in dump.json';
 COMMENT ON COLUMN communication_ops.timestamp_us IS 'as in stats; only comparable within one host';
-COMMENT ON COLUMN communication_ops.group_name IS 'the communication group where the producer saved it (kernel_args group), else NULL';
-COMMENT ON COLUMN communication_ops.src IS 'the sending or root rank where the producer saved it (kernel_args src_rank, root_rank, src), else NULL';
-COMMENT ON COLUMN communication_ops.dst IS 'the receiving rank where the producer saved it (kernel_args dest_rank, dst), else NULL';
+COMMENT ON COLUMN communication_ops.group_name IS 'the communication group where the producer saved it (kernel_args group; msprobe: a process group''s group_ranks), else NULL';
+COMMENT ON COLUMN communication_ops.src IS 'the sending or root rank where the producer saved it (kernel_args src_rank, root_rank, src; msprobe: the src argument), else NULL';
+COMMENT ON COLUMN communication_ops.dst IS 'the receiving rank where the producer saved it (kernel_args dest_rank, dst; msprobe: the dst argument), else NULL';
 COMMENT ON COLUMN communication_ops.inputs IS 'tensors of the call, nested ones (all_gather''s list) included';
 COMMENT ON COLUMN communication_ops.outputs IS 'tensors of the call, nested ones (all_gather''s list) included';
 COMMENT ON COLUMN communication_ops.input_nonfinite IS 'some input / output tensor holds NaN or ±Inf (stats.has_nan / has_inf)';
