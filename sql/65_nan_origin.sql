@@ -43,27 +43,37 @@ SELECT * FROM (VALUES
 -- included. Group and peer come from the kernel's arguments where the producer saved them
 -- (kernel_args: `group`, `src_rank`/`dest_rank`/`root_rank`, `src`/`dst`).
 CREATE OR REPLACE VIEW communication_ops AS
-WITH calls AS (
-    SELECT s.run, s.rank, s.iteration, s.graph_id, s.op_name, s.timestamp_us,
-           min(s.exec_index) AS exec_index, min(s.op_type) AS op_type,
-           min(n.collective) AS collective, min(n.kind) AS kind,
-           count(*) FILTER (WHERE s.io = 'input') AS inputs,
-           count(*) FILTER (WHERE s.io = 'output') AS outputs,
-           coalesce(bool_or(s.has_nan OR s.has_inf) FILTER (WHERE s.io = 'input'), false) AS input_nonfinite,
-           coalesce(bool_or(s.has_nan OR s.has_inf) FILTER (WHERE s.io = 'output'), false) AS output_nonfinite,
-           CAST(sum(s.nan_count) FILTER (WHERE s.io = 'input') AS BIGINT) AS input_nan_count,
-           CAST(sum(s.nan_count) FILTER (WHERE s.io = 'output') AS BIGINT) AS output_nan_count,
-           CAST(sum(s.neg_inf_count + s.pos_inf_count) FILTER (WHERE s.io = 'input') AS BIGINT)
-               AS input_inf_count,
-           CAST(sum(s.neg_inf_count + s.pos_inf_count) FILTER (WHERE s.io = 'output') AS BIGINT)
-               AS output_inf_count
+WITH collective_rows AS (
+    SELECT s.run, s.rank, s.iteration, s.graph_id, s.op_name, s.timestamp_us, s.exec_index, s.op_type,
+           s.io, s.has_nan, s.has_inf, s.nan_count, s.neg_inf_count, s.pos_inf_count,
+           n.collective, n.kind,
+           -- the k-th execution of a kernel in the step: its k-th tensor of each argument (the files
+           -- of one call may carry different timestamps; msprobe names each call apart)
+           row_number() OVER (PARTITION BY s.run, s.rank, s.iteration, s.graph_id, s.op_name, s.io, s.slot,
+                                           s.arg_path
+                              ORDER BY s.timestamp_us NULLS LAST, s.exec_index NULLS LAST) AS execution
     FROM stats s
     JOIN collective_names n ON n.spelling = regexp_replace(lower(s.op_type), '^hcom|_', '', 'g')
     WHERE (s.op_name LIKE 'Distributed.%' OR s.op_name LIKE 'Communication.%'
            OR (s.stat_semantics <> 'msprobe'
                AND (n.spelling NOT IN ('gather', 'scatter', 'reduce') OR lower(s.op_type) LIKE 'hcom%')))
       AND s.op_name NOT LIKE '%.backward'
-    GROUP BY s.run, s.rank, s.iteration, s.graph_id, s.op_name, s.timestamp_us
+),
+calls AS (
+    SELECT run, rank, iteration, graph_id, op_name,
+           min(timestamp_us) AS timestamp_us, max(timestamp_us) AS end_timestamp_us,
+           min(exec_index) AS exec_index, min(op_type) AS op_type,
+           min(collective) AS collective, min(kind) AS kind,
+           count(*) FILTER (WHERE io = 'input') AS inputs,
+           count(*) FILTER (WHERE io = 'output') AS outputs,
+           coalesce(bool_or(has_nan OR has_inf) FILTER (WHERE io = 'input'), false) AS input_nonfinite,
+           coalesce(bool_or(has_nan OR has_inf) FILTER (WHERE io = 'output'), false) AS output_nonfinite,
+           CAST(sum(nan_count) FILTER (WHERE io = 'input') AS BIGINT) AS input_nan_count,
+           CAST(sum(nan_count) FILTER (WHERE io = 'output') AS BIGINT) AS output_nan_count,
+           CAST(sum(neg_inf_count + pos_inf_count) FILTER (WHERE io = 'input') AS BIGINT) AS input_inf_count,
+           CAST(sum(neg_inf_count + pos_inf_count) FILTER (WHERE io = 'output') AS BIGINT) AS output_inf_count
+    FROM collective_rows
+    GROUP BY run, rank, iteration, graph_id, op_name, execution
 ),
 args AS (
     SELECT run, rank, graph_id, iteration, file_op_name,
@@ -79,7 +89,7 @@ SELECT c.run, c.rank, c.iteration,
                           ORDER BY c.timestamp_us NULLS LAST, c.graph_id, c.exec_index NULLS LAST,
                                    c.op_name) - 1 AS instance,
        c.collective, c.kind, c.op_type, c.op_name, c.graph_id, c.exec_index, c.timestamp_us,
-       a.grp AS group_name, TRY_CAST(a.src AS INTEGER) AS src, TRY_CAST(a.dst AS INTEGER) AS dst,
+       c.end_timestamp_us, a.grp AS group_name, TRY_CAST(a.src AS INTEGER) AS src, TRY_CAST(a.dst AS INTEGER) AS dst,
        c.inputs, c.outputs, c.input_nonfinite, c.output_nonfinite,
        c.input_nan_count, c.output_nan_count, c.input_inf_count, c.output_inf_count
 FROM calls c
@@ -112,8 +122,8 @@ WITH anom AS (
     FROM anomalous_tensors
 ),
 comm AS (
-    SELECT run, rank, iteration, graph_id, op_name, timestamp_us, collective, kind, instance, src, dst,
-           input_nonfinite
+    SELECT run, rank, iteration, graph_id, op_name, timestamp_us, end_timestamp_us, collective, kind,
+           instance, src, dst, input_nonfinite
     FROM communication_ops
 ),
 firsts AS (
@@ -142,7 +152,7 @@ ranks AS (
     LEFT JOIN comm c
            ON c.run = f.run AND c.rank = f.rank AND c.iteration IS NOT DISTINCT FROM f.iteration
           AND c.op_name = f.op_name AND c.graph_id IS NOT DISTINCT FROM f.graph_id
-          AND c.timestamp_us IS NOT DISTINCT FROM f.timestamp_us
+          AND (f.timestamp_us IS NULL OR f.timestamp_us BETWEEN c.timestamp_us AND c.end_timestamp_us)
 ),
 sender_rows AS (  -- for each received rank, each rank it got it from
     SELECT DISTINCT r.run, r.iteration, r.rank, c.rank AS from_rank

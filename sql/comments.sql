@@ -254,7 +254,8 @@ COMMENT ON COLUMN communication_ops.op_type IS 'the producer''s spelling: all_re
 COMMENT ON COLUMN communication_ops.op_name IS 'as in stats: Distributed.all_reduce.0.forward, or the kernel''s full scope name';
 COMMENT ON COLUMN communication_ops.graph_id IS 'as in stats (NULL for msprobe)';
 COMMENT ON COLUMN communication_ops.exec_index IS 'as in stats: msprobe, the entry''s position in dump.json';
-COMMENT ON COLUMN communication_ops.timestamp_us IS 'as in stats; only comparable within one host';
+COMMENT ON COLUMN communication_ops.timestamp_us IS 'as in stats, of the call''s first tensor; only comparable within one host';
+COMMENT ON COLUMN communication_ops.end_timestamp_us IS 'the timestamp of the call''s last tensor (files of one kernel call may differ)';
 COMMENT ON COLUMN communication_ops.group_name IS 'the communication group where the producer saved it (kernel_args group; msprobe: a process group''s group_ranks), else NULL';
 COMMENT ON COLUMN communication_ops.src IS 'the sending or root rank where the producer saved it (kernel_args src_rank, root_rank, src; msprobe: the src argument), else NULL';
 COMMENT ON COLUMN communication_ops.dst IS 'the receiving rank where the producer saved it (kernel_args dest_rank, dst; msprobe: the dst argument), else NULL';

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from pathlib import Path
 
 import psycopg
@@ -14,7 +15,7 @@ import pytest
 
 from catalog import Catalog
 from tests.catalog.cli.in_process import dumpcat_in_process
-from tests.conftest import DATA
+from tests.conftest import DATA, REPO
 from tests.pg_clients import serve
 
 MSPROBE = DATA / "msprobe"
@@ -373,3 +374,46 @@ def test_four_ranks_peers_are_the_kwargs_msprobe_recorded(four, tree):
     ).to_pylist()
     assert {(r["rank"], r["iteration"], r["op_name"], r["src"], r["dst"]) for r in got} == expected
     assert any(e[2].startswith("Distributed.recv.") for e in expected)
+
+
+def test_graph_kernel_collectives_and_second_origins(tmp_path):
+    """MindSpore graph kernels (bench/bench_scale.py's Ascend-style catalog with an `AllReduce` after
+    each layer's gradients, 4 ranks): AllReduce kernels are `all_reduce` numbered in execution order;
+    NaN born independently on several ranks of a step is one origin (the lowest rank) and second
+    origins, none received."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import bench_scale
+
+    summary = bench_scale.generate(
+        tmp_path / "cat", 4 * 3 * 500, step_rows=500, iterations=3, collectives=True, anomaly_share=0.5
+    )
+    tpl = bench_scale.Plan(4 * 3 * 500, step_rows=500, iterations=3, collectives=True).template
+    kernels = sorted({int(k) for k in tpl.t_op if tpl.op_types[k] == "AllReduce"})
+    assert kernels  # the template's cut keeps some of them
+    cat = Catalog.open(tmp_path / "cat")
+    try:
+        comm = cat.sql(
+            "SELECT rank, iteration, instance, collective, kind, op_type, op_name, exec_index "
+            "FROM communication_ops ORDER BY rank, iteration, instance"
+        ).to_pylist()
+        assert len(comm) == 4 * 3 * len(kernels)
+        assert {(r["collective"], r["kind"], r["op_type"]) for r in comm} == {
+            ("all_reduce", "undirected", "AllReduce")
+        }
+        for r in comm:
+            assert r["exec_index"] == kernels[r["instance"]]
+            assert r["op_name"] == tpl.full_names[kernels[r["instance"]]]
+        origins = {r["iteration"]: r for r in cat.sql("SELECT * FROM nan_origin").to_pylist()}
+    finally:
+        cat.close()
+    bad: dict[int, dict[int, int]] = {}
+    for (rank, iteration), (kernel, _) in summary.first_anomaly.items():  # the bad kernel of the step
+        bad.setdefault(iteration, {})[rank] = kernel
+    assert sorted(origins) == sorted(bad) and any(len(by_rank) > 1 for by_rank in bad.values())
+    for iteration, by_rank in bad.items():
+        row, first = origins[iteration], min(by_rank)
+        assert (row["origin_rank"], row["new_origin"], row["reached"]) == (first, True, None)
+        assert row["op_name"] == tpl.full_names[by_rank[first]]
+        assert row["source_line"] == tpl.code_lines[by_rank[first]][0]
+        seconds = [(s["rank"], s["op_name"]) for s in row["second_origins"] or []]
+        assert seconds == [(r, tpl.full_names[k]) for r, k in sorted(by_rank.items()) if r != first]
