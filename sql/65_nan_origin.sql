@@ -116,12 +116,12 @@ LEFT JOIN args a
 -- Statistics without counts (msprobe's dump.json: has_nan from Max/Min/Mean) still decide all of
 -- this; only the nan/inf counts are NULL.
 CREATE OR REPLACE VIEW nan_origin AS
-WITH anom AS (
+WITH anom AS MATERIALIZED (
     SELECT run, rank, iteration, graph_id, exec_index, timestamp_us, op_type, op_name, io, slot,
            nan_count, neg_inf_count, pos_inf_count, source_file, source_line, source_code
     FROM anomalous_tensors
 ),
-comm AS (
+comm AS MATERIALIZED (
     SELECT run, rank, iteration, graph_id, op_name, timestamp_us, end_timestamp_us, collective, kind,
            instance, src, dst, input_nonfinite
     FROM communication_ops
