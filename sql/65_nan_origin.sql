@@ -116,39 +116,30 @@ LEFT JOIN args a
 -- Statistics without counts (msprobe's dump.json: has_nan from Max/Min/Mean) still decide all of
 -- this; only the nan/inf counts are NULL.
 CREATE OR REPLACE VIEW nan_origin AS
-WITH anom AS MATERIALIZED (
-    SELECT run, rank, iteration, graph_id, exec_index, timestamp_us, op_type, op_name, io, slot,
-           nan_count, neg_inf_count, pos_inf_count, source_file, source_line, source_code
-    FROM anomalous_tensors
-),
-comm AS MATERIALIZED (
+WITH comm AS MATERIALIZED (
     SELECT run, rank, iteration, graph_id, op_name, timestamp_us, end_timestamp_us, collective, kind,
            instance, src, dst, input_nonfinite
     FROM communication_ops
 ),
-firsts AS (
+firsts AS MATERIALIZED (  -- first_anomaly's answer, and whether that call's own inputs were non-finite
     SELECT DISTINCT ON (run, rank, iteration) *
-    FROM anom
+    FROM (
+        SELECT run, rank, iteration, graph_id, exec_index, timestamp_us, op_type, op_name, io, slot,
+               nan_count, neg_inf_count, pos_inf_count, source_file, source_line, source_code,
+               max(CASE WHEN io IN ('input', 'parameter') THEN 1 ELSE 0 END)
+                   OVER (PARTITION BY run, rank, iteration, graph_id, op_name, timestamp_us) = 1
+                   AS inputs_nonfinite
+        FROM anomalous_tensors
+    ) a
     ORDER BY run, rank, iteration, io <> 'output', timestamp_us NULLS LAST, graph_id,
              exec_index NULLS LAST, slot
 ),
-bad_inputs AS (  -- first operators whose own inputs (or parameters) already hold NaN/Inf
-    SELECT DISTINCT f.run, f.rank, f.iteration
-    FROM firsts f
-    JOIN anom a
-      ON a.run = f.run AND a.rank = f.rank AND a.iteration IS NOT DISTINCT FROM f.iteration
-     AND a.op_name = f.op_name AND a.graph_id IS NOT DISTINCT FROM f.graph_id
-     AND a.timestamp_us IS NOT DISTINCT FROM f.timestamp_us AND a.io IN ('input', 'parameter')
-    WHERE f.io = 'output'
-),
 ranks AS (
     SELECT f.*, c.collective, c.kind, c.instance, c.src AS call_src,
-           CASE WHEN f.io <> 'output' OR b.rank IS NOT NULL THEN 'inherited'
+           CASE WHEN f.io <> 'output' OR f.inputs_nonfinite THEN 'inherited'
                 WHEN c.collective IS NOT NULL THEN 'received'
                 ELSE 'origin' END AS state
     FROM firsts f
-    LEFT JOIN bad_inputs b
-           ON b.run = f.run AND b.rank = f.rank AND b.iteration IS NOT DISTINCT FROM f.iteration
     LEFT JOIN comm c
            ON c.run = f.run AND c.rank = f.rank AND c.iteration IS NOT DISTINCT FROM f.iteration
           AND c.op_name = f.op_name AND c.graph_id IS NOT DISTINCT FROM f.graph_id
