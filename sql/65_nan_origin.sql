@@ -8,6 +8,8 @@
 --   undirected every rank of the group both sends and receives (all_reduce, all_gather, ...)
 -- `gather`, `scatter` and `reduce` are also compute operators (MindSpore's Gather, torch.gather):
 -- they count as collectives only under msprobe's Distributed/Communication prefix or as Hcom kernels.
+CREATE OR REPLACE MACRO collective_spelling(op_type) AS regexp_replace(lower(op_type), '^hcom|_', '', 'g');
+
 CREATE OR REPLACE VIEW collective_names AS
 SELECT * FROM (VALUES
     ('allreduce', 'all_reduce', 'undirected'),
@@ -53,7 +55,7 @@ WITH collective_rows AS (
                                            s.arg_path
                               ORDER BY s.timestamp_us NULLS LAST, s.exec_index NULLS LAST) AS execution
     FROM stats s
-    JOIN collective_names n ON n.spelling = regexp_replace(lower(s.op_type), '^hcom|_', '', 'g')
+    JOIN collective_names n ON n.spelling = collective_spelling(s.op_type)
     WHERE (s.op_name LIKE 'Distributed.%' OR s.op_name LIKE 'Communication.%'
            OR (s.stat_semantics <> 'msprobe'
                AND (n.spelling NOT IN ('gather', 'scatter', 'reduce') OR lower(s.op_type) LIKE 'hcom%')))

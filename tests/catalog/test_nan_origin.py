@@ -417,3 +417,29 @@ def test_graph_kernel_collectives_and_second_origins(tmp_path):
         assert row["source_line"] == tpl.code_lines[by_rank[first]][0]
         seconds = [(s["rank"], s["op_name"]) for s in row["second_origins"] or []]
         assert seconds == [(r, tpl.full_names[k]) for r, k in sorted(by_rank.items()) if r != first]
+
+
+def test_collective_spellings_of_every_producer(cat):
+    """msprobe's API names, MindSpore's kernels and HCCL's (GE/raw dumps) map to one name.
+    (communication_ops then keeps `gather`/`scatter`/`reduce` only under msprobe's Distributed
+    prefix or as Hcom kernels: MindSpore's Gather is a compute operator.)"""
+    spellings = {
+        "all_reduce": "all_reduce", "AllReduce": "all_reduce", "HcomAllReduce": "all_reduce",
+        "all_gather": "all_gather", "AllGather": "all_gather", "HcomAllGather": "all_gather",
+        "all_gather_into_tensor": "all_gather_into_tensor", "_all_gather_base": "all_gather_into_tensor",
+        "reduce_scatter": "reduce_scatter", "ReduceScatter": "reduce_scatter",
+        "HcomReduceScatter": "reduce_scatter",
+        "AlltoAll": "all_to_all", "AllToAllV": "all_to_all", "HcomAllToAllV": "all_to_all",
+        "all_to_all_single": "all_to_all", "Broadcast": "broadcast", "HcomBroadcast": "broadcast",
+        "Send": "send", "HcomSend": "send", "Receive": "recv", "HcomReceive": "recv", "irecv": "irecv",
+        "CollectiveGather": "gather", "HcomReduce": "reduce", "Gather": "gather",
+    }  # fmt: skip
+    rows = cat.sql(
+        "SELECT s.spelling AS op_type, n.collective FROM (SELECT unnest($names) AS spelling) s "
+        "LEFT JOIN collective_names n ON n.spelling = collective_spelling(s.spelling)",
+        {"names": list(spellings)},
+    ).to_pylist()
+    assert {r["op_type"]: r["collective"] for r in rows} == spellings
+    assert cat.sql(
+        "SELECT collective_spelling('MatMul') IN (SELECT spelling FROM collective_names) AS c"
+    ).to_pylist() == [{"c": False}]
