@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 
 import pytest
 
@@ -141,27 +142,62 @@ def test_all_gather_hides_the_nan_in_a_nested_output_list():
         assert [_non_finite(t) for t in entry["output"][0]] == [False, False, True, False]
 
 
+def test_the_catalog_finds_the_nan_inside_all_gathers_list(cat):
+    """dumpcat reads the nested list msprobe's own analysis skips: element 2 (rank 2's loss)."""
+    rows = cat.sql(
+        "SELECT rank, arg_path, io FROM stats WHERE run = 'pt_4ranks_allreduce_l1_statistics' "
+        "AND iteration = 1 AND op_name = 'Distributed.all_gather.0.forward' AND has_nan ORDER BY ALL"
+    ).to_pylist()
+    assert [(r["rank"], r["arg_path"], r["io"]) for r in rows] == [
+        (0, "output.0.2", "output"),
+        (1, "output.0.2", "output"),
+        (2, "input.1", "input"),  # rank 2 sends its own NaN loss
+        (2, "output.0.2", "output"),
+        (2, "output.1", "output"),
+        (3, "output.0.2", "output"),
+    ]
+
+
 # ---- what msprobe's own analysis said (README: "msprobe overflow_check on the 4-rank trees") -------
-# tree -> step -> {"rank_R": [op_name, ...]}; a step absent here has no file (msprobe found nothing)
-OVERFLOW_CHECK = {
-    "pt_4ranks_allreduce_l1_statistics": {
-        1: {"rank_2": ["Torch.sqrt.0.backward"]},  # right rank, wrong op: the forward origin is missed
-        2: {"rank_1": ["Distributed.recv.0.forward"]},  # a false origin: no new NaN is born at step 2
-    },
-    "pt_4ranks_allreduce_mix_tensor": {1: {"rank_2": ["Torch.sqrt.0.backward"]}},
-    "pt_4ranks_recv_l1_statistics": {
-        1: {"rank_3": [PLANTED_OP]},
-        2: {"rank_1": ["Distributed.recv.0.forward"]},  # a false origin
-    },
-    "pt_4ranks_recv_mix_tensor": {1: {"rank_3": [PLANTED_OP]}},
+LABELS = {  # the first column of the README's overflow_check table
+    "allreduce L1": "pt_4ranks_allreduce_l1_statistics",
+    "allreduce mix": "pt_4ranks_allreduce_mix_tensor",
+    "recv L1": "pt_4ranks_recv_l1_statistics",
+    "recv mix": "pt_4ranks_recv_mix_tensor",
 }
+
+
+def _readme_overflow_table() -> dict[str, dict[int, dict[str, list[str]]]]:
+    """tree -> step -> {"rank_R": [op_name]}, read from the table in tests/data/msprobe/README.md;
+    a cell "—" is a step with no file."""
+    text = (DATA / "README.md").read_text()
+    section = text.split("### msprobe overflow_check on the 4-rank trees", 1)[1]
+    table = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[0] in LABELS:
+            table[LABELS[cells[0]]] = {
+                step: {r: [op]}
+                for step, cell in ((1, cells[1]), (2, cells[2]))
+                for r, op in re.findall(r"`(rank_\d+)`: `([^`]+)`", cell)
+            }
+    return table
+
+
+def test_the_readme_table_is_complete():
+    table = _readme_overflow_table()
+    assert set(table) == set(TREES)
+    assert table["pt_4ranks_allreduce_l1_statistics"] == {
+        1: {"rank_2": ["Torch.sqrt.0.backward"]},  # right rank, wrong op: the forward origin is missed
+        2: {"rank_1": ["Distributed.recv.0.forward"]},  # a false origin: no NaN is born at step 2
+    }
 
 
 @pytest.mark.parametrize("tree", list(TREES))
 def test_overflow_check_json_names_what_the_readme_says(tree):
     files = {int(p.stem[4:]): json.loads(p.read_text()) for p in (CHECKS / tree).glob("step*.json")}
     assert {s: {r: [n["op_name"] for n in v] for r, v in d.items()} for s, d in files.items()} == (
-        OVERFLOW_CHECK[tree]
+        _readme_overflow_table()[tree]
     )
     for d in files.values():
         for nodes in d.values():
