@@ -43,7 +43,9 @@ SELECT * FROM (VALUES
 -- two ranks is the same collective: joining on it needs no clock, where timestamps of two hosts are
 -- not comparable. Inputs and outputs are every tensor of the call, nested ones (all_gather's list)
 -- included. Group and peer come from the kernel's arguments where the producer saved them
--- (kernel_args: `group`, `src_rank`/`dest_rank`/`root_rank`, `src`/`dst`).
+-- (kernel_args: `group`, `src_rank`/`dest_rank`/`root_rank`, `src`/`dst`; msprobe's reader stores
+-- its collectives' `src`/`dst`/group there). Only collectives with dumped tensors appear (a barrier
+-- has none).
 CREATE OR REPLACE VIEW communication_ops AS
 WITH collective_rows AS (
     SELECT s.run, s.rank, s.iteration, s.graph_id, s.op_name, s.timestamp_us, s.exec_index, s.op_type,
