@@ -159,8 +159,10 @@ class Template:
         return len(self.t_op)
 
 
-def build_template(step_rows: int) -> Template:
-    """Forward layers then their gradients, as many as make `step_rows` tensors (cut there)."""
+def build_template(step_rows: int, collectives: bool = False) -> Template:
+    """Forward layers then their gradients, as many as make `step_rows` tensors (cut there).
+    `collectives`: each layer's gradients end with an `AllReduce` kernel (data parallelism), so the
+    catalog has collectives for `communication_ops` / `nan_origin` (bench/bench_nan_origin.py)."""
     kernels: list[tuple[str, str, int, int, tuple[int, ...], int, str]] = []
     counters: dict[str, int] = {}
     per_layer = sum(n_in + n_out for _, n_in, n_out, _, _ in _LAYER)
@@ -180,6 +182,16 @@ def build_template(step_rows: int) -> Template:
             scope = f"{_GRAD}/{layer}-LlamaDecodeLayer" + (f"/{cell}" if cell else "") + f"/Grad{op_type}"
             grad = op_type if op_type in ("MatMul", "Add", "Mul") else f"{op_type}Grad"
             add(scope, grad, n_out + 1, n_in, 11008 if "feed" in cell else 4096, 40 + 2 * i, code)
+        if collectives:
+            add(
+                f"{_GRAD}/{layer}-LlamaDecodeLayer",
+                "AllReduce",
+                1,
+                1,
+                4096,
+                70,
+                "grads = self.grad_reducer(grads)",
+            )
     t_op, t_out, t_slot = [], [], []
     for k, (_, _, n_in, n_out, _, _, _) in enumerate(kernels):
         for io_out, n in ((False, n_in), (True, n_out)):
@@ -240,12 +252,13 @@ class Plan:
     anomaly_share: float = 0.05  # share of steps that go bad
     spread: int = 30  # kernels after the bad one whose tensors hold NaN too
     seed: int = 0
+    collectives: bool = False  # an AllReduce kernel after each layer's gradients (build_template)
     template: Template = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.rows % self.step_rows:
             raise ValueError(f"rows ({self.rows}) must be a multiple of step_rows ({self.step_rows})")
-        self.template = build_template(self.step_rows)
+        self.template = build_template(self.step_rows, self.collectives)
 
     @property
     def steps(self) -> int:
@@ -788,6 +801,7 @@ def generate(
     collect: bool = False,
     flat_writer: str = "direct",
     progress: bool = False,
+    collectives: bool = False,
 ) -> Summary:
     """Write a catalog of `rows` statistic rows (and as many tensors) at `path` (must not exist).
 
@@ -795,7 +809,8 @@ def generate(
     `CatalogStore.commit_batch`, then `finish_run`, as an ingest does): exact by construction, and
     the baseline for how long the catalog's own writer takes."""
     plan = Plan(rows, run=run, step_rows=step_rows, iterations=iterations, hosts=hosts,
-                tensor_files=tensor_files, anomaly_share=anomaly_share, spread=spread, seed=seed)  # fmt: skip
+                tensor_files=tensor_files, anomaly_share=anomaly_share, spread=spread, seed=seed,
+                collectives=collectives)  # fmt: skip
     path = Path(path).absolute()
     if path.exists():
         raise FileExistsError(f"{path} exists; the generator writes a new catalog")

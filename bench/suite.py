@@ -192,6 +192,11 @@ BENCHMARKS: list[Benchmark] = [
     Benchmark("bench_many_runs", "Many runs in one catalog (bench/bench_many_runs.py)", quick="--rounds 1"),
     Benchmark("bench_tensors", "Many tensors in one call (bench/bench_tensors.py)", quick="--rounds 1"),
     Benchmark(
+        "bench_nan_origin",
+        "Which rank started it: nan_origin against first_anomaly (bench/bench_nan_origin.py)",
+        quick="--iterations 2 --step-rows 500 --rounds 3",
+    ),
+    Benchmark(
         "bench_report",
         "HTML report (bench/bench_report.py)",
         args="--workdir {workdir}",

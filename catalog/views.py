@@ -74,7 +74,11 @@ def define_views(
 # per operator) to one row per step: computed at query time, binding and running that aggregate
 # over every edge was ~8 % of the query with no edges at all (bench/bench_speed.py). Connections
 # that define their views themselves (following a live catalog, the server) keep the query-time view.
-STORED_VIEWS = ("op_feeders",)
+# `communication_ops` (the collective calls, numbered per step) is the same kind: `nan_origin` joins
+# it to one row per rank and step, and computing it scans `stats` a second time; stored, `nan_origin`
+# costs about what `first_anomaly` does (bench/bench_nan_origin.py), and the views database pays one
+# scan of `stats` for the collectives' operator types when it is made.
+STORED_VIEWS = ("op_feeders", "communication_ops")
 
 VIEWS_FOLDER = "views"  # in the catalog folder: one small database of view definitions per snapshot
 VIEWS_ALIAS = "dumpcat"  # the name a connection attaches it under (its current database)
@@ -272,6 +276,8 @@ USER_VIEWS = {
     "first_anomaly": "per run/rank/iteration (a step), the first output holding NaN or Inf, across graphs",
     "first_anomaly_by_graph": "per run/rank/graph/iteration, the graph's own first output holding NaN/Inf",
     "anomalous_tensors": "every statistic row whose tensor holds NaN or Inf",
+    "communication_ops": "every collective call (all_reduce, send, ...) per run/rank/step, with its instance",
+    "nan_origin": "per run and step, the rank and operator where NaN/Inf was born, and the ranks it reached",
     "modules": "msprobe construct.json: the module tree of each step and rank (node, parent, depth)",
     "fx_links": "TorchAir: each GE op output's FX tensor (_fx_tensor_name), with both tensors' row ids",
     "comparisons": "dumpcat compare: metrics per matched tensor pair of two runs, and one-run-only tensors",

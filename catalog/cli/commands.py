@@ -522,11 +522,26 @@ def where(catalog_path: str, line_spec: str | None, code: str | None, fmt: str) 
     is_flag=True,
     help="Each kernel graph's own first anomaly (several per step with control flow), not the step's.",
 )
+@click.option(
+    "--by-rank",
+    is_flag=True,
+    help="Only the per-rank rows: no origin table first on a multi-rank run.",
+)
 @FORMAT_OPTION
-def anomalies(catalog_path: str, run: str | None, by_graph: bool, fmt: str) -> None:
+def anomalies(catalog_path: str, run: str | None, by_graph: bool, by_rank: bool, fmt: str) -> None:
     """The first output that holds NaN or Inf in each step (run, rank, iteration), in the order the
-    step executed across all its kernel graphs, with the source line that made it."""
+    step executed across all its kernel graphs, with the source line that made it. On a multi-rank
+    run the table prints which rank started it first (`nan_origin`): the origin rank's operator and
+    line, and the collectives through which the other ranks received it."""
     cat = _open(catalog_path)
+    if fmt == "table" and not by_rank and not by_graph:
+        from catalog.views import query_text
+
+        origins = cat.sql(query_text("anomalies_origin"), {"run": run})
+        if origins.num_rows:
+            click.echo("Which rank started it (nan_origin):")
+            _print_table(origins, fmt)
+            click.echo("\nFirst anomaly of each rank (first_anomaly):")
     result = cat.anomalies(run, by_graph=by_graph)
     _print_table(result, fmt)
     if fmt == "table" and result.num_rows:

@@ -64,6 +64,7 @@ class ReportData:
     compare_ops: int = 0
     divergences: pa.Table | None = None
     compare_status: pa.Table | None = None
+    origins: pa.Table | None = None  # nan_origin's origin ranks (rank, iterations), for the heat map
 
 
 @dataclass
@@ -146,6 +147,7 @@ def gather(
             heat_cells=_query(cur, "report_heatmap", {"max_ranks": limits.max_ranks}),
             trends=_query(cur, "report_trends", {"top_k": limits.top_movers, "others": limits.other_trends}),
             errors=_query(cur, "report_errors", {"runs": shown}),
+            origins=_query(cur, "report_origins", p),
         )
         if against is not None:
             _gather_compare(cur, data, run, against, limits)

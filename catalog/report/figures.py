@@ -76,6 +76,18 @@ def _layout(fig: go.Figure, height: int, **kw) -> go.Figure:
     return fig
 
 
+def _origin_note(iterations: list[int] | None) -> str:
+    """' (origin at iteration 1, 5)' for a rank where nan_origin says a NaN/Inf was born."""
+    if not iterations:
+        return ""
+    return f" (origin at iteration {', '.join(map(str, iterations))})"
+
+
+def _rank_label(rank: int, origins: dict[int, list[int]]) -> str:
+    """The rank's name in the menu: 'rank 1 · origin' where a NaN/Inf was born (nan_origin)."""
+    return f"rank {rank} · origin" if origins.get(rank) else f"rank {rank}"
+
+
 def heatmap_figure(data: ReportData) -> go.Figure | None:
     """Operators (rows, execution order) × iteration columns, one heat map per rank (a menu picks
     the rank): first anomaly of the step, propagated NaN/Inf, or clean; the counts in the hover."""
@@ -100,6 +112,8 @@ def heatmap_figure(data: ReportData) -> go.Figure | None:
     kind = np.uint8 if top < 2**8 else np.uint16 if top < 2**16 else np.uint32
     counts = counts.clip(max=np.iinfo(np.uint32).max).astype(kind)
     ranks = sorted({int(r) for r in rank})
+    # where nan_origin says a NaN/Inf was born: marked in the rank's name, menu entry and hover
+    origins = {} if data.origins is None else {o["rank"]: o["iterations"] for o in data.origins.to_pylist()}
     with_text = n_y * n_x <= 1500
     fig = go.Figure()
     for i, r in enumerate(ranks):
@@ -144,10 +158,11 @@ def heatmap_figure(data: ReportData) -> go.Figure | None:
                     "yanchor": "top",
                 },
                 hovertemplate=(
-                    f"rank {r}, iteration %{{x}}<br>%{{y}}<br>NaN elements %{{customdata[0]}}, "
-                    "Inf elements %{customdata[1]}<br>anomalous outputs %{customdata[2]}<extra></extra>"
+                    f"rank {r}{_origin_note(origins.get(r))}, iteration %{{x}}<br>%{{y}}<br>NaN elements "
+                    "%{customdata[0]}, Inf elements %{customdata[1]}<br>anomalous outputs %{customdata[2]}"
+                    "<extra></extra>"
                 ),
-                name=f"rank {r}",
+                name=_rank_label(r, origins),
                 meta=r,
                 visible=i == 0,
             )
@@ -158,7 +173,7 @@ def heatmap_figure(data: ReportData) -> go.Figure | None:
     if len(ranks) > 1:
         buttons = [
             {
-                "label": f"rank {r}",
+                "label": _rank_label(r, origins),
                 "method": "update",
                 "args": [{"visible": [j == i for j in range(len(ranks))]}],
             }

@@ -324,6 +324,12 @@ def _heatmap(data: ReportData) -> str:
         'anomaly</b> of the step, <b style="color:#c76b1c">propagated</b> NaN/Inf, or clean (grey); '
         "white: not dumped. The numbers are NaN (and ∞) elements; hover for the counts"
         + (", and pick the rank in the menu" if len(ranks) > 1 else "")
+        + (
+            " (<b>· origin</b>: a rank where the NaN/Inf was born, by <code>nan_origin</code>; the others "
+            "received it through collectives or started from it)"
+            if len(ranks) > 1 and data.origins is not None and data.origins.num_rows
+            else ""
+        )
         + f".{notes}{empty}</p>"
         + figure_html(fig, "heatmap-figure", "dumpcatRendered();" + _HEATMAP_CLICK)
         + "</section>"

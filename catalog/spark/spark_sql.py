@@ -410,7 +410,16 @@ def _fix_union_by_name(node: exp.Expression) -> exp.Expression:
     return union
 
 
+def _fix_materialized(node: exp.Expression) -> exp.Expression:
+    """`WITH x AS MATERIALIZED (...)`: DuckDB's hint to compute a CTE read twice once (nan_origin);
+    Spark has no such syntax, and plans its CTEs itself."""
+    if isinstance(node, exp.CTE) and node.args.get("materialized") is not None:
+        node.set("materialized", None)
+    return node
+
+
 _FIXUPS = (
+    _fix_materialized,
     _fix_ieee,
     _fix_aggregate_lists,
     _fix_error,

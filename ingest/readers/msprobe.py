@@ -464,6 +464,17 @@ class MsprobeReader(Reader):
         arrays["op_full_name"] = arrays["file_op_name"]
         table = conform(pa.table(arrays), schema)
         sink.add_stat_chunk(table)
+        # the peers and group of the collectives among the new entries (communication_ops)
+        new_entries = set(np.unique(np.asarray(entry)).tolist())
+        sink.add_rows(
+            "kernel_args",
+            [
+                (sink.options.run, rank, net, None, step, rel, k.op_type, k.key, name, value)
+                for i, k in enumerate(dump.keys)
+                if k.peers and i in new_entries
+                for name, value in k.peers
+            ],
+        )
 
     def _parsed(
         self, entry: os.DirEntry, kind: str, parse: Callable[[bytes], object], cap_kind: str = "json"

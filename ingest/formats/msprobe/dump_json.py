@@ -25,7 +25,7 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,9 @@ class EntryKey:
     op_type: str  # API name, or the module's class
     direction: str | None  # 'forward' | 'backward' | None (parameters_grad)
     call_count: int | None
+    # a collective's peers and group as msprobe records them (`Distributed.*` / `Communication.*`):
+    # (('src', '0'),), (('dst', '1'),), (('group', '[0, 1]'),); None for other entries (`peers_of`)
+    peers: tuple[tuple[str, str], ...] | None = None
 
 
 _MODULE_PREFIXES = ("Module", "Cell")
@@ -321,6 +324,40 @@ def _load(text: str | bytes, what: str) -> Any:
         raise MsprobeJsonError(f"not JSON: {exc}") from None
 
 
+_COLLECTIVE_PREFIXES = ("Distributed", "Communication")
+# positional arguments that name a peer, per collective (torch.distributed's signatures)
+_PEER_POSITIONS = {
+    "broadcast": {1: "src"}, "send": {1: "dst"}, "isend": {1: "dst"}, "recv": {1: "src"}, "irecv": {1: "src"},
+    "reduce": {1: "dst"}, "gather": {2: "dst"}, "scatter": {2: "src"},
+}  # fmt: skip
+
+
+def peers_of(parsed: EntryKey, body: Any) -> tuple[tuple[str, str], ...] | None:
+    """The `src`, `dst` and `group` msprobe recorded for a collective call (non-tensor arguments,
+    which the tensor columns leave out): `{"type": "int", "value": 1}` for a rank, a process group's
+    `group_ranks` for a group. None for other entries, or when it recorded none."""
+    if parsed.api_type not in _COLLECTIVE_PREFIXES or type(body) is not dict:
+        return None
+    kwargs = body.get("input_kwargs")
+    named = dict(kwargs) if type(kwargs) is dict else {}
+    args = body.get("input_args")
+    if type(args) is list:
+        for index, name in _PEER_POSITIONS.get(parsed.name, {}).items():
+            if index < len(args):
+                named.setdefault(name, args[index])
+    out = []
+    for name in ("src", "dst"):
+        value = named.get(name)
+        if type(value) is dict and type(value.get("value")) is int:
+            out.append((name, str(value["value"])))
+    group = named.get("group")
+    if type(group) is dict:
+        ranks = group.get("group_ranks", group.get("ranks"))
+        if type(ranks) is list and all(type(r) is int for r in ranks):
+            out.append(("group", str(ranks)))
+    return tuple(out) or None
+
+
 def _entries(data: dict) -> tuple[list[EntryKey], LeafColumns, list[str]]:
     keys: list[EntryKey] = []
     leaves = LeafColumns()
@@ -331,7 +368,8 @@ def _entries(data: dict) -> tuple[list[EntryKey], LeafColumns, list[str]]:
             _entry(leaves, len(keys), parsed, body)
         except MsprobeJsonError as exc:
             problems.append(str(exc))
-        keys.append(parsed)
+        peers = peers_of(parsed, body)
+        keys.append(parsed if peers is None else replace(parsed, peers=peers))
     return keys, leaves, problems
 
 

@@ -35,7 +35,8 @@ def _dump_roots() -> list[Path]:
     roots += sorted((DATA / "ascend_raw").iterdir())
     roots += sorted((DATA / "mindspore_bin").iterdir())
     roots += [DATA / "ge" / name for name in ("ge_tensor", "ge_stats", "om", "torchair")]
-    roots += [p for p in sorted((DATA / "msprobe").iterdir()) if p.is_dir() and p.name not in ("cnn",)]
+    not_dumps = ("cnn", "overflow_check")  # cnn: trees one level down; overflow_check: msprobe's json
+    roots += [p for p in sorted((DATA / "msprobe").iterdir()) if p.is_dir() and p.name not in not_dumps]
     roots += [p for p in sorted((DATA / "msprobe" / "cnn").iterdir()) if p.is_dir() and p.name != "compare"]
     return roots
 
