@@ -126,12 +126,16 @@ WITH comm AS MATERIALIZED (
     FROM communication_ops
 ),
 firsts AS MATERIALIZED (  -- first_anomaly's answer, and whether that call's own inputs were non-finite
+    -- One call of a kernel: its place in the execution order where the dump has one (MindSpore
+    -- writes each input and output file with a timestamp of its own), else its timestamp (one
+    -- file per call in raw/GE dumps; msprobe names each call apart).
     SELECT DISTINCT ON (run, rank, iteration) *
     FROM (
         SELECT run, rank, iteration, graph_id, exec_index, timestamp_us, op_type, op_name, io, slot,
                nan_count, neg_inf_count, pos_inf_count, source_file, source_line, source_code,
                max(CASE WHEN io IN ('input', 'parameter') THEN 1 ELSE 0 END)
-                   OVER (PARTITION BY run, rank, iteration, graph_id, op_name, timestamp_us) = 1
+                   OVER (PARTITION BY run, rank, iteration, graph_id, op_name,
+                                      coalesce(exec_index, timestamp_us)) = 1
                    AS inputs_nonfinite
         FROM anomalous_tensors
     ) a
