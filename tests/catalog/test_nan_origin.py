@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -85,23 +86,15 @@ def _stack_line(tree: str, step: int, rank: int, key: str) -> tuple[str, int, st
     raise AssertionError(f"{key} not in stack.json")
 
 
+def _collectives(cat: Catalog, run: str) -> tuple[list[tuple], list[dict]]:
+    """communication_ops of `run` in _scan_collectives' form (sorted), and its rows."""
+    rows = cat.sql("SELECT * FROM communication_ops WHERE run = $run", {"run": run}).to_pylist()
+    keys = ("rank", "iteration", "collective", "instance", "input_nonfinite", "output_nonfinite")
+    return sorted(tuple(r[k] for k in keys) for r in rows), rows
+
+
 def test_communication_ops_are_the_collectives_of_the_files(cat):
-    rows = cat.sql(
-        "SELECT rank, iteration, collective, instance, input_nonfinite, output_nonfinite, kind, op_name, "
-        "inputs, outputs, input_nan_count FROM communication_ops WHERE run = $run",
-        {"run": TWO},
-    ).to_pylist()
-    got = sorted(
-        (
-            r["rank"],
-            r["iteration"],
-            r["collective"],
-            r["instance"],
-            r["input_nonfinite"],
-            r["output_nonfinite"],
-        )
-        for r in rows
-    )
+    got, rows = _collectives(cat, TWO)
     assert got == _scan_collectives(TWO)
     assert len(got) == 6  # 2 ranks x 3 steps, one all_reduce each
     assert {(r["kind"], r["op_name"], r["inputs"], r["outputs"]) for r in rows} == {
@@ -314,22 +307,7 @@ def test_four_ranks_name_the_planted_rank_op_and_line(four, tree):
 def test_four_ranks_collectives_are_those_of_the_files(four, tree):
     """Instance numbers and non-finite flags against a plain-json scan, nested outputs included
     (all_gather's list); directed ones are directed."""
-    rows = four.sql(
-        "SELECT rank, iteration, collective, instance, input_nonfinite, output_nonfinite, kind "
-        "FROM communication_ops WHERE run = $run",
-        {"run": tree},
-    ).to_pylist()
-    got = sorted(
-        (
-            r["rank"],
-            r["iteration"],
-            r["collective"],
-            r["instance"],
-            r["input_nonfinite"],
-            r["output_nonfinite"],
-        )
-        for r in rows
-    )
+    got, rows = _collectives(four, tree)
     assert got == _scan_collectives(tree)
     kinds = {r["collective"]: r["kind"] for r in rows}
     assert kinds["broadcast"] == kinds["send"] == kinds["recv"] == "directed"
@@ -443,3 +421,31 @@ def test_collective_spellings_of_every_producer(cat):
     assert cat.sql(
         "SELECT collective_spelling('MatMul') IN (SELECT spelling FROM collective_names) AS c"
     ).to_pylist() == [{"c": False}]
+
+
+def test_garbled_collective_arguments_and_a_truncated_rank(tmp_path):
+    """Bad input: a recv whose `src` is not a rank, a group that is no list of ranks and positional
+    arguments that are no list lose only their peers (src NULL: the sender is then the rank whose
+    send had non-finite inputs); a truncated dump.json of another rank is one ingest_errors row,
+    and every other rank's collectives and the origin are still there."""
+    tree = Path(shutil.copytree(MSPROBE / "pt_4ranks_recv_l1_statistics", tmp_path / "dump"))
+    path = tree / "step1/rank1/dump.json"
+    data = json.loads(path.read_text())
+    recv = data["data"]["Distributed.recv.0.forward"]
+    recv["input_kwargs"] = {"src": {"type": "int", "value": "three"}, "group": {"group_ranks": ["a", 1]}}
+    recv["input_args"] = "not a list"
+    path.write_text(json.dumps(data))
+    truncated = tree / "step1/rank0/dump.json"
+    truncated.write_bytes(truncated.read_bytes()[:5000])
+    cat = Catalog.open(tmp_path / "cat", create=True)
+    summary = cat.ingest(tree, run="bad")
+    errors = cat.sql("SELECT path, reason FROM ingest_errors").to_pylist()
+    assert summary.errors == len(errors) == 1 and errors[0]["path"].endswith("step1/rank0/dump.json")
+    got, rows = _collectives(cat, "bad")
+    assert got == [c for c in _scan_collectives("pt_4ranks_recv_l1_statistics") if c[:2] != (0, 1)]
+    recv_row = next(r for r in rows if r["rank"] == 1 and r["iteration"] == 1 and r["collective"] == "recv")
+    assert (recv_row["src"], recv_row["group_name"]) == (None, None)
+    step = cat.sql("SELECT * FROM nan_origin WHERE iteration = 1").to_pylist()[0]
+    assert (step["origin_rank"], step["op_name"]) == (3, "Torch.sqrt.0.forward")
+    assert {r["rank"]: (r["collective"], r["from_ranks"]) for r in step["reached"]}[1] == ("recv", [3])
+    cat.close()

@@ -9,7 +9,6 @@ import fcntl
 import os
 import pty
 import re
-import select
 import shutil
 import struct
 import subprocess
@@ -22,6 +21,7 @@ import pytest
 from bench import synth
 from catalog import Catalog
 from tests.conftest import DATA, REPO, dump_of
+from tests.pty_output import read_until_closed
 
 COMPARE = DATA / "ms210" / "compare"
 # tqdm's meter: "12/345 [00:01<00:02, 98.76 files/s]" (the ETA after "<", then the rate)
@@ -40,22 +40,7 @@ def _on_a_terminal(*args: str) -> str:
         cwd=REPO,
     )
     os.close(follower)
-    out = b""
-    try:
-        while True:
-            ready, _, _ = select.select([leader], [], [], 300)
-            if not ready:  # a hung command: fail with what it wrote rather than hang the suite
-                proc.kill()
-                break
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # EIO: the child closed the terminal
-                break
-            if not chunk:
-                break
-            out += chunk
-    finally:
-        os.close(leader)
+    out = read_until_closed(leader, proc)
     text = out.decode("utf-8", "replace")
     assert proc.wait(60) == 0, text[-3000:]
     return text

@@ -18,6 +18,7 @@ import pytest
 from catalog import Catalog
 from tests.catalog.cli.in_process import dumpcat_in_process
 from tests.conftest import REPO, dump_of
+from tests.pty_output import read_until_closed
 
 HOSTILE = "Evil\x1b]0;pwned\x07\x1b[2J\x9b31m-op0"
 
@@ -49,16 +50,7 @@ def _on_a_terminal(*args: str) -> bytes:
         [sys.executable, "-m", "catalog.cli", *args], stdout=follower, stderr=subprocess.PIPE, cwd=REPO
     )
     os.close(follower)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(leader)
+    out = read_until_closed(leader, proc)
     assert proc.wait(60) == 0, proc.stderr.read()
     return out
 
