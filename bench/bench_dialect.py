@@ -18,6 +18,7 @@ file's views are slower than a Catalog's, so only the ratio compares), and wheth
 column reflection works on the installed SQLAlchemy.
 
     python bench/bench_dialect.py [--tensors 20000] [--rounds 7] [--reps 20] [--workdir DIR]
+    python bench/bench_dialect.py --tree DUMP   # a catalog of a real dump instead (bench/ms_resnet_tree.py)
 """
 
 from __future__ import annotations
@@ -74,13 +75,15 @@ def best(fn: Callable[[], object], reps: int) -> float:
     return (time.perf_counter() - started) / reps
 
 
-def make_catalog(workdir: Path, tensors: int) -> Path:
+def make_catalog(workdir: Path, tensors: int, dump: Path | None = None) -> Path:
+    """A catalog of `dump`, or of a synthetic tree of `tensors` tensors."""
     from catalog.api import Catalog
 
     tree, cat = workdir / "tree", workdir / "cat"
     shutil.rmtree(workdir, ignore_errors=True)
-    synth.generate(tree, tensors, iterations=10, nan_fraction=0.02, workers=1)
-    Catalog.open(cat, create=True).ingest(tree, run="synth", workers=1)
+    if dump is None:
+        synth.generate(tree, tensors, iterations=10, nan_fraction=0.02, workers=1)
+    Catalog.open(cat, create=True).ingest(dump or tree, run="synth" if dump is None else "real", workers=1)
     return cat
 
 
@@ -102,13 +105,15 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--tree", type=Path, default=None, help="a real dump to catalog, not a synthetic one")
     args = ap.parse_args()
+    what = f"real dump {args.tree.name}" if args.tree else f"synthetic catalog: {args.tensors} tensors"
 
     from catalog.api import Catalog
     from catalog.export import export_duckdb
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-dialect-"))
-    cat_path = make_catalog(workdir / "data", args.tensors)
+    cat_path = make_catalog(workdir / "data", args.tensors, args.tree)
     cat = Catalog.open(cat_path)
     stat_rows = arrow(cat.sql("SELECT count(*) AS n FROM stats")).to_pylist()[0]["n"]
     row_id = arrow(cat.sql("SELECT row_id FROM stats ORDER BY row_id LIMIT 1 OFFSET 100")).to_pylist()[0][
@@ -177,10 +182,10 @@ def main() -> None:
         other_conn.close()
     shutil.rmtree(workdir / "data", ignore_errors=True)
 
-    print(f"catalog: {args.tensors} tensors, {stat_rows} stats rows; best of {args.rounds} x {args.reps}")
+    print(f"{what}, {stat_rows} stats rows; best of {args.rounds} x {args.reps}")
     emit.report_follows()
     print("```text")
-    print(f"synthetic catalog: {args.tensors} tensors, {stat_rows} stats rows; ms per query, best of "
+    print(f"{what}, {stat_rows} stats rows; ms per query, best of "
           f"{args.rounds} samples of {args.reps}")  # fmt: skip
     print(f"{'':<24} {'the catalog':^30} {'an export-duckdb file':^30}".rstrip())
     print(f"{'query':<24} {'Catalog.sql':>11} {'dumpcat://':>11} {'ratio':>6} "
