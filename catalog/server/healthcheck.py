@@ -5,7 +5,9 @@ its statement workers are dead or the catalog unreadable); a query answered says
 clients in, a worker runs SQL and the catalog's views read. It speaks the PostgreSQL protocol itself
 (startup, cleartext/MD5/SCRAM-SHA-256 login, one simple query) with the standard library alone, so
 the image needs no psql, and it imports neither DuckDB nor Arrow (a whole check takes under half a
-second, most of it the interpreter's start).
+second, most of it the interpreter's start). psycopg or pg8000 would do the same, but as a runtime
+dependency of every install for one container command; this client is only ever pointed at
+dumpcat's own server, whose login the real clients of tests/catalog/server check.
 """
 
 from __future__ import annotations
