@@ -15,6 +15,8 @@ it with its full rules (live ingest may wait for it, a one-shot ingest records a
 from __future__ import annotations
 
 import os
+from array import array
+from itertools import accumulate, chain
 from typing import TYPE_CHECKING
 
 from ingest.formats.mindspore.npy_name import TensorNameError, parse_tensor_name, without_op_index
@@ -93,8 +95,70 @@ def scan_tensor_columns(batch: list[LeafChunk]) -> list[ScannedColumns]:
                     stored, header.shape, header.data_offset, nbytes, size, tn.era,
                 )
             )  # fmt: skip
-        out.append((ctx, list(zip(*rows, strict=True)), irregular))
+        columns = zip(_FILE_KINDS, zip(*rows, strict=True), strict=True) if rows else ()
+        out.append((ctx, [_encode(kind, values) for kind, values in columns], irregular))
     return out
+
+
+# How each of _FILE_COLUMNS travels from a helper: as the buffers of its Arrow array (q: int64,
+# i: int32, s: string, l: list of int64), built with the standard library's `array` (helpers
+# import neither pyarrow nor numpy), wrapped by the ingesting process without a copy
+# (`pa.Array.from_buffers`). Converting Python values there instead (`pa.array(list)`) was a third
+# of its walk (10^5 tensors: ~0.4 s of ~1.2 s), and pyarrow's first conversion of Python values
+# imports pandas when it is installed (0.3-0.8 s on this machine), which from_buffers never does.
+_FILE_KINDS = (
+    "q", "s", "s", "s", "s", "s", "s", "q",
+    "q", "q", "s", "i", "s", "s", "s", "l",
+    "q", "q", "q", "s",
+)  # fmt: skip
+# An encoded column: (kind, rows, validity bitmap or None, offsets or None, data), buffers as bytes.
+EncodedColumn = tuple[str, int, "bytes | None", "bytes | None", bytes]
+
+
+def _validity(values: tuple) -> bytes | None:
+    """Arrow's validity bitmap of `values` (bit i set: values[i] is not None), None when none is."""
+    if None not in values:
+        return None
+    bits = bytearray((len(values) + 7) // 8)
+    for i, v in enumerate(values):
+        if v is not None:
+            bits[i >> 3] |= 1 << (i & 7)
+    return bytes(bits)
+
+
+def _encode(kind: str, values: tuple) -> EncodedColumn:
+    """One column's values as the buffers of its Arrow array (see _FILE_KINDS)."""
+    n = len(values)
+    validity = _validity(values)
+    if kind in "qi":
+        filled = values if validity is None else [0 if v is None else v for v in values]
+        return kind, n, validity, None, array(kind, filled).tobytes()
+    if kind == "l":
+        shapes = values if validity is None else [() if v is None else v for v in values]
+        offsets = array("i", accumulate(map(len, shapes), initial=0))
+        return kind, n, validity, offsets.tobytes(), array("q", chain.from_iterable(shapes)).tobytes()
+    texts = values if validity is None else ["" if v is None else v for v in values]
+    joined = "".join(texts)
+    if joined.isascii():  # (nearly always: one byte a character, the lengths are the str lengths)
+        offsets = array("i", accumulate(map(len, texts), initial=0))
+        return kind, n, validity, offsets.tobytes(), joined.encode("ascii")
+    encoded = [t.encode("utf-8", "replace") for t in texts]  # (a lone surrogate: "?", as valid UTF-8)
+    offsets = array("i", accumulate(map(len, encoded), initial=0))
+    return kind, n, validity, offsets.tobytes(), b"".join(encoded)
+
+
+def _decode(column: EncodedColumn, type_: pa.DataType) -> pa.Array:
+    """The Arrow array of an encoded column (its buffers wrapped, not copied)."""
+    import pyarrow as pa
+
+    kind, n, validity, offsets, data = column
+    mask = None if validity is None else pa.py_buffer(validity)
+    if kind in "qi":
+        return pa.Array.from_buffers(type_, n, [mask, pa.py_buffer(data)])
+    if kind == "l":
+        values = pa.Array.from_buffers(pa.int64(), len(data) // 8, [None, pa.py_buffer(data)])
+        return pa.Array.from_buffers(type_, n, [mask, pa.py_buffer(offsets)], children=[values])
+    return pa.Array.from_buffers(type_, n, [mask, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 def columns_table(scanned: ScannedColumns) -> tuple[pa.Table, list[str]]:
@@ -106,15 +170,33 @@ def columns_table(scanned: ScannedColumns) -> tuple[pa.Table, list[str]]:
     ctx, values, irregular = scanned
     if not values:
         return TENSORS.empty_table(), irregular
-    n = len(values[0])
+    n = values[0][1]
     columns = dict(zip(_FILE_COLUMNS, values, strict=True))
     arrays = []
     for field in TENSORS:
         if field.name in columns:
-            arrays.append(pa.array(columns[field.name], field.type))
-        elif field.name in _READER_COLUMNS:
-            arrays.append(pa.array([_READER_COLUMNS[field.name]] * n, field.type))
+            arrays.append(_decode(columns[field.name], field.type))
         else:
-            value = ctx[_CONSTANT_COLUMNS.index(field.name)]
-            arrays.append(pa.array([value] * n, field.type))
+            value = (
+                _READER_COLUMNS[field.name]
+                if field.name in _READER_COLUMNS
+                else ctx[_CONSTANT_COLUMNS.index(field.name)]
+            )
+            arrays.append(_repeated(value, n, field.type))
     return pa.Table.from_arrays(arrays, schema=TENSORS), irregular
+
+
+def _repeated(value: object, n: int, type_: pa.DataType) -> pa.Array:
+    """`value` n times, as a column of `type_` (a scalar broadcast: no Python list of n values)."""
+    import pyarrow as pa
+
+    if value is None:
+        return pa.nulls(n, type_)
+    if pa.types.is_string(type_):
+        data = str(value).encode("utf-8", "replace")
+        offsets = (
+            array("i", range(0, len(data) * n + 1, len(data))) if data else array("i", bytes(4 * (n + 1)))
+        )
+        return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(offsets), pa.py_buffer(data * n)])
+    code = "q" if type_.bit_width == 64 else "i"
+    return pa.Array.from_buffers(type_, n, [None, pa.py_buffer(array(code, [int(value)]) * n)])

@@ -200,6 +200,9 @@ def _listing(paths: list[str]) -> str:
 _SAMPLE_ROWS = 2048
 # A batch of at most this many tensors and statistic rows resolves both flat tables at once.
 _SIDE_BY_SIDE_ROWS = 20_000
+# Resolved rows (op_name, the source line added) over their source rows, in bytes: 1.04 for the
+# tensors and stats of the synthetic 10^5 tree; the margin is for long source lines.
+_RESOLVED_WIDTH = 1.25
 _MIN_PART = 2048  # rows: DuckDB's vector; an interim file's smallest row group (no sample below it)
 
 
@@ -229,15 +232,28 @@ def new_flat_dir(store: CatalogStore, flat: str) -> tuple[str, str, Path]:
 
 
 def seal_flat_dir(
-    fdir: Path, flat: str, *, fid: str, rel: str, run: str, rows: int, sources: list[str], keys: list
+    fdir: Path,
+    flat: str,
+    *,
+    fid: str,
+    rel: str,
+    run: str,
+    rows: int,
+    sources: list[str],
+    keys: list,
+    sort_index: bool = False,
 ) -> dict:
     """Finish a flat file whose data.parquet is written: its sidecar index (tensors), everything
-    fsynced, and its snapshot entry. Also used by bench/bench_scale.py, which writes flat files in
+    fsynced, and its snapshot entry. `sort_index`: the data is not in row-id order (an interim
+    file), the index is sorted here. Also used by bench/bench_scale.py, which writes flat files in
     this layout without resolving them."""
     from ingest.storage.durable import fsync_path
 
     if flat == "tensors":
-        write_index(fdir / DATA_FILE, fdir / INDEX_FILE)
+        if sort_index:
+            write_sorted_index(fdir / DATA_FILE, fdir / INDEX_FILE)
+        else:
+            write_index(fdir / DATA_FILE, fdir / INDEX_FILE)
     for name in os.listdir(fdir):
         fsync_path(fdir / name)
     fsync_path(fdir)
@@ -263,6 +279,25 @@ def write_index(data: Path, path: Path) -> None:
                 [_as_type(batch.column(name), INDEX_SCHEMA.field(name).type) for name in INDEX_SCHEMA.names],
                 schema=INDEX_SCHEMA,
             ))  # fmt: skip
+
+
+def write_sorted_index(data: Path, path: Path) -> None:
+    """The location columns of an unsorted (interim) tensors file, sorted by row id: a sidecar
+    is searched by bisection. Its columns are a few per row (one batch's: ~50,000 rows)."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(str(data), columns=INDEX_SCHEMA.names)
+    table = pa.Table.from_arrays(
+        [
+            _as_type(table.column(name).combine_chunks(), INDEX_SCHEMA.field(name).type)
+            for name in INDEX_SCHEMA.names
+        ],
+        schema=INDEX_SCHEMA,
+    )
+    table = table.take(table.column("row_id").to_numpy().argsort(kind="stable"))
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, INDEX_SCHEMA) as out:
+        for batch in table.to_batches(max_chunksize=_INDEX_BATCH_ROWS):
+            out.write_batch(batch)
 
 
 def _as_type(column: pa.Array, type_: pa.DataType) -> pa.Array:
@@ -501,13 +536,15 @@ class FlatWriter:
         sources: list[str],
         *,
         sample: str | None = None,
+        widen: float = 1.0,
         dictionaries: frozenset[str] = frozenset(),
     ) -> dict | None:
         """Write `query`'s rows, sorted, as a new flat file of `flat` (not yet visible); its entry,
         or None when there are no rows. `ids` selects (row_id, stat_id) of the rows `query` reads
         (a cheap scan of the source files: it counts them, the rows are not resolved twice);
-        `sample`, the same rows as plain text columns, sizes an interim file's row groups when
-        `query` holds the columns `dictionaries` as ENUMs.
+        `sample`, the same rows as plain text columns (or the rows they are resolved from, `widen`
+        times as wide), sizes an interim file's row groups when `query` holds the columns
+        `dictionaries` as ENUMs.
 
         Memory stays bounded whatever the row count and width: the rows are resolved and sorted
         in one statement into a table (DuckDB's sort and the table spill to tmp/ past the memory
@@ -528,10 +565,14 @@ class FlatWriter:
         total = con.execute(f"SELECT count(*) FROM ({ids})").fetchall()[0][0]
         if not total:
             return None
+        # Only an interim file's row groups are sized (a final file has DuckDB's): sampling the
+        # resolution costs it its joins (~50 ms a batch), so a batch is sized by its source rows
+        # (`sample`), which the resolved rows are within a few per cent of (_RESOLVED_WIDTH).
+        sized = self.interim and not self._final and total > _MIN_PART
         group = (
-            _MIN_PART
-            if total <= _MIN_PART
-            else rows_per_part(_sampled_row_bytes(con, sample or query, dictionaries), self.memory_limit)
+            rows_per_part(widen * _sampled_row_bytes(con, sample or query, dictionaries), self.memory_limit)
+            if sized
+            else _MIN_PART
         )
         fid, rel, fdir = new_flat_dir(self.store, flat)
         data = fdir / DATA_FILE
@@ -539,15 +580,22 @@ class FlatWriter:
         interim = self.interim and not self._final and total > group
         copy_options = f"FORMAT parquet, ROW_GROUP_SIZE {group if interim else _SORT_ROWS}"
         try:
-            with self._insertion_order(con):
-                rows, keys = self._write_sorted(con, flat, query, data, copy_options)
+            if interim:
+                rows, keys = self._write_unsorted(
+                    con, query, ids_of=ids, data=data, copy_options=copy_options
+                )
+            else:
+                with self._insertion_order(con):
+                    rows, keys = self._write_sorted(con, flat, query, data, copy_options)
         except BaseException:
             shutil.rmtree(fdir, ignore_errors=True)
             raise
         if not rows:
             shutil.rmtree(fdir, ignore_errors=True)
             return None
-        entry = seal_flat_dir(fdir, flat, fid=fid, rel=rel, run=run, rows=rows, sources=sources, keys=keys)
+        entry = seal_flat_dir(
+            fdir, flat, fid=fid, rel=rel, run=run, rows=rows, sources=sources, keys=keys, sort_index=interim
+        )
         if interim:
             entry["interim"] = True
         return entry
@@ -589,6 +637,20 @@ class FlatWriter:
             # before the sidecar index is read back with pyarrow: not both at their peak at once
             self.release_buffers(con)
 
+    def _write_unsorted(
+        self, con: duckdb.DuckDBPyConnection, query: str, *, ids_of: str, data: Path, copy_options: str
+    ) -> tuple[int, list[tuple]]:
+        """Write `query`'s rows as they come (an interim file of a one-shot ingest): its row count
+        and distinct (run, rank). The file is rewritten sorted by the ingest's last merge
+        (`consolidate`), which sorts anyway: sorting each batch's rows as well cost a second sort
+        of every row (10^5 tensors: ~0.9 s of the ingest's ~5.5 s). Readers meanwhile get the same
+        rows, and point lookups read more row groups of such a file until it is merged."""
+        count = con.execute(f"COPY ({query}) TO {_quote(str(data))} ({copy_options})").fetchall()[0][0]
+        if not count:
+            return 0, []
+        source = f"read_parquet({_quote(str(data))})"
+        return int(count), con.execute(f"SELECT DISTINCT run, rank FROM {source}").fetchall()
+
     def _resolve(
         self,
         snap: dict,
@@ -613,7 +675,12 @@ class FlatWriter:
             for t in FLAT_SOURCES[flat]
         )
         stored = f"SELECT {FLAT_STORED_COLUMNS[flat]} FROM {flat}_resolved"
-        return self._retrying(con, partial(self._write, con, flat, stored, ids, run, sources))
+        # the widest source's rows, widened by what resolution adds (op_name, the source line)
+        sample = " UNION ALL BY NAME ".join(f"SELECT * FROM src_{t}" for t in FLAT_SOURCES[flat])
+        return self._retrying(
+            con,
+            partial(self._write, con, flat, stored, ids, run, sources, sample=sample, widen=_RESOLVED_WIDTH),
+        )
 
     def _merge(self, snap: dict, flat: str, entries: list[dict]) -> dict | None:
         """One file of the rows of `entries`' files, in the merge's own memory (`_merge_memory`)

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import ingest.pipeline as pipeline
 import ingest.readers.mindspore_npy as npy_reader
@@ -336,7 +338,7 @@ def test_helpers_scan_without_pyarrow_or_numpy(tmp_path):
         "before = heavy()\n"
         "from ingest.readers.leaf_scan import scan_tensor_columns\n"
         f"out = scan_tensor_columns([{chunk!r}])\n"
-        "print(before, heavy(), len(out[0][1][0]))\n"
+        "print(before, heavy(), out[0][1][0][1])\n"  # (row_id column: its kind, its rows, ...)
     )
     from ingest.storage.memory import helper_environment
 
@@ -431,3 +433,49 @@ def test_pending_rows_held_dictionary_encoded_give_the_same_catalog(
         for table in batch["tables"]:
             written = pq.read_schema(cat.store.root / batch["path"] / f"{table}.parquet")
             assert written.remove_metadata().equals(TABLES[table]), table
+
+
+_TEXT = st.one_of(
+    st.none(), st.text(max_size=12), st.sampled_from(["", "Conv2D-op1", "Default/网络", "a\udcff"])
+)
+_INTS = st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1))
+_SHAPES = st.one_of(st.none(), st.tuples(), st.lists(st.integers(0, 2**40), max_size=5).map(tuple))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    texts=st.lists(_TEXT, min_size=1, max_size=40),
+    ints=st.lists(_INTS, min_size=1, max_size=40),
+    small=st.lists(st.one_of(st.none(), st.integers(-(2**31), 2**31 - 1)), min_size=1, max_size=40),
+    shapes=st.lists(_SHAPES, min_size=1, max_size=40),
+)
+def test_helper_columns_decode_to_what_pyarrow_makes_of_the_values(texts, ints, small, shapes):
+    """The buffers a helper sends (`_encode`, standard library only) wrap into the array pyarrow
+    itself makes of the same Python values: nulls, empty and non-ASCII text (a lone surrogate
+    becomes "?": the column stays valid UTF-8), 64-bit extremes, empty shapes."""
+    from ingest.readers.leaf_scan import _decode, _encode
+
+    decoded = _decode(_encode("s", tuple(texts)), pa.string())
+    decoded.validate(full=True)
+    valid = [None if t is None else t.encode("utf-8", "replace").decode("utf-8") for t in texts]
+    assert decoded.equals(pa.array(valid, pa.string()))
+    for kind, values, type_ in (
+        ("q", ints, pa.int64()),
+        ("i", small, pa.int32()),
+        ("l", shapes, pa.list_(pa.int64())),
+    ):
+        got = _decode(_encode(kind, tuple(values)), type_)
+        got.validate(full=True)
+        assert got.equals(pa.array(values, type_)), kind
+
+
+def test_constant_columns_are_the_context_repeated():
+    """The columns every file of a leaf shares are built from buffers too, and equal pyarrow's."""
+    from ingest.readers.leaf_scan import _repeated
+
+    for value, type_ in (("Net", pa.string()), ("", pa.string()), ("网", pa.string()), (7, pa.int32()),
+                         (-(2**62), pa.int64()), (None, pa.int64()), (None, pa.string())):  # fmt: skip
+        for n in (0, 1, 5):
+            got = _repeated(value, n, type_)
+            got.validate(full=True)
+            assert got.equals(pa.array([value] * n, type_)), (value, n)
