@@ -4,7 +4,8 @@
 probe says which step of the ingest holds it. A thread of the ingesting process reads
 /proc/<pid>/status of the process and of its helpers every 20 ms. Each sample is tagged with the
 step the main thread is in: the walk, building a batch's tables, committing them, the flat writer
-resolving a batch, or the last merge. The probe prints each step's peak, split into anonymous and
+resolving a batch, the run's final files (the last batch) or the last merge. The probe prints
+each step's peak, split into anonymous and
 file-backed (mapped library) memory per process.
 
 Two figures depend on the page cache's state (docs/benchmarks.md, *Memory*): the file-backed
@@ -36,6 +37,7 @@ STEPS = [
     (pipeline.Ingester, "_batch_tables", "batch tables"),
     (store_mod.CatalogStore, "commit_batch", "commit"),
     (flat_mod.FlatWriter, "after_batch", "flat: resolve a batch"),
+    (flat_mod.FlatWriter, "after_last_batch", "flat: the run's final files"),
     (flat_mod.FlatWriter, "consolidate", "flat: last merge"),
 ]
 

@@ -530,7 +530,7 @@ class Ingester:
                 # every file is counted (the last leaves' are read by the flush): the walk's count is
                 # the total now, should the tree have changed since the caller counted it
                 self.on_total(self.summary.files_seen)
-                self.flush()
+                self.flush(last=True)
                 # The walk is done: idle helpers give their memory back before the last merge (the
                 # ingest's peak), and so does what only the walk needed (finish_run hands the
                 # freed memory back to the system first).
@@ -617,20 +617,25 @@ class Ingester:
             tables = [*tables, rows_to_table(rows, TABLES[name])]
         return concat_pending(tables) if tables else None
 
-    def flush(self) -> None:
-        """Let the reader finish queued work, compute statistics, commit one batch."""
+    def flush(self, *, last: bool = False) -> None:
+        """Let the reader finish queued work, compute statistics, commit one batch (`last`: the
+        last of a one-shot ingest, whose commit makes the run's flat files final)."""
         if self.reader is not None:
             self.reader.finish()
         full = self.pending.size() >= self.batch_rows
         tables = self._batch_tables()
         # the batch's rows are in `tables` alone now: the store lets them go once written
         self.pending = _Pending()
-        if full and self._helpers_started:
+        if last:
+            # the walk and the statistics are done: idle helpers give their memory back before the
+            # run's flat files are resolved (the ingest's peak)
+            stop_idle_helpers()
+        elif full and self._helpers_started:
             # A full batch keeps the writer's DuckDB busy for a while, the helpers idle beside it:
             # they give their memory back (~40 MiB each) and the walk starts new ones when it
             # needs them (ingest/helper_pool.py: the caller computes while they start).
             stop_idle_helpers()
-        if tables and self.store.commit_batch(self.run, tables, on_phase=self.on_phase):
+        if tables and self.store.commit_batch(self.run, tables, on_phase=self.on_phase, last=last):
             self.summary.batches += 1
 
     def _batch_tables(self) -> dict[str, pa.Table]:

@@ -71,6 +71,7 @@ FLAT_SOURCES: dict[str, tuple[str, ...]] = {"tensors": ("tensors",), "stats": ("
 RESOLUTION_INPUTS = ("ops", "ir_nodes", "source_lines", "runs")
 # sql/ files that define the query-time views (the writer needs nothing else), and what they read.
 RESOLUTION_SQL = ("00_op_keys.sql", "01_dtypes.sql", "05_graph.sql", "30_tensors.sql", "40_stats.sql")
+_SOURCE_TABLES = tuple(t for ts in FLAT_SOURCES.values() for t in ts)
 _RAW_READ = (*{t for ts in FLAT_SOURCES.values() for t in ts}, *RESOLUTION_INPUTS, "edges")
 # Sort order of each flat table (row id first: point lookups prune by row-group statistics).
 ORDER = {"tensors": "row_id", "stats": "row_id, stat_id, stat_source"}
@@ -133,7 +134,10 @@ _MERGE_MEMORY_START = 96 << 20
 # one-shot ingest of 10^5 tensors (below one row group) took 6.2 s of CPU with plain text and
 # 2.1 s with dictionaries (its rows fit the merge's starting cap; deciding the types: 0.14 s).
 _DICTIONARY_MIN_ROWS = 8 * 2048
-_NOT_DICTIONARY = frozenset({"rel_path", "path", "file_name", "original_name"})
+# A run's final file, resolved from its raw rows, holds them as dictionaries when the rows as plain
+# text would take more than this share of the writer's memory (see FlatWriter._resolve).
+_DICTIONARY_MEMORY_SHARE = 0.5
+_NOT_DICTIONARY = frozenset({"rel_path", "path", "file_name", "original_name", "md5", "arg_path"})
 
 
 def _tier(rows: int) -> int:
@@ -677,10 +681,34 @@ class FlatWriter:
         stored = f"SELECT {FLAT_STORED_COLUMNS[flat]} FROM {flat}_resolved"
         # the widest source's rows, widened by what resolution adds (op_name, the source line)
         sample = " UNION ALL BY NAME ".join(f"SELECT * FROM src_{t}" for t in FLAT_SOURCES[flat])
-        return self._retrying(
-            con,
-            partial(self._write, con, flat, stored, ids, run, sources, sample=sample, widen=_RESOLVED_WIDTH),
+        # A run's final file (after_last_batch) holds its few-valued text columns as dictionaries
+        # while it sorts, as a merge does (_DICTIONARY_MIN_ROWS), when its rows would not fit in
+        # half the writer's memory as plain text (the sort would spill): 10^5 tensors and statistic
+        # rows of the synthetic tree, 3.4 s of CPU with plain text, 2.3-2.6 s with them (listing the
+        # values costs a pass); the real tree's 35,780 tensors, 0.48-0.50 s plain, 0.54 with them.
+        rows = sum(
+            b["tables"].get(t, 0) for b in snap["batches"] if b["id"] in wanted for t in FLAT_SOURCES[flat]
         )
+        types = {}
+        if self._final and rows >= _DICTIONARY_MIN_ROWS:
+            held = rows * _RESOLVED_WIDTH * _sampled_row_bytes(con, sample)
+            if held > self.memory_limit * _DICTIONARY_MEMORY_SHARE:
+                types = self._retrying(con, partial(self._dictionary_types, con, flat, f"({stored})", rows))
+        query = stored
+        if types:
+            casts = ", ".join(f"{_quote_name(c)}::{t} AS {_quote_name(c)}" for c, t in types.items())
+            query = f"SELECT * REPLACE ({casts}) FROM ({stored})"
+        try:
+            return self._retrying(
+                con,
+                partial(
+                    self._write, con, flat, query, ids, run, sources,
+                    sample=sample, widen=_RESOLVED_WIDTH, dictionaries=frozenset(types),
+                ),
+            )  # fmt: skip
+        finally:
+            for type_name in types.values():  # (the table that used them is dropped)
+                con.execute(f"DROP TYPE IF EXISTS {type_name}").fetchall()
 
     def _merge(self, snap: dict, flat: str, entries: list[dict]) -> dict | None:
         """One file of the rows of `entries`' files, in the merge's own memory (`_merge_memory`)
@@ -709,7 +737,9 @@ class FlatWriter:
         self, con: duckdb.DuckDBPyConnection, flat: str, source: str, rows: int
     ) -> dict[str, str]:
         """Column -> the ENUM type (created here, its values in text order) a merge of `rows` rows
-        of `source` holds it as (see _DICTIONARY_MIN_ROWS)."""
+        of `source` holds it as (see _DICTIONARY_MIN_ROWS). Two passes over `source`: one estimates
+        each text column's distinct values, one lists those of the few-valued columns (listing
+        every column's at once ran out of memory under the writer's cap on 6,000 rows)."""
         if rows < _DICTIONARY_MIN_ROWS:
             return {}
         keys = {k.strip() for k in ORDER[flat].split(",")}
@@ -717,19 +747,29 @@ class FlatWriter:
         text = [r[0] for r in described if r[1] == "VARCHAR" and r[0] not in _NOT_DICTIONARY | keys]
         if not text:
             return {}
+        most = max(1, min(rows, _SORT_ROWS) // 8)
         estimates = ", ".join(f"approx_count_distinct({_quote_name(c)})" for c in text)
         counts = con.execute(f"SELECT {estimates} FROM {source}").fetchall()[0]
-        most = max(1, min(rows, _SORT_ROWS) // 8)
-        types = {c: f"flat_dictionary_{flat}_{i}" for i, (c, n) in enumerate(zip(text, counts, strict=True))
-                 if 0 < n <= most}  # fmt: skip
-        for column, type_name in types.items():
-            q = _quote_name(column)
+        text = [c for c, n in zip(text, counts, strict=True) if 0 < n <= most]
+        types = {c: f"flat_dictionary_{flat}_{i}" for i, c in enumerate(text)}
+        if not types:
+            return {}
+        # every column's values in one pass over `source` (a resolution: one pass a column was
+        # ~0.1 s each at 10^5 rows); ENUM values in text order (code points: DuckDB's byte order)
+        lists = ", ".join(
+            f"list(DISTINCT {_quote_name(c)}) FILTER (WHERE {_quote_name(c)} IS NOT NULL)" for c in types
+        )
+        values = con.execute(f"SELECT {lists} FROM {source}").fetchall()[0]
+        created = {}
+        for (column, type_name), found in zip(types.items(), values, strict=True):
+            if not found or len(found) > most:
+                continue
             con.execute(f"DROP TYPE IF EXISTS {type_name}").fetchall()
             con.execute(
-                f"CREATE TYPE {type_name} AS ENUM "
-                f"(SELECT DISTINCT {q} FROM {source} WHERE {q} IS NOT NULL ORDER BY 1)"
+                f"CREATE TYPE {type_name} AS ENUM ({', '.join(_quote(v) for v in sorted(found))})"
             ).fetchall()
-        return types
+            created[column] = type_name
+        return created
 
     @contextlib.contextmanager
     def _merge_memory(self, con: duckdb.DuckDBPyConnection) -> Iterator[None]:
@@ -775,28 +815,70 @@ class FlatWriter:
             self.release_buffers()  # each write released its own; this, the queries of a batch with none
         return retired
 
+    def after_last_batch(self, snap: dict, entry: dict) -> list[str]:
+        """`snap` just gained the last batch of a one-shot ingest (`entry`): each flat table of
+        its run becomes one final file, resolved from the run's raw batches in one statement, in
+        the place of the interim files written while it walked. Edits snap["flat"]; returns the
+        paths of flat files to retire.
+
+        The last batch is not written as an interim file first, and the interim files are not
+        read back: resolving from the raw rows costs their joins over the small operator tables
+        (10^5 tensors: ~0.06 s), which reading them back did not save, and every earlier batch is
+        resolved against the run's final operators, so no interim file can be left stale."""
+        flat_state = snap.setdefault("flat", {name: [] for name in FLAT_SOURCES})
+        run = entry["run"]
+        retired: list[str] = []
+        plan = {}
+        for flat, tables in FLAT_SOURCES.items():
+            sources = [
+                b["id"] for b in snap["batches"] if b["run"] == run and any(t in b["tables"] for t in tables)
+            ]
+            if sources:
+                plan[flat] = sources
+        rows = sum(b["tables"].get(t, 0) for b in snap["batches"] if b["run"] == run for t in _SOURCE_TABLES)
+        if rows >= _FRESH_MERGE_ROWS:
+            self.close()  # as consolidate: the walk's allocations are not carried into the peak
+        self._final = True
+        try:
+            resolved = self._resolve_each(snap, run, plan, rows)
+        finally:
+            self._final = False
+        for flat, new in resolved.items():
+            entries = flat_state.setdefault(flat, [])
+            retired += [e["path"] for e in entries if e["run"] == run]
+            flat_state[flat] = [e for e in entries if e["run"] != run] + ([new] if new is not None else [])
+        self.close()
+        return retired
+
     def _resolve_batch(self, snap: dict, entry: dict) -> dict[str, dict | None]:
         """The new flat files of batch `entry`'s rows, per flat table that has rows in it.
 
         A small batch (a watcher's flush, a small dump) resolves its tensors and its stats side by
         side, on two cursors: each is mostly DuckDB planning the resolution joins, which does not
         hold the GIL, and a small batch needs little memory twice over."""
-        tables, run, sources = entry["tables"], entry["run"], [entry["id"]]
+        tables = entry["tables"]
         flats = [flat for flat, src in FLAT_SOURCES.items() if any(t in tables for t in src)]
         rows = sum(tables.get(t, 0) for flat in flats for t in FLAT_SOURCES[flat])
-        if len(flats) < 2 or rows > _SIDE_BY_SIDE_ROWS:
-            return {flat: self._resolve(snap, flat, run, sources) for flat in flats}
+        return self._resolve_each(snap, entry["run"], {flat: [entry["id"]] for flat in flats}, rows)
+
+    def _resolve_each(
+        self, snap: dict, run: str, plan: dict[str, list[str]], rows: int
+    ) -> dict[str, dict | None]:
+        """Per flat table of `plan`, the new flat file of the rows of its sources (batch ids);
+        `rows`, the source rows in all: side by side when few (see _resolve_batch)."""
+        if len(plan) < 2 or rows > _SIDE_BY_SIDE_ROWS:
+            return {flat: self._resolve(snap, flat, run, sources) for flat, sources in plan.items()}
         con = self._connect(snap, run)
 
         def resolve(flat: str) -> dict | None:
             cursor = writer_cursor(con)
             try:
-                return self._resolve(snap, flat, run, sources, con=cursor)
+                return self._resolve(snap, flat, run, plan[flat], con=cursor)
             finally:
                 cursor.close()
 
-        with self._insertion_order(con), ThreadPoolExecutor(len(flats), "dumpcat-resolve") as pool:
-            futures = {flat: pool.submit(resolve, flat) for flat in flats}
+        with self._insertion_order(con), ThreadPoolExecutor(len(plan), "dumpcat-resolve") as pool:
+            futures = {flat: pool.submit(resolve, flat) for flat in plan}
             return {flat: future.result() for flat, future in futures.items()}
 
     @contextlib.contextmanager
@@ -884,14 +966,20 @@ class FlatWriter:
         snap["flat"][flat] = rest[:first] + ([merged] if merged else []) + rest[first:]
         return [e["path"] for e in group]
 
-    def consolidate(self, snap: dict, run: str) -> list[str]:
-        """Merge every flat file of `run` into one per table, in DuckDB's row groups (the end of a
-        one-shot ingest; a single interim file is rewritten so)."""
-        retired: list[str] = []
+    def to_consolidate(self, snap: dict, run: str) -> dict[str, list[dict]]:
+        """Per flat table, the entries of `run` that `consolidate` would merge (none when each
+        table of the run is one final file)."""
         groups = {
             flat: [e for e in snap.get("flat", {}).get(flat, []) if e["run"] == run] for flat in FLAT_SOURCES
         }
-        groups = {f: g for f, g in groups.items() if len(g) > 1 or any(e.get("interim") for e in g)}
+        return {f: g for f, g in groups.items() if len(g) > 1 or any(e.get("interim") for e in g)}
+
+    def consolidate(self, snap: dict, run: str) -> list[str]:
+        """Merge every flat file of `run` into one per table, in DuckDB's row groups (the end of a
+        one-shot ingest whose last batch did not: `after_last_batch`; a single interim file is
+        rewritten so)."""
+        retired: list[str] = []
+        groups = self.to_consolidate(snap, run)
         if sum(e["rows"] for g in groups.values() for e in g) >= _FRESH_MERGE_ROWS:
             # A big last merge starts on a new DuckDB: what the walk's statements left allocated in
             # this one (~30 MiB after 10^6 tensors) is not carried into the ingest's peak.

@@ -460,10 +460,13 @@ class CatalogStore:
         snap = self.snapshot()
         if "flat" not in snap:
             return
+        writer = self._flat_writer()
+        if not writer.to_consolidate(snap, run):
+            return  # (the last batch made the run's files final: ingest/storage/flat.py after_last_batch)
         release_free_memory()
         if on_phase is not None:
             on_phase("merging flat files")
-        retired = self._flat_writer().consolidate(snap, run)
+        retired = writer.consolidate(snap, run)
         if retired:
             if on_phase is not None:
                 on_phase("committing")
@@ -504,10 +507,18 @@ class CatalogStore:
                     shutil.rmtree(bdir, ignore_errors=True)
 
     def commit_batch(
-        self, run: str, tables: dict[str, pa.Table], *, on_phase: Callable[[str], None] | None = None
+        self,
+        run: str,
+        tables: dict[str, pa.Table],
+        *,
+        on_phase: Callable[[str], None] | None = None,
+        last: bool = False,
     ) -> str | None:
         """Write one batch of tables and commit it. Caller holds writer_lock. Returns the batch id.
         `on_phase` hears the phase names (ingest/progress.py): a big batch takes seconds to write.
+        `last`: the last batch of a one-shot ingest (`start_run`): its run's flat files become
+        final in the same commit (FlatWriter.after_last_batch), and `finish_run` has nothing left
+        to merge.
 
         Takes the tables: `tables` is emptied, and the rows are let go once their files are
         written, so that a batch's rows and the flat writer's DuckDB (which reads the files) are
@@ -530,7 +541,11 @@ class CatalogStore:
         snap["batches"].append(entry)
         if "flat" in snap:
             phase("resolving names")  # the flat files: operator names, statistics joined to tensors
-            self._retire(snap, self._flat_writer().after_batch(snap, entry))
+            writer = self._flat_writer()
+            if last and writer.interim:
+                self._retire(snap, writer.after_last_batch(snap, entry))
+            else:
+                self._retire(snap, writer.after_batch(snap, entry))
         phase("committing")
         self._commit_snapshot(snap)
         # the allocators keep freed blocks for reuse; an ingest idles between batches, so give

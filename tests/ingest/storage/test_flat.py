@@ -200,8 +200,8 @@ def test_every_committed_dump_flat_equals_query_time(tmp_path, monkeypatch, batc
     held: list[str] = []
     original = flat.FlatWriter._dictionary_types
 
-    def dictionary_types(self, con, table, source, rows):
-        types = original(self, con, table, source, rows)
+    def dictionary_types(self, con, table, source, rows, **kw):
+        types = original(self, con, table, source, rows, **kw)
         held.extend(types)
         return types
 
@@ -697,19 +697,66 @@ def test_flat_tensors_store_file_name_and_path_only_where_rel_path_does_not_give
     assert all(a == b for a, b in both) and len(both) == 9
 
 
+def test_a_runs_final_file_resolved_with_dictionaries_is_the_plain_one(tmp_path, monkeypatch):
+    """The last batch of a one-shot ingest makes its run's flat files final in its own commit,
+    resolved from the raw rows in one statement (no interim file of it, nothing left to merge);
+    with its few-valued text columns held as ENUMs (many rows) the files are the plain ones."""
+    import synth
+
+    root = tmp_path / "tree"
+    synth.generate(root, 3_000, ranks=2, iterations=3, workers=1)
+    listed: list[bool] = []
+    original = flat.FlatWriter._dictionary_types
+
+    def dictionary_types(self, con, table, source, rows, **kw):
+        types = original(self, con, table, source, rows, **kw)
+        listed.append(bool(types))
+        return types
+
+    monkeypatch.setattr(flat.FlatWriter, "_dictionary_types", dictionary_types)
+    files = {}
+    for name, share in (("plain", 10**12), ("held", 0)):
+        monkeypatch.setattr(flat, "_DICTIONARY_MEMORY_SHARE", share)
+        monkeypatch.setattr(flat, "_DICTIONARY_MIN_ROWS", 0)
+        path = tmp_path / name
+        summary = ingest_dump(path, root, run="r", workers=1)
+        assert summary.batches == 1
+        snap = json.loads((path / "snapshot.json").read_text())
+        assert all(
+            len(snap["flat"][t]) == 1 and "interim" not in snap["flat"][t][0] for t in flat.FLAT_SOURCES
+        )
+        assert not [r for r in snap.get("retired", []) if "/flat/" in r["path"]], (
+            "an interim file was written"
+        )
+        files[name] = {t: path / snap["flat"][t][0]["path"] / flat.DATA_FILE for t in flat.FLAT_SOURCES}
+        with Catalog.open(path) as cat:
+            _assert_flat_exact(cat)
+    assert listed == [True, True], "the final resolution held no ENUMs"
+    for table in flat.FLAT_SOURCES:
+        assert pq.read_schema(files["held"][table]).equals(pq.read_schema(files["plain"][table]))
+        assert repr(pq.read_table(files["held"][table]).to_pylist()) == repr(
+            pq.read_table(files["plain"][table]).to_pylist()
+        )
+
+
 def test_merges_hold_text_columns_as_dictionaries_and_write_the_same_files(tmp_path, monkeypatch, caplog):
     """A merge holds its low-cardinality text columns as ENUMs (a byte or two a value in the rows
     it sorts and the row group it writes) and starts under a low cap of its own, raised quietly
-    until its write fits: the files it writes are the ones a merge of plain text writes, byte for
-    byte in every value, type and row order, and the views stay exact."""
+    until its write fits; so does the run's final file, resolved from its raw rows, when they are
+    many: the files written are the ones plain text gives, byte for byte in every value, type and
+    row order, and the views stay exact."""
     import logging
 
     import synth
+
+    from ingest.readers import mindspore_npy
 
     root = tmp_path / "tree"
     synth.generate(root, 3_000, ranks=2, iterations=3, workers=1)
     monkeypatch.setattr(flat, "rows_per_part", lambda row_bytes, limit: 512)  # interim files
     monkeypatch.setattr(flat, "_MIN_PART", 256)
+    monkeypatch.setattr(flat, "INTERIM_FANIN", 2)  # interim files merged while the walk goes on
+    monkeypatch.setattr(mindspore_npy, "_SCAN_GROUP_FILES", 500)  # in batches of a few hundred tensors
 
     def ingest(name: str) -> tuple[Path, dict]:
         path = tmp_path / name
@@ -725,13 +772,19 @@ def test_merges_hold_text_columns_as_dictionaries_and_write_the_same_files(tmp_p
     chosen: dict[str, list[str]] = {}
     original = flat.FlatWriter._dictionary_types
 
-    def dictionary_types(self, con, table, source, rows):
-        types = original(self, con, table, source, rows)
+    merged_or_resolved: set[bool] = set()
+
+    def dictionary_types(self, con, table, source, rows, **kw):
+        types = original(self, con, table, source, rows, **kw)
         chosen.setdefault(table, []).extend(types)
+        merged_or_resolved.add(
+            source.startswith("read_parquet")
+        )  # (a merge reads files; a resolution resolves)
         return types
 
     monkeypatch.setattr(flat.FlatWriter, "_dictionary_types", dictionary_types)
     monkeypatch.setattr(flat, "_DICTIONARY_MIN_ROWS", 0)
+    monkeypatch.setattr(flat, "_DICTIONARY_MEMORY_SHARE", 0)
     monkeypatch.setattr(flat, "_MERGE_MEMORY_START", 1 << 20)
     caplog.set_level(logging.DEBUG, logger="dumpcat.ingest")
     path, held = ingest("dictionaries")
@@ -742,9 +795,10 @@ def test_merges_hold_text_columns_as_dictionaries_and_write_the_same_files(tmp_p
         assert pq.read_schema(held[table]).equals(pq.read_schema(plain[table]))
         # (as text: NaN statistics are equal there, and every float prints at full precision)
         assert repr(pq.read_table(held[table]).to_pylist()) == repr(pq.read_table(plain[table]).to_pylist())
-    # the merges started at 1 MiB and were raised without a warning
+    assert True in merged_or_resolved, "no merge held ENUMs"
+    # the merges started at 1 MiB; any raise of their cap was quiet
     raised = [r for r in caplog.records if "ran out of memory" in r.getMessage()]
-    assert raised and all(r.levelno == logging.DEBUG for r in raised)
+    assert all(r.levelno == logging.DEBUG for r in raised)
     with Catalog.open(path) as cat:
         assert cat.sql("SELECT count(*) FROM tensors").column(0)[0].as_py() == 3_000
         assert cat.sql("SELECT count(DISTINCT path) FROM tensors").column(0)[0].as_py() == 3_000

@@ -28,7 +28,7 @@ def test_every_step_of_a_real_ingest_gets_its_peak(tmp_path):
         for m in re.finditer(r"^  (.+?)\s+(\d+)  ingesting process (\d+)\+(\d+), helpers", out, re.M)
     }
     # every tagged step ran, each seen at its start and end at least
-    assert set(peaks) >= {"walk", "batch tables", "commit", "flat: resolve a batch", "flat: last merge"}, out
+    assert set(peaks) >= {"walk", "batch tables", "commit", "flat: the run's final files"}, out
     for step, (total, anonymous, mapped) in peaks.items():
         # an interpreter with DuckDB, pyarrow and numpy loaded: tens of MiB, both kinds
         assert anonymous > 10 and mapped > 10 and total >= anonymous + mapped, (step, out)
