@@ -232,7 +232,9 @@ class Server:
         flat = watch is not None or self.store.upgrade()
         views_db = views_database(self._folder, flat=flat)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        threads = self.limits.threads or max(1, cores // self.limits.max_concurrent)
+        # At least two: a DuckDB of one thread waits for its own scan's tasks, and on a busy machine
+        # each wait costs a turn of the scheduler (a small query's latency doubled at load 6).
+        threads = self.limits.threads or max(2, cores // self.limits.max_concurrent)
         self.worker_config = {
             "catalog": str(self.catalog_path),
             "views_db": str(views_db),
