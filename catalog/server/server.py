@@ -103,7 +103,7 @@ class Limits:
     max_pending: int = 64  # connections not logged in yet; the oldest is closed to make room
     session_memory: int = 16 << 20  # bytes of one session's prepared statements, settings and views
     buffer_memory: int = 512 << 20  # bytes the main process holds for all sessions (catalog.server.memory)
-    threads: int | None = None  # DuckDB threads per worker (default: cores / workers, at least 1)
+    threads: int | None = None  # DuckDB threads per worker (default: cores / workers, at least 2)
 
     def validate(self) -> None:
         if parse_size(self.memory_limit) < MIN_MEMORY:
