@@ -1270,7 +1270,8 @@ def encode_datarows(batch: pa.RecordBatch, formats: Sequence[int]) -> bytes:
 # then a length word and the bytes per column, and one gather (`np.repeat` of the segments'
 # sources) lays out every byte: about half the time, the same bytes (tests/catalog/server/test_pgcodec.py).
 
-_GATHER_ROWS = 4096  # (the index array is 8 bytes per byte of output: kept small)
+_GATHER_ROWS = 4096
+_GATHER_BYTES = 1 << 18  # the index is 8 bytes per byte of output: only small results are gathered
 
 
 def _text_rows_gathered(batch: pa.RecordBatch) -> bytes | None:
@@ -1300,8 +1301,8 @@ def _text_rows_gathered(batch: pa.RecordBatch) -> bytes | None:
         starts.append(offs[:-1] - offs[0])
     body = np.maximum(lens, 0)
     row_bytes = 6 + 4 * k + body.sum(axis=1)
-    if n and int(row_bytes.max()) > 0x3FFFFFFF:
-        return None  # the general path says why it cannot be sent
+    if int(row_bytes.sum()) + n > _GATHER_BYTES:
+        return None  # big values: the matrix path copies them in blocks, without an index per byte
     head = np.empty(n, np.dtype([("kind", "u1"), ("length", ">i4"), ("count", ">i2")]))
     head["kind"], head["length"], head["count"] = ord("D"), row_bytes, k
     words = lens.astype(">i4")

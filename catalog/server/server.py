@@ -232,8 +232,9 @@ class Server:
         flat = watch is not None or self.store.upgrade()
         views_db = views_database(self._folder, flat=flat)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        # At least two: a DuckDB of one thread waits for its own scan's tasks, and on a busy machine
-        # each wait costs a turn of the scheduler (a small query's latency doubled at load 6).
+        # At least two, as an in-process DuckDB has on a 2-core machine: with one, the NaN query's
+        # latency on a busy machine was twice its CPU time, with two it was its CPU time
+        # (docs/server.md, "How a statement travels").
         threads = self.limits.threads or max(2, cores // self.limits.max_concurrent)
         self.worker_config = {
             "catalog": str(self.catalog_path),

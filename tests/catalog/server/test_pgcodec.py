@@ -319,8 +319,11 @@ def test_gathered_text_rows_are_the_general_paths_and_the_old_encoders(monkeypat
         monkeypatch.setattr(pgcodec, "_GATHER_ROWS", 0)
         assert pgcodec.encode_datarows(part, [0] * part.num_columns) == gathered
         monkeypatch.undo()
-    # any other column, or binary format, takes the general path
+    # any other column, or a result of big values, takes the general path
     assert pgcodec._text_rows_gathered(stats_batch(100, seed=4)) is None
+    big = pa.record_batch([pa.array(["x" * 4000] * 100)], ["s"])
+    assert pgcodec._text_rows_gathered(big) is None
+    assert pgcodec.encode_datarows(big, [0]) == b"".join(old_encode_rows(big))
     with_float = batch.append_column("f", pa.array(rng.random(n)))
     assert pgcodec._text_rows_gathered(with_float) is None
     assert pgcodec.encode_datarows(with_float, [0] * with_float.num_columns) == b"".join(
