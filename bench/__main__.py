@@ -209,11 +209,12 @@ def summary_text(outcomes: list[Outcome], previous: str | None, head: str, day: 
         else:
             lines += kept.get(bench.name, [f"| `{bench.name}` | not run yet | | | | |"])
     kept_names = ", ".join(f"`{b.name}`" for b in suite.BENCHMARKS if b.kept)
-    lines += [
-        "",
-        f"Not generated yet: {kept_names}. Their figures are in their sections (compare, server), "
-        "measured by hand; their rows will come from their BENCH-SUMMARY lines.",
-    ]
+    if kept_names:
+        lines += [
+            "",
+            f"Not generated yet: {kept_names}. Their figures are in their sections, measured by hand; "
+            "their rows will come from their BENCH-SUMMARY lines.",
+        ]
     return "\n".join(lines) + "\n"
 
 

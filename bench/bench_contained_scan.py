@@ -2,15 +2,17 @@
 reads the catalog, with no file access of its own) vs. DuckDB's own parquet reader (how
 `Catalog.sql` reads it), on one synthetic table of N rows in 4 parquet files.
 
-    python bench/bench_contained_scan.py [--rows 1000000]
+    python bench/bench_contained_scan.py [--rows 100000 1000000]
 
-Prints the median of 30 runs per query on each side and the ratio dataset/parquet.
+Prints the median of 30 runs per query on each side and the ratio dataset/parquet, per table size.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,6 +22,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import emit
 
 QUERIES = [
     "SELECT op_name FROM {} WHERE nan_count > 0",
@@ -37,10 +43,8 @@ def median_ms(con: duckdb.DuckDBPyConnection, sql: str, runs: int = 30) -> float
     return statistics.median(times) * 1000
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=1_000_000)
-    n = ap.parse_args().rows
+def measure(n: int) -> list[tuple[str, float, float]]:
+    """(query, DuckDB parquet ms, Arrow dataset ms) of each query on a table of `n` rows."""
     rng = np.random.default_rng(0)
     table = pa.table({
         "row_id": rng.integers(0, 2**62, n),
@@ -49,6 +53,7 @@ def main() -> None:
         "max": rng.random(n),
     }).sort_by("row_id")  # fmt: skip
     rid = table.column("row_id")[n // 3].as_py()
+    out = []
     with tempfile.TemporaryDirectory() as tmp:
         files = []
         for i in range(4):
@@ -59,8 +64,6 @@ def main() -> None:
         listing = ", ".join(f"'{f}'" for f in files)
         con.execute(f"CREATE VIEW native AS SELECT * FROM read_parquet([{listing}])")
         con.register("arrow_dataset", ds.dataset(files, format="parquet"))
-        print(f"| query ({n:,} rows) | DuckDB parquet ms | Arrow dataset ms | ratio |")
-        print("|---|---|---|---|")
         for q in QUERIES:  # the two sides must give the same rows
             native, dataset = (
                 sorted(con.sql(q.format(v, rid=rid)).fetchall()) for v in ("native", "arrow_dataset")
@@ -70,7 +73,35 @@ def main() -> None:
         for q in QUERIES:
             a = median_ms(con, q.format("native", rid=rid))
             b = median_ms(con, q.format("arrow_dataset", rid=rid))
-            print(f"| `{q.format('t', rid='?')}` | {a:.2f} | {b:.2f} | {b / a:.2f} |")
+            out.append((q.format("t", rid="?"), a, b))
+        con.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000])
+    sizes = ap.parse_args().rows
+    results = {n: measure(n) for n in sizes}
+    for n, rows in results.items():
+        ratios = ", ".join(f"`{q}` {b / a:.2f}x" for q, a, b in rows)
+        emit.summary(
+            f"DuckDB scanning Arrow datasets vs its own parquet reader, {n:,} rows (time ratio)", "-", ratios
+        )
+    emit.report_follows()
+    print(
+        f"`python bench/bench_contained_scan.py --rows {' '.join(map(str, sizes))}`, the median of 30 runs "
+        f"per query on each side; load average {os.getloadavg()[0]:.2f} at the end.\n"
+    )
+    head = " | ".join(f"{n:,} rows: parquet / dataset ms | ratio" for n in sizes)
+    print(f"| query | {head} |")
+    print("|---|" + "---|---|" * len(sizes))
+    for i, (q, _, _) in enumerate(results[sizes[0]]):
+        cells = " | ".join(
+            f"{results[n][i][1]:.2f} / {results[n][i][2]:.2f} | {results[n][i][2] / results[n][i][1]:.2f}"
+            for n in sizes
+        )
+        print(f"| `{q}` | {cells} |")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ import datetime as dt
 import decimal
 import json
 import math
+import os
 import struct
 import sys
 import time
@@ -51,6 +52,9 @@ import numpy as np
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # emit, also when a test imports this module
+
+import emit
 
 from catalog.server import pgcodec
 
@@ -221,12 +225,31 @@ def measure(name: str, fn, parts: list[pa.RecordBatch], repeat: int) -> tuple[st
     return name, best, size
 
 
+def paths(ncols: int, skip_old: bool) -> list[tuple[str, object, int]]:
+    """(name, encode function of one batch, repeats: the old path runs once) of every path."""
+    old = [] if skip_old else [("old text", lambda b: b"".join(old_encode_rows(b)), 1)]
+    return [
+        *old,
+        ("text", lambda b: pgcodec.encode_datarows(b, [0] * ncols), 0),
+        ("binary", lambda b: pgcodec.encode_datarows(b, [1] * ncols), 0),
+        ("copy text", lambda b: pgcodec.encode_copy(b, "text"), 0),
+        ("copy csv", lambda b: pgcodec.encode_copy(b, "csv"), 0),
+        ("copy binary", lambda b: pgcodec.encode_copy(b, "binary"), 0),
+    ]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--batch-rows", type=int, default=0, help="encode in slices of this many rows (0: one)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-old", action="store_true", help="do not run the (slow) old text path")
+    ap.add_argument(
+        "--calls",
+        type=int,
+        default=200_000,
+        help="also encode the first N rows in 2048-row calls, as the server does (0: not)",
+    )
     args = ap.parse_args()
 
     batch = stats_batch(args.rows)
@@ -234,22 +257,50 @@ def main() -> None:
     ncols = batch.num_columns
     per_call = args.batch_rows or args.rows
     print(f"{args.rows:,} rows x {ncols} columns (stats view shape), {per_call:,} rows per call")
-    runs = []
-    if not args.skip_old:
-        runs.append(measure("old text", lambda b: b"".join(old_encode_rows(b)), parts, 1))
-    runs += [
-        measure("text", lambda b: pgcodec.encode_datarows(b, [0] * ncols), parts, args.repeat),
-        measure("binary", lambda b: pgcodec.encode_datarows(b, [1] * ncols), parts, args.repeat),
-        measure("copy text", lambda b: pgcodec.encode_copy(b, "text"), parts, args.repeat),
-        measure("copy csv", lambda b: pgcodec.encode_copy(b, "csv"), parts, args.repeat),
-        measure("copy binary", lambda b: pgcodec.encode_copy(b, "binary"), parts, args.repeat),
+    runs = [
+        measure(name, fn, parts, repeat or args.repeat) for name, fn, repeat in paths(ncols, args.skip_old)
     ]
+    calls: dict[str, float] = {}
+    if args.calls and not args.skip_old:
+        small = slices(batch.slice(0, min(args.calls, args.rows)), 2048)
+        timed = {
+            name: measure(name, fn, small, repeat or args.repeat)[1]
+            for name, fn, repeat in paths(ncols, False)
+        }
+        calls = {name: timed["old text"] / secs for name, secs in timed.items()}
     base = runs[0][1] if not args.skip_old else None
     print(f"{'path':<12} {'seconds':>8} {'rows/s':>12} {'MB/s':>8} {'MB':>8} {'vs old text':>12}")
     for name, secs, size in runs:
         ratio = f"{base / secs:11.1f}x" if base else ""
         rate = f"{args.rows / secs:12,.0f} {size / secs / 1e6:8.1f}"
         print(f"{name:<12} {secs:8.2f} {rate} {size / 1e6:8.1f} {ratio}")
+    if base is None:
+        return
+    ratios = {name: base / secs for name, secs, _ in runs}
+    emit.summary(
+        f"encoding a stats-shaped result for the wire ({args.rows:,} rows, one batch) vs the old "
+        "per-value text path",
+        "-",
+        ", ".join(f"{n} {r:.1f}x" for n, r in ratios.items() if n != "old text"),
+    )
+    if calls:
+        emit.summary(
+            f"the same in 2048-row calls, as the server encodes ({min(args.calls, args.rows):,} rows)",
+            "-",
+            ", ".join(f"{n} {r:.1f}x" for n, r in calls.items() if n != "old text"),
+        )
+    emit.report_follows()
+    print(
+        f"`python bench/bench_pgcodec.py --rows {args.rows} --repeat {args.repeat}`, best of {args.repeat} "
+        f"(the old path once); load average {os.getloadavg()[0]:.2f} at the end.\n"
+    )
+    tail = " | 2048-row calls" if calls else ""
+    print(f"| path | seconds | rows/s | MB/s | vs old text{tail} |")
+    print("|---|---|---|---|---|" + ("---|" if calls else ""))
+    for name, secs, size in runs:
+        extra = f" | {calls[name]:.1f}x" if calls else ""
+        rate = f"{args.rows / secs:,.0f} | {size / secs / 1e6:.1f}"
+        print(f"| {name} | {secs:.2f} | {rate} | {base / secs:.1f}x{extra} |")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ of the server's process tree (main process, workers and spare).
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import tempfile
@@ -21,7 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests import test_server_availability as attacks
+import emit
+
+from tests.catalog.server import test_server_availability as attacks
 from tests.conftest import nan_log_catalog
 from tests.hostile import ServeProcess
 
@@ -58,28 +61,50 @@ class Sampler:
 
 
 def main() -> None:
-    folder = Path(tempfile.mkdtemp(prefix="bench-attacks-"))
-    cat = nan_log_catalog(folder)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-attacks-") as tmp:
+        folder = Path(tmp)
+        cat = nan_log_catalog(folder)
+        srv = ServeProcess(
+            cat, folder, "--query-timeout", "6", "--max-concurrent", "4", "--max-connections", "12",
+            "--max-pending", "16", "--login-timeout", "4", "--send-timeout", "3",
+        )  # fmt: skip
+        try:
+            for name, attack in ATTACKS.items():  # one server, settled between attacks (as the tests do)
+                attacks.settled(srv)
+                with Sampler(srv) as rss, attacks.Bystander(srv, reconnect=True) as bystander:
+                    if attack is None:
+                        time.sleep(5)
+                    else:
+                        attack(srv)
+                lat = bystander.latencies
+                rows.append((name, statistics.median(lat), max(lat), len(bystander.errors), rss.peak))
+                print(f"{name}: worst {max(lat) * 1000:.0f} ms", flush=True)
+        finally:
+            srv.stop()
+    attacked = rows[1:]
+    worst = max(attacked, key=lambda r: r[2])
+    errors = sum(r[3] for r in rows)
+    emit.summary(
+        "`dumpcat serve` under availability attacks: a bystander's worst `SELECT 1` (logging in anew), "
+        f"{len(attacked)} attacks",
+        "< 1 s, no failed login",
+        f"{worst[2] * 1000:.0f} ms ({worst[0]}; idle server {rows[0][2] * 1000:.0f} ms), {errors} failed",
+        worst[2] < 1.0 and errors == 0,
+    )
+    emit.summary(
+        "the same, peak RSS of the server's process tree",
+        "< 4 GiB",
+        f"{max(r[4] for r in rows) / 2**20:,.0f} MiB (idle {rows[0][4] / 2**20:,.0f} MiB)",
+        max(r[4] for r in rows) < 4 * 2**30,
+    )
+    emit.report_follows()
+    print(f"`python bench/bench_serve_attacks.py`; load average {os.getloadavg()[0]:.2f} at the end.\n")
     print("| attack | bystander median | bystander worst | server tree peak RSS |")
     print("|---|---|---|---|")
-    srv = ServeProcess(
-        cat, folder, "--query-timeout", "6", "--max-concurrent", "4", "--max-connections", "12",
-        "--max-pending", "16", "--login-timeout", "4", "--send-timeout", "3",
-    )  # fmt: skip
-    try:
-        for name, attack in ATTACKS.items():  # one server, settled between attacks (as the tests do)
-            attacks.settled(srv)
-            with Sampler(srv) as rss, attacks.Bystander(srv, reconnect=True) as bystander:
-                if attack is None:
-                    time.sleep(5)
-                else:
-                    attack(srv)
-            lat = bystander.latencies
-            errors = f" ({len(bystander.errors)} errors)" if bystander.errors else ""
-            print(f"| {name} | {statistics.median(lat) * 1000:.0f} ms | {max(lat) * 1000:.0f} ms{errors} "
-                  f"| {rss.peak / 2**20:.0f} MiB |", flush=True)  # fmt: skip
-    finally:
-        srv.stop()
+    for name, median, worst_s, failed, peak in rows:
+        note = f" ({failed} errors)" if failed else ""
+        print(f"| {name} | {median * 1000:.0f} ms | {worst_s * 1000:.0f} ms{note} | {peak / 2**20:.0f} MiB |")
 
 
 if __name__ == "__main__":

@@ -77,6 +77,7 @@ import asyncpg  # noqa: E402
 import bench_scale  # noqa: E402
 import connectorx  # noqa: E402
 import duckdb  # noqa: E402
+import emit  # noqa: E402
 import pg8000.dbapi  # noqa: E402
 import psycopg  # noqa: E402
 import psycopg2  # noqa: E402
@@ -592,7 +593,7 @@ def versions() -> str:
 
 def workers_threads() -> int:
     """DuckDB threads per statement worker, as `Server` chooses them with 4 workers."""
-    return max(1, len(os.sched_getaffinity(0)) // 4)
+    return max(2, len(os.sched_getaffinity(0)) // 4)
 
 
 def load() -> str:
@@ -634,6 +635,38 @@ def throughput_table(paths: list[Fetch], sizes: dict[str, int]) -> str:
     return "\n".join(out) + "\n"
 
 
+def summaries(clients: list[Client] | None, paths: list[Fetch] | None) -> None:
+    """The headline figures (BENCH-SUMMARY lines): connect to first row per driver, and the binary and
+    COPY paths against the text path and against in-process."""
+    if clients is not None:
+        drivers = [c for c in clients if c.name in ("psycopg 3", "psycopg2", "pg8000", "asyncpg")]
+        ms = [statistics.median(c.total) * 1e3 for c in drivers]
+        emit.summary(
+            f"`dumpcat serve`: a new connection to its first row ({', '.join(c.name for c in drivers)})",
+            "-",
+            f"{min(ms):,.0f}-{max(ms):,.0f} ms (in-process `Catalog.open` + `sql`: "
+            f"{statistics.median(clients[0].total) * 1e3:,.0f} ms)",
+        )
+    if paths is None:
+        return
+    med = {p.name: statistics.median(p.seconds) for p in paths}
+    base, text = med[paths[0].name], med[paths[1].name]
+    fast = [p for p in paths[2:] if not p.name.startswith(("raw socket", "encoding alone"))]
+    rows = statistics.median(paths[0].rows)
+    emit.summary(
+        f"`dumpcat serve`, {rows:,.0f} rows: binary and COPY paths vs text (psycopg 3 default cursor)",
+        ">= 2x",
+        ", ".join(f"{p.name} {text / med[p.name]:.2f}x" for p in fast),
+        min(text / med[p.name] for p in fast) >= 2.0,
+    )
+    best = min(fast, key=lambda p: med[p.name])
+    emit.summary(
+        "the same, vs in-process `Catalog.sql` (Arrow)",
+        "-",
+        f"text {base / text:.3f}x, fastest ({best.name}) {base / med[best.name]:.3f}x",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=lambda s: int(float(s)), default=1_000_000, help="default 10^6")
@@ -671,7 +704,8 @@ def main(argv: list[str] | None = None) -> int:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    print()
+    summaries(clients, paths if not args.skip_throughput else None)
+    emit.report_follows()
     print(f"- {dt.date.today().isoformat()}, {machine()}; {versions()}.")
     command = (
         f"python bench/bench_serve_clients.py --rows {args.rows} --rounds {args.rounds} --tries {args.tries}"

@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import emit
 import psycopg
 
 from catalog.api import Catalog
@@ -47,12 +48,18 @@ def start_server(tree: Path, cat: Path, *args: str) -> tuple[subprocess.Popen, i
     proc = subprocess.Popen([sys.executable, "-c", code, str(tree), str(cat), *args], env=env, cwd=tree,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     assert proc.stderr is not None
-    for line in proc.stderr:
+    seen = []
+    for line in proc.stderr:  # (its workers hold the pipe open too: a failed start ends here, not at EOF)
         m = re.search(r"on 127\.0\.0\.1:(\d+)", line)
         if m:
             threading.Thread(target=proc.stderr.read, daemon=True).start()
             return proc, int(m.group(1))
-    raise RuntimeError(f"the server of {tree} did not start")
+        seen.append(line)
+        if line.startswith("dumpcat: error"):
+            break
+    proc.terminate()
+    proc.wait(30)
+    raise RuntimeError(f"the server of {tree} did not start: {''.join(seen[-5:]).strip()}")
 
 
 class Side:
@@ -128,9 +135,7 @@ def main() -> None:
         row_id = cat.sql("SELECT row_id FROM stats ORDER BY row_id LIMIT 1").column(0)[0].as_py()
         before, before_port = start_server(args.before.resolve(), path)
         after, after_port = start_server(HERE, path)
-        print("| query | clients | after q/s | after p95 ms | before q/s | before p95 ms | in-process q/s "
-              "| after / before q/s | after / in-process q/s |")  # fmt: skip
-        print("|---|---|---|---|---|---|---|---|---|")
+        rows = []
         try:
             for name, sql, params in (("point lookup", POINT, [row_id]), ("NaN query", NAN, None)):
                 for clients in (1, 10, 50):
@@ -140,14 +145,51 @@ def main() -> None:
                          "in-process": partial(local_client, cat, sql, params)},
                         clients, args.rounds, args.slice,
                     )  # fmt: skip
-                    a, b, local_qps = qps["after"], qps["before"], qps["in-process"]
-                    pa, pb = p95["after"], p95["before"]
-                    print(f"| {name} | {clients} | {a:.0f} | {pa:.1f} | {b:.0f} | {pb:.1f} | {local_qps:.0f} "
-                          f"| {a / b:.2f} | {a / local_qps:.2f} |", flush=True)  # fmt: skip
+                    rows.append((name, clients, qps, p95))
+                    print(
+                        f"{name}, {clients} clients: after / before {qps['after'] / qps['before']:.2f}x",
+                        flush=True,
+                    )
         finally:
             for proc in (before, after):
                 proc.terminate()
                 proc.wait(30)
+    report(rows, args)
+
+
+def report(rows: list, args: argparse.Namespace) -> None:
+    """BENCH-SUMMARY lines (per query: after / before at every client count) and the table."""
+    before = (
+        subprocess.run(
+            ["git", "-C", str(args.before), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        or "a checkout outside git"
+    )  # (its path would name this machine's folders)
+    for name in dict.fromkeys(r[0] for r in rows):
+        mine = [r for r in rows if r[0] == name]
+        counts = " / ".join(str(c) for _, c, _, _ in mine)
+        emit.summary(
+            f"`dumpcat serve` now vs the checkout given by --before ({before}), {name}, queries/s at "
+            f"{counts} psycopg clients",
+            "-",
+            " / ".join(f"{q['after'] / q['before']:.2f}x" for _, _, q, _ in mine),
+        )
+    emit.report_follows()
+    print(
+        f"`python bench/bench_server_compare.py --before CHECKOUT --rounds {args.rounds} "
+        f"--slice {args.slice}` (CHECKOUT at {before}); load average {os.getloadavg()[0]:.1f} at the end.\n"
+    )
+    print(
+        "| query | clients | after q/s | after p95 ms | before q/s | before p95 ms | in-process q/s "
+        "| after / before q/s | after / in-process q/s |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, clients, qps, p95 in rows:
+        a, b, local_qps = qps["after"], qps["before"], qps["in-process"]
+        print(
+            f"| {name} | {clients} | {a:.0f} | {p95['after']:.1f} | {b:.0f} | {p95['before']:.1f} "
+            f"| {local_qps:.0f} | {a / b:.2f} | {a / local_qps:.2f} |"
+        )
 
 
 if __name__ == "__main__":

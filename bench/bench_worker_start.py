@@ -28,6 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import emit  # noqa: E402
+
 from catalog.api import Catalog  # noqa: E402
 from catalog.server.sandbox import build_views_database, private_folder  # noqa: E402
 from catalog.server.server import Server  # noqa: E402
@@ -137,14 +139,30 @@ def main() -> None:
             servers.append((wall, _children_cpu() - cpu0))
         forker.close()
     med = statistics.median
-    print(f"load average before the last round: {os.getloadavg()[0]:.2f}; {args.rounds} rounds, medians")
     fw, fc = med(w for w, _ in forked), med(c for _, c in forked)
     pw, pc = med(w for w, _ in program), med(c for _, c in program)
-    print(f"worker forked by the launcher: {fw:.3f} s to READY, {fc:.3f} s CPU")
-    print(f"worker started as a program:  {pw:.3f} s to READY, {pc:.3f} s CPU")
-    print(f"forked / program: {fw / pw:.2f}x wall, {fc / pc:.2f}x CPU")
     sw, sc = med(w for w, _ in servers), med(c for _, c in servers)
-    print(f"Server.start() (4 workers and a spare): {sw:.2f} s wall, {sc:.2f} s CPU in its processes")
+    emit.summary(
+        "a statement worker forked by the launcher vs started as a program: wall to READY",
+        "-",
+        f"{fw / pw:.2f}x ({fw:.3f} s vs {pw:.3f} s)",
+    )
+    emit.summary("the same, CPU of the worker", "-", f"{fc / pc:.2f}x ({fc:.3f} s vs {pc:.3f} s)")
+    emit.summary("`Server.start()` (4 workers and a spare)", "-", f"{sw:.2f} s wall, {sc:.2f} s CPU")
+    emit.report_follows()
+    print(
+        f"`python bench/bench_worker_start.py --rounds {args.rounds}`, medians of {args.rounds} rounds; "
+        f"load average {os.getloadavg()[0]:.2f} at the end.\n"
+    )
+    print("| | to READY | CPU |")
+    print("|---|---|---|")
+    print(f"| forked by the launcher | {fw:.3f} s | {fc:.3f} s |")
+    print(f"| started as a program (baseline) | {pw:.3f} s | {pc:.3f} s |")
+    print(f"| ratio | {fw / pw:.2f}x | {fc / pc:.2f}x |")
+    print(
+        f"\nA whole `Server.start()` (launcher, 4 workers and a spare): {sw:.2f} s wall, {sc:.2f} s of CPU "
+        "in its processes."
+    )
 
 
 if __name__ == "__main__":

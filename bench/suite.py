@@ -121,7 +121,7 @@ NEEDS: dict[str, tuple[str, Callable[[Context], str | None]]] = {
     "disk-40": ("40 GiB free in the workdir", _disk(40)),
 }
 
-# why the compare and server sections' figures are not generated yet
+# why a section's figures are not generated yet (the compare section's)
 _REMEASURED = "its section's figures are re-measured by hand (issue 35); its BENCH-SUMMARY lines come then"
 
 BENCHMARKS: list[Benchmark] = [
@@ -217,7 +217,7 @@ BENCHMARKS: list[Benchmark] = [
         quick="--rows 2e4 --step-rows 500 --iterations 10 --engines duckdb --runs 1 --workdir {workdir}",
         needs=("spark",),
     ),
-    # the compare and server sections: run on request (--only), their figures kept by hand for now
+    # the compare section: run on request (--only), its figures kept by hand for now (`kept`)
     Benchmark(
         "bench_compare",
         "Run-vs-run comparison (bench/bench_compare.py)",
@@ -242,40 +242,37 @@ BENCHMARKS: list[Benchmark] = [
         "Queries/s against in-process DuckDB (bench/bench_server.py)",
         quick="--rounds 1 --slice 0.5",
     ),
+    # runs where an earlier checkout is given (--before); elsewhere "not run", as any missing need
     Benchmark(
         "bench_server_compare",
         "Containment cost against an earlier checkout (bench/bench_server_compare.py)",
         args="--before {before}",
         quick="--before {before} --rounds 1 --slice 0.5",
         needs=("before",),
-        kept=_REMEASURED,
     ),
     Benchmark(
         "bench_serve_clients",
         "Clients and result formats (bench/bench_serve_clients.py)",
-        args="--workdir {workdir}",
+        args="--rounds 3 --tries 5 --workdir {workdir}",
         quick="--rows 20000 --rounds 1 --tries 1 --workdir {workdir}",
-        kept=_REMEASURED,
     ),
     Benchmark(
         "bench_pgcodec",
         "Encoding results for the wire (bench/bench_pgcodec.py)",
-        quick="--rows 20000 --repeat 1",
-        kept=_REMEASURED,
+        quick="--rows 20000 --repeat 1 --calls 10000",
     ),
     Benchmark(
         "bench_contained_scan",
         "What scanning Arrow datasets costs at scale (bench/bench_contained_scan.py)",
         quick="--rows 20000",
-        kept=_REMEASURED,
     ),
     Benchmark(
         "bench_worker_start",
         "Starting workers (bench/bench_worker_start.py)",
+        args="--rounds 3",
         quick="--rounds 1",
-        kept=_REMEASURED,
     ),
-    Benchmark("bench_serve_attacks", "Availability attacks (bench/bench_serve_attacks.py)", kept=_REMEASURED),
+    Benchmark("bench_serve_attacks", "Availability attacks (bench/bench_serve_attacks.py)"),
 ]
 
 # bench/*.py that are not benchmarks, and what each is for

@@ -103,7 +103,7 @@ class Limits:
     max_pending: int = 64  # connections not logged in yet; the oldest is closed to make room
     session_memory: int = 16 << 20  # bytes of one session's prepared statements, settings and views
     buffer_memory: int = 512 << 20  # bytes the main process holds for all sessions (catalog.server.memory)
-    threads: int | None = None  # DuckDB threads per worker (default: cores / workers, at least 1)
+    threads: int | None = None  # DuckDB threads per worker (default: cores / workers, at least 2)
 
     def validate(self) -> None:
         if parse_size(self.memory_limit) < MIN_MEMORY:
@@ -232,7 +232,10 @@ class Server:
         flat = watch is not None or self.store.upgrade()
         views_db = views_database(self._folder, flat=flat)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        threads = self.limits.threads or max(1, cores // self.limits.max_concurrent)
+        # At least two, as an in-process DuckDB has on a 2-core machine: with one, the NaN query's
+        # latency on a busy machine was twice its CPU time, with two it was its CPU time
+        # (docs/server.md, "How a statement travels").
+        threads = self.limits.threads or max(2, cores // self.limits.max_concurrent)
         self.worker_config = {
             "catalog": str(self.catalog_path),
             "views_db": str(views_db),

@@ -294,6 +294,43 @@ def test_text_of_stats_shaped_rows_is_the_old_encoders():
     assert pgcodec.encode_datarows(b, [0] * b.num_columns) == b"".join(old_encode_rows(b))
 
 
+def test_gathered_text_rows_are_the_general_paths_and_the_old_encoders(monkeypatch):
+    """Results of strings and integers only (the NaN query's shape) are gathered in one pass
+    (`_text_rows_gathered`): the same bytes as the padded-matrix path and the old encoder, with
+    NULLs, empty strings, multi-byte text, every integer width, large strings, slices of a batch
+    and non-ASCII names."""
+    rng = np.random.default_rng(5)
+    n = 300
+    names = [None if i % 7 == 0 else ("" if i % 11 == 0 else f"Default/op{i}/é✓" * (i % 4)) for i in range(n)]
+    cols = {
+        "name": pa.array(names, pa.string()),
+        "large": pa.array(names[::-1], pa.large_string()),
+        "i64": pa.array(rng.integers(-(2**63), 2**63 - 1, n), mask=rng.random(n) < 0.2),
+        "i32": pa.array(rng.integers(-(2**31), 2**31 - 1, n).astype(np.int32)),
+        "i8": pa.array(rng.integers(-128, 127, n).astype(np.int8)),
+        "u64": pa.array(rng.integers(0, 2**63, n).astype(np.uint64) * 2),
+    }
+    batch = pa.RecordBatch.from_pydict(cols)
+    parts = [batch, batch.slice(65, 100), batch.slice(200), batch.select(["i64"]), batch.select(["name"])]
+    for part in parts:
+        assert pgcodec._text_rows_gathered(part) is not None
+        gathered = pgcodec.encode_datarows(part, [0] * part.num_columns)
+        assert gathered == b"".join(old_encode_rows(part))
+        monkeypatch.setattr(pgcodec, "_GATHER_ROWS", 0)
+        assert pgcodec.encode_datarows(part, [0] * part.num_columns) == gathered
+        monkeypatch.undo()
+    # any other column, or a result of big values, takes the general path
+    assert pgcodec._text_rows_gathered(stats_batch(100, seed=4)) is None
+    big = pa.record_batch([pa.array(["x" * 4000] * 100)], ["s"])
+    assert pgcodec._text_rows_gathered(big) is None
+    assert pgcodec.encode_datarows(big, [0]) == b"".join(old_encode_rows(big))
+    with_float = batch.append_column("f", pa.array(rng.random(n)))
+    assert pgcodec._text_rows_gathered(with_float) is None
+    assert pgcodec.encode_datarows(with_float, [0] * with_float.num_columns) == b"".join(
+        old_encode_rows(with_float)
+    )
+
+
 def test_chunking_does_not_change_the_bytes(monkeypatch):
     """Rows are laid out in chunks sized by the padded width; tiny chunks, chunks halved around a
     1 MB value and one chunk for everything give the same bytes."""
