@@ -229,15 +229,19 @@ def new_flat_dir(store: CatalogStore, flat: str) -> tuple[str, str, Path]:
 
 
 def seal_flat_dir(
-    fdir: Path, flat: str, *, fid: str, rel: str, run: str, rows: int, sources: list[str], keys: list
-) -> dict:
-    """Finish a flat file whose data.parquet is written: its sidecar index (tensors), everything
-    fsynced, and its snapshot entry. Also used by bench/bench_scale.py, which writes flat files in
-    this layout without resolving them."""
+    fdir: Path, flat: str, *, fid: str, rel: str, run: str, rows: int, sources: list[str], keys: list,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> dict:  # fmt: skip
+    """Finish a flat file whose data.parquet is written: its sidecar index (tensors) or of NaN/Inf
+    rows (stats, on `con`: ingest/storage/nonfinite.py), everything fsynced, and its snapshot entry.
+    Also used by bench/bench_scale.py, which writes flat files in this layout without resolving them."""
     from ingest.storage.durable import fsync_path
+    from ingest.storage.nonfinite import write_nonfinite
 
     if flat == "tensors":
         write_index(fdir / DATA_FILE, fdir / INDEX_FILE)
+    elif flat == "stats":
+        write_nonfinite(fdir, con)
     for name in os.listdir(fdir):
         fsync_path(fdir / name)
     fsync_path(fdir)
@@ -547,7 +551,9 @@ class FlatWriter:
         if not rows:
             shutil.rmtree(fdir, ignore_errors=True)
             return None
-        entry = seal_flat_dir(fdir, flat, fid=fid, rel=rel, run=run, rows=rows, sources=sources, keys=keys)
+        entry = seal_flat_dir(
+            fdir, flat, fid=fid, rel=rel, run=run, rows=rows, sources=sources, keys=keys, con=con
+        )
         if interim:
             entry["interim"] = True
         return entry
