@@ -218,7 +218,11 @@ def _first_anomaly_vs_flat(rows: Rows, cur, stats_file: Path, runs: int, label: 
 
     feeders = stats_file.with_name("op_feeders.parquet")
     cur.execute(f"COPY (SELECT * FROM op_feeders) TO '{feeders}' (FORMAT parquet)")
-    anomalous = re.sub(r"\bstats\b", f"read_parquet('{stats_file}')", _view_body(cur, "anomalous_tensors"))
+    # (anomalous_tensors filters `stats_nonfinite`: all of `stats` in sql/, the catalog's sidecars of
+    # NaN/Inf rows over flat files; the baseline filters the one flat file)
+    anomalous = re.sub(
+        r"\bstats(_nonfinite)?\b", f"read_parquet('{stats_file}')", _view_body(cur, "anomalous_tensors")
+    )
     flat = re.sub(r"\banomalous_tensors\b", f"({anomalous})", _view_body(cur, "first_anomaly"))
     flat = re.sub(r"\bop_feeders\b", f"read_parquet('{feeders}')", flat)
     ours_rows = sorted(map(repr, cur.execute("SELECT * FROM first_anomaly").fetchall()))
