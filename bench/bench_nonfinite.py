@@ -31,6 +31,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import bench_scale  # noqa: E402
+import bench_speed  # noqa: E402
 import emit  # noqa: E402
 
 from catalog import Catalog  # noqa: E402
@@ -43,13 +44,6 @@ TARGET = 1.0
 SHARES = ((0.05, 30), (0.3, 100), (1.0, 300), (1.0, 100_000))
 
 
-def _view_body(cur, view: str) -> str:
-    sql = cur.execute(
-        "SELECT sql FROM duckdb_views() WHERE view_name = ? AND NOT internal", [view]
-    ).fetchall()
-    return sql[0][0].split(" AS ", 1)[1].rstrip().rstrip(";")
-
-
 def baseline_sql(cur, cat_path: Path) -> str:
     """first_anomaly's SQL over one flat stats file (written here, as bench_speed.py does) and
     op_feeders materialized: what the view costs beyond its logic and its storage."""
@@ -59,9 +53,9 @@ def baseline_sql(cur, cat_path: Path) -> str:
     cur.execute(f"COPY (SELECT * FROM stats ORDER BY row_id) TO '{stats}' (FORMAT parquet)")
     cur.execute(f"COPY (SELECT * FROM op_feeders) TO '{feeders}' (FORMAT parquet)")
     anomalous = re.sub(
-        r"\bstats(_nonfinite)?\b", f"read_parquet('{stats}')", _view_body(cur, "anomalous_tensors")
+        r"\bstats\b", f"read_parquet('{stats}')", bench_speed._sql_view_body("anomalous_tensors")
     )
-    sql = re.sub(r"\banomalous_tensors\b", f"({anomalous})", _view_body(cur, "first_anomaly"))
+    sql = re.sub(r"\banomalous_tensors\b", f"({anomalous})", bench_speed._view_body(cur, "first_anomaly"))
     return re.sub(r"\bop_feeders\b", f"read_parquet('{feeders}')", sql)
 
 

@@ -57,8 +57,8 @@ def define_views(
     """(Re)create the raw views for the given live files, and the views of sql/*.sql once.
 
     `flat_files` lists the catalog's flat `tensors` and `stats` files (ingest/storage/flat.py) when it has
-    them: those two views then read the flat files, and `stats_nonfinite` the stats files' sidecars of
-    NaN/Inf rows (ingest/storage/nonfinite.py: written with each file, so a file's path says its
+    them: those two views then read the flat files, and `anomalous_tensors` the stats files' sidecars
+    of NaN/Inf rows (ingest/storage/nonfinite.py: written with each file, so a file's path says its
     sidecar too); otherwise they resolve names at query time.
     `full_schema` names the tables whose files all have every current column."""
     for table in TABLES:
@@ -69,7 +69,7 @@ def define_views(
             con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM {view}_resolved")
         else:
             con.execute(flat_view_sql(view, flat_files.get(view, [])))
-    if flat_files is not None:  # the NaN/Inf rows anomalous_tensors filters: the stats files' sidecars
+    if flat_files is not None:  # the NaN/Inf rows of stats: the stats files' sidecars
         con.execute(nonfinite_view_sql(flat_files.get("stats", [])))
 
 

@@ -15,15 +15,10 @@
 -- Outputs come before inputs: the first anomalous *output* is the answer, and an input is one only
 -- when the step dumped no anomalous output at all (e.g. `input_output: 1`).
 
--- stats_nonfinite: the statistic rows anomalous_tensors filters. All of `stats` here; over flat files
--- catalog/views.py points it at each stats file's sidecar of its NaN/Inf rows (ingest/storage/nonfinite.py),
--- a few rows where the filter would scan every statistic, and at the files that have none.
-CREATE OR REPLACE VIEW stats_nonfinite AS SELECT * FROM stats;
-
 -- anomalous_tensors: every statistic row whose tensor holds NaN or ±Inf.
 CREATE OR REPLACE VIEW anomalous_tensors AS
 SELECT *
-FROM stats_nonfinite
+FROM stats
 WHERE has_nan OR has_inf;
 
 -- The operators feeding each operator (data edges of the graph IR), for the answer's input_ops.

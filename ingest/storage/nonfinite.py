@@ -16,10 +16,9 @@ the whole file: most of the query (10^5 rows, ~1 % of them non-finite: 21 ms of 
 
 The sidecar is a function of its data file alone, written before the snapshot names the file and
 removed with its directory when the file is retired (re-resolved or merged): it is exact by
-construction. Readers (`nonfinite_view_sql`, catalog/views.py) point the view `stats_nonfinite`
-(sql/60_first_anomaly.sql: the rows `anomalous_tensors` filters) at the sidecars, and the data
-files of the rest; `anomalous_tensors` still applies its own filter, so the rows are those of
-`stats` whatever a file's state.
+construction. Readers (`nonfinite_view_sql`, catalog/views.py) define `anomalous_tensors` over the
+sidecars, and over the data files of the rest, with the filter sql/60_first_anomaly.sql gives it
+(`NONFINITE_WHERE`; tests check the two agree): its rows are those of the SQL's whatever a file's state.
 """
 
 from __future__ import annotations
@@ -40,12 +39,12 @@ log = logging.getLogger("dumpcat.ingest")
 
 NONFINITE_FILE = "nonfinite.parquet"
 NONE_FILE = "nonfinite.none"
-# The rows a sidecar holds: anomalous_tensors' filter (tests check the two agree).
+# The rows a sidecar holds: anomalous_tensors' filter (sql/60_first_anomaly.sql; tests check they agree).
 NONFINITE_WHERE = "has_nan OR has_inf"
 # A file whose non-finite rows are more than this share of its rows gets no sidecar: reading the
 # file with the filter then reads at most 1/MAX_SHARE as many rows as the sidecar would hold.
 MAX_SHARE = 0.5
-VIEW = "stats_nonfinite"
+VIEW = "anomalous_tensors"
 _DATA_FILE = "data.parquet"  # (flat.DATA_FILE: flat.py imports this module)
 
 
@@ -102,10 +101,10 @@ def sidecar_state(data: str | Path) -> str | None:
 
 
 def nonfinite_view_sql(stats_files: list[str]) -> str:
-    """`stats_nonfinite` over the flat stats files `stats_files`: their sidecars, and the files
-    without one (`anomalous_tensors` filters both). Where the files' columns differ (two dumpcat
-    versions), the view stays all of `stats`, as sql/60_first_anomaly.sql defines it."""
-    whole = f"CREATE OR REPLACE VIEW {VIEW} AS SELECT * FROM stats"
+    """`anomalous_tensors` over the flat stats files `stats_files`: their sidecars, and the files
+    without one, filtered. Where the files' columns differ (two dumpcat versions), the view filters
+    `stats`, as sql/60_first_anomaly.sql defines it."""
+    whole = f"CREATE OR REPLACE VIEW {VIEW} AS SELECT * FROM stats WHERE {NONFINITE_WHERE}"
     if not stats_files:
         return whole
     read = []
@@ -114,7 +113,7 @@ def nonfinite_view_sql(stats_files: list[str]) -> str:
         if state != "":
             read.append(data if state is None else state)
     if not read:
-        return f"{whole} WHERE false"
+        return f"CREATE OR REPLACE VIEW {VIEW} AS SELECT * FROM stats WHERE false"
     schemas = {tuple(pq.read_schema(f).names) for f in dict.fromkeys([*stats_files, *read])}
     if len(schemas) > 1:
         return whole
@@ -123,5 +122,5 @@ def nonfinite_view_sql(stats_files: list[str]) -> str:
     select = flat_select_list("stats", list(columns), before_dtype_names="producer_dtype" not in columns)
     return (
         f"CREATE OR REPLACE VIEW {VIEW} AS SELECT {select} FROM "
-        f"read_parquet([{listing}], union_by_name = false, hive_partitioning = false)"
+        f"read_parquet([{listing}], union_by_name = false, hive_partitioning = false) WHERE {NONFINITE_WHERE}"
     )
