@@ -116,7 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--runs", type=int, default=5, help="runs of each query per round (median)")
     parser.add_argument("--shares", type=int, default=len(SHARES), help="how many of the shares to run")
+    parser.add_argument(
+        "--max-share", type=float, default=nonfinite.MAX_SHARE, help="nonfinite.MAX_SHARE for the catalogs"
+    )
     args = parser.parse_args(argv)
+    nonfinite.MAX_SHARE = args.max_share
     load = "{:.2f} / {:.2f} / {:.2f}".format(*os.getloadavg())
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-nonfinite-") as tmp:
@@ -160,7 +164,9 @@ def main(argv: list[str] | None = None) -> int:
         "every row, then decodes every column of the rows that match, scattered over the file. The "
         "sidecar (ingest/storage/nonfinite.py) holds those rows alone. A file whose rows are more than "
         f"{nonfinite.MAX_SHARE:.0%} non-finite gets none (the saving shrinks as the share grows, the "
-        "sidecar's size grows with it) and is read as before, at the baseline's cost."
+        "sidecar's size grows with it) and is read as before, at the baseline's cost: the same SQL over "
+        "one file of 10^5 rows, a sidecar against the file filtered, was 0.63x at 1 %, 0.86x at 50 %, "
+        "0.95x at 70 %, 0.96x at 90 % and 0.97x at 100 % non-finite rows (2026-11-29, load 2-3)."
     )
     return 0
 

@@ -107,8 +107,8 @@ def test_the_sidecar_holds_the_rows_anomalous_tensors_filters():
     )
 
 
-# Trees of which more than half the statistic rows are non-finite (no sidecar at the default share).
-MOSTLY_NONFINITE = [
+# Trees with NaN/Inf: 45-57 % of their statistic rows, torchair's 6 %.
+NAN_TREES = [
     DATA / "ms210" / "nan_log" / "dump",
     DATA / "ascend_raw" / "nan_log_rank",
     DATA / "ge" / "ge_tensor",
@@ -118,29 +118,29 @@ MOSTLY_NONFINITE = [
 
 
 @pytest.mark.parametrize(
-    "share, roots", [(nonfinite.MAX_SHARE, ROOTS), (1.0, MOSTLY_NONFINITE)], ids=["default", "every-file"]
+    "share, roots", [(nonfinite.MAX_SHARE, ROOTS), (0.3, NAN_TREES)], ids=["default", "low-share"]
 )
 def test_every_committed_dump_answers_the_same_with_and_without_sidecars(tmp_path, monkeypatch, share, roots):
     """Every committed dump a run of one catalog: sidecars where their share allows, markers for the
-    files without any NaN/Inf (`every-file`: the trees mostly non-finite, each with a sidecar)."""
+    files without any NaN/Inf (`low-share`: the trees with NaN, most of them past the share, their
+    files read whole beside torchair's sidecar)."""
     monkeypatch.setattr(nonfinite, "MAX_SHARE", share)
     path = tmp_path / "cat"
     CatalogStore(path, create=True)
     for root in roots:
         ingest_dump(path, root, run=_run_name(root), workers=1)
     states = _assert_sidecars_exact(CatalogStore(path))
-    if share < 1.0:
-        assert states["sidecar"] > 10 and states["none"] > 10 and states["whole"] > 0
+    if roots is ROOTS:
+        assert states["sidecar"] > 10 and states["none"] > 10
     else:
-        assert states == {"sidecar": len(roots), "none": 0, "whole": 0}
+        assert states == {"sidecar": 1, "none": 0, "whole": len(roots) - 1}
     got = _assert_same_without_sidecars(path, tmp_path)
     assert len(got["first_anomaly"]) > 5 and len(got["nan_origin"]) > 1
 
 
-def test_small_batches_merges_and_re_resolution_keep_the_sidecars_exact(tmp_path, monkeypatch):
+def test_small_batches_merges_and_re_resolution_keep_the_sidecars_exact(tmp_path):
     """One-row batches: a commit each, flat files merged by tier; each new file gets its own
     sidecar, and a retired file's goes with it."""
-    monkeypatch.setattr(nonfinite, "MAX_SHARE", 1.0)
     path = tmp_path / "cat"
     CatalogStore(path, create=True)
     for root in SMALL_BATCH_ROOTS[
@@ -154,7 +154,7 @@ def test_small_batches_merges_and_re_resolution_keep_the_sidecars_exact(tmp_path
         r["path"] for r in snap.get("retired", []) if "/flat/stats/" in r["path"] and r["path"] not in live
     ]
     assert len(retired) >= 4, "no merge happened"
-    assert all(nonfinite.sidecar_state(path / r / flat.DATA_FILE) is not None for r in retired)
+    assert any(nonfinite.sidecar_state(path / r / flat.DATA_FILE) for r in retired)
     assert _assert_sidecars_exact(store)["sidecar"] > 0
     _assert_same_without_sidecars(path, tmp_path)
     # a retired file goes with its sidecar
@@ -162,11 +162,10 @@ def test_small_batches_merges_and_re_resolution_keep_the_sidecars_exact(tmp_path
     assert not any((path / r).exists() for r in retired)
 
 
-def test_a_late_execution_order_re_resolves_the_sidecars(copy_dump, tmp_path, monkeypatch):
+def test_a_late_execution_order_re_resolves_the_sidecars(copy_dump, tmp_path):
     """Tensors cataloged before their rank's execution order and graphs: first_anomaly first
     answers with the names the files give; when those arrive, the stats file is re-resolved and
     its sidecar with it, so the answer is a fresh ingest's of the complete dump."""
-    monkeypatch.setattr(nonfinite, "MAX_SHARE", 1.0)  # (nan_log: 102 of 180 rows non-finite)
     dump = copy_dump("nan_log")
     held = tmp_path / "held"
     held.mkdir()
@@ -190,12 +189,11 @@ def test_a_late_execution_order_re_resolves_the_sidecars(copy_dump, tmp_path, mo
         assert _answers(cat) == after
 
 
-def test_a_watched_run_that_compacts_keeps_the_sidecars_exact(copy_dump, tmp_path, monkeypatch):
+def test_a_watched_run_that_compacts_keeps_the_sidecars_exact(copy_dump, tmp_path):
     """A watcher commits a flat file per iteration (markers and sidecars of one iteration each),
     then compacts its batches: the merged file's sidecar answers for all of them."""
     from ingest.watch import Watcher
 
-    monkeypatch.setattr(nonfinite, "MAX_SHARE", 1.0)
     dump = copy_dump("nan_log")
     held = tmp_path / "held"
     held.mkdir()
