@@ -25,7 +25,7 @@ import duckdb
 
 from ingest.storage.definitions_cache import cached_database
 from ingest.storage.flat_columns import FLAT_VIEWS, flat_view_sql
-from ingest.storage.nonfinite import nonfinite_view_sql
+from ingest.storage.nonfinite import nonfinite_view_sql, sidecar_files
 from ingest.storage.schema import TABLES
 from ingest.storage.sql_views import define_raw_view, define_sql_views, quote_literal, sql_root
 
@@ -115,6 +115,7 @@ def views_key(
     tables not known to have every column): dumpcat never rewrites a file in place, but a hand or
     a tool might."""
     inspected = [f for files in (flat_files or {}).values() for f in files]
+    inspected += sidecar_files((flat_files or {}).get("stats", []))  # (what anomalous_tensors reads)
     inspected += [f for table, files in table_files.items() if table not in full_schema for f in files]
     identities = []
     for file in inspected:

@@ -102,6 +102,11 @@ def sidecar_state(data: str | Path) -> str | None:
     return None
 
 
+def sidecar_files(stats_files: list[str]) -> list[str]:
+    """The paths a sidecar of each of `stats_files` may have (whether they exist decides the view)."""
+    return [str(Path(f).parent / name) for f in stats_files for name in (NONFINITE_FILE, NONE_FILE)]
+
+
 def nonfinite_view_sql(stats_files: list[str]) -> str:
     """`anomalous_tensors` over the flat stats files `stats_files`: their sidecars, and the files
     without one, filtered. Where the files' columns differ (two dumpcat versions), the view filters

@@ -252,3 +252,19 @@ def test_a_catalog_without_non_finite_rows_reads_no_stats_file_for_first_anomaly
         assert cat.sql("SELECT count(*) FROM first_anomaly").column(0)[0].as_py() == 0
         plan = "\n".join(r[1] for r in cat.cursor().execute("EXPLAIN SELECT * FROM first_anomaly").fetchall())
         assert "READ_PARQUET" not in plan.upper()
+
+
+def test_a_sidecar_removed_by_hand_is_not_read(tmp_path):
+    """The snapshot's views database is keyed on the sidecars too: one removed by hand (a copy that
+    left them out) gives new definitions that read the stats file itself, not an error."""
+    path = tmp_path / "cat"
+    ingest_dump(path, DATA / "ms210" / "nan_log" / "dump", run="n", workers=1)
+    with Catalog.open(path) as cat:
+        want = _answers(cat)
+        (data,) = cat.store.flat_files()["stats"]
+    side = nonfinite.sidecar_state(data)
+    assert side
+    Path(side).unlink()
+    with Catalog.open(path) as cat:
+        assert _answers(cat) == want
+    assert len(list((path / "views").glob("*.duckdb"))) == 2
