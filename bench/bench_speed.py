@@ -210,6 +210,16 @@ def _view_body(cur, view: str) -> str:
     return sql[0][0].split(" AS ", 1)[1].rstrip().rstrip(";")
 
 
+def _sql_view_body(view: str) -> str:
+    """The query of `view` as sql/*.sql defines it (a connection's may read other files)."""
+    import re
+
+    from ingest.storage.sql_views import view_sql_files
+
+    text = "\n".join(t for _, t in view_sql_files())
+    return re.search(rf"CREATE OR REPLACE VIEW {view} AS\s(.*?);", text, re.S).group(1).strip()
+
+
 def _first_anomaly_vs_flat(rows: Rows, cur, stats_file: Path, runs: int, label: str) -> None:
     """`first_anomaly` against the same SQL (sql/60_first_anomaly.sql, with its `anomalous_tensors`
     inlined) over one flat parquet file of `stats` and `op_feeders` materialized: what the view
@@ -218,7 +228,8 @@ def _first_anomaly_vs_flat(rows: Rows, cur, stats_file: Path, runs: int, label: 
 
     feeders = stats_file.with_name("op_feeders.parquet")
     cur.execute(f"COPY (SELECT * FROM op_feeders) TO '{feeders}' (FORMAT parquet)")
-    anomalous = re.sub(r"\bstats\b", f"read_parquet('{stats_file}')", _view_body(cur, "anomalous_tensors"))
+    # (anomalous_tensors as sql/ defines it: the catalog's reads the stats files' sidecars of NaN/Inf rows)
+    anomalous = re.sub(r"\bstats\b", f"read_parquet('{stats_file}')", _sql_view_body("anomalous_tensors"))
     flat = re.sub(r"\banomalous_tensors\b", f"({anomalous})", _view_body(cur, "first_anomaly"))
     flat = re.sub(r"\bop_feeders\b", f"read_parquet('{feeders}')", flat)
     ours_rows = sorted(map(repr, cur.execute("SELECT * FROM first_anomaly").fetchall()))

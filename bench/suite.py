@@ -189,6 +189,11 @@ BENCHMARKS: list[Benchmark] = [
         quick="--repeat 1",
     ),
     Benchmark("bench_open", "Opening a catalog (bench/bench_open.py)", quick="--rounds 1"),
+    Benchmark(
+        "bench_nonfinite",
+        "first_anomaly over the NaN/Inf sidecars of the stats files (bench/bench_nonfinite.py)",
+        quick="--rows 20000 --rounds 1 --runs 1 --shares 2",
+    ),
     Benchmark("bench_many_runs", "Many runs in one catalog (bench/bench_many_runs.py)", quick="--rounds 1"),
     Benchmark("bench_tensors", "Many tensors in one call (bench/bench_tensors.py)", quick="--rounds 1"),
     Benchmark(

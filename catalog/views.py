@@ -25,6 +25,7 @@ import duckdb
 
 from ingest.storage.definitions_cache import cached_database
 from ingest.storage.flat_columns import FLAT_VIEWS, flat_view_sql
+from ingest.storage.nonfinite import nonfinite_view_sql, sidecar_files
 from ingest.storage.schema import TABLES
 from ingest.storage.sql_views import define_raw_view, define_sql_views, quote_literal, sql_root
 
@@ -56,7 +57,9 @@ def define_views(
     """(Re)create the raw views for the given live files, and the views of sql/*.sql once.
 
     `flat_files` lists the catalog's flat `tensors` and `stats` files (ingest/storage/flat.py) when it has
-    them: those two views then read the flat files; otherwise they resolve names at query time.
+    them: those two views then read the flat files, and `anomalous_tensors` the stats files' sidecars
+    of NaN/Inf rows (ingest/storage/nonfinite.py: written with each file, so a file's path says its
+    sidecar too); otherwise they resolve names at query time.
     `full_schema` names the tables whose files all have every current column."""
     for table in TABLES:
         define_raw_view(con, table, table_files.get(table, []), full_schema=table in full_schema)
@@ -66,6 +69,8 @@ def define_views(
             con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM {view}_resolved")
         else:
             con.execute(flat_view_sql(view, flat_files.get(view, [])))
+    if flat_files is not None:  # the NaN/Inf rows of stats: the stats files' sidecars
+        con.execute(nonfinite_view_sql(flat_files.get("stats", [])))
 
 
 # Views whose rows are a function of the snapshot alone and that other views join to a few rows:
@@ -89,12 +94,12 @@ _KEEP_SECONDS = 600  # older views databases of earlier snapshots are removed wh
 def definitions_digest() -> str:
     """What the view definitions depend on besides the files: DuckDB's version (its file format and
     binder), sql/*.sql, and the Python that writes the SQL of the raw and flat views."""
-    from ingest.storage import flat_columns, schema, sql_views
+    from ingest.storage import flat_columns, nonfinite, schema, sql_views
 
     digest = hashlib.sha256(duckdb.__version__.encode())
     for _name, text in sql_views.view_sql_files():
         digest.update(text.encode())
-    for module in (flat_columns, schema, sql_views):
+    for module in (flat_columns, nonfinite, schema, sql_views):
         digest.update(Path(module.__file__).read_bytes())
     digest.update(Path(__file__).read_bytes())
     return digest.hexdigest()
@@ -110,6 +115,7 @@ def views_key(
     tables not known to have every column): dumpcat never rewrites a file in place, but a hand or
     a tool might."""
     inspected = [f for files in (flat_files or {}).values() for f in files]
+    inspected += sidecar_files((flat_files or {}).get("stats", []))  # (what anomalous_tensors reads)
     inspected += [f for table, files in table_files.items() if table not in full_schema for f in files]
     identities = []
     for file in inspected:

@@ -246,18 +246,22 @@ def seal_flat_dir(
     sources: list[str],
     keys: list,
     sort_index: bool = False,
+    con: duckdb.DuckDBPyConnection | None = None,
 ) -> dict:
-    """Finish a flat file whose data.parquet is written: its sidecar index (tensors), everything
-    fsynced, and its snapshot entry. `sort_index`: the data is not in row-id order (an interim
-    file), the index is sorted here. Also used by bench/bench_scale.py, which writes flat files in
-    this layout without resolving them."""
+    """Finish a flat file whose data.parquet is written: its sidecar index (tensors) or of NaN/Inf
+    rows (stats, on `con`: ingest/storage/nonfinite.py), everything fsynced, and its snapshot entry.
+    `sort_index`: the data is not in row-id order (an interim file), the index is sorted here. Also
+    used by bench/bench_scale.py, which writes flat files in this layout without resolving them."""
     from ingest.storage.durable import fsync_path
+    from ingest.storage.nonfinite import write_nonfinite
 
     if flat == "tensors":
         if sort_index:
             write_sorted_index(fdir / DATA_FILE, fdir / INDEX_FILE)
         else:
             write_index(fdir / DATA_FILE, fdir / INDEX_FILE)
+    elif flat == "stats":
+        write_nonfinite(fdir, con)
     for name in os.listdir(fdir):
         fsync_path(fdir / name)
     fsync_path(fdir)
@@ -598,7 +602,16 @@ class FlatWriter:
             shutil.rmtree(fdir, ignore_errors=True)
             return None
         entry = seal_flat_dir(
-            fdir, flat, fid=fid, rel=rel, run=run, rows=rows, sources=sources, keys=keys, sort_index=interim
+            fdir,
+            flat,
+            fid=fid,
+            rel=rel,
+            run=run,
+            rows=rows,
+            sources=sources,
+            keys=keys,
+            sort_index=interim,
+            con=con,
         )
         if interim:
             entry["interim"] = True
