@@ -188,6 +188,12 @@ BENCHMARKS: list[Benchmark] = [
         args="--repeat 5",
         quick="--repeat 1",
     ),
+    Benchmark(
+        "bench_writer_memory",
+        "The writer's memory cap (bench/bench_writer_memory.py)",
+        args="--workdir {workdir}",
+        quick="--tensors 2000 --caps 64MB --rounds 1 --workdir {workdir}",
+    ),
     Benchmark("bench_open", "Opening a catalog (bench/bench_open.py)", quick="--rounds 1"),
     Benchmark(
         "bench_nonfinite",
