@@ -38,8 +38,10 @@ sys.path.insert(0, str(HERE))
 
 import emit  # noqa: E402
 
+import pyarrow as pa  # noqa: E402
+
 from ingest import helper_pool  # noqa: E402
-from ingest.compare_metrics import METRIC_FIELDS, PairJob, compare_backend, pair_batches  # noqa: E402
+from ingest.compare_metrics import METRIC_FIELDS, MetricColumns, compare_backend, compare_table  # noqa: E402
 
 GB = 1e9
 EPS64 = float(np.finfo(np.float64).eps)
@@ -67,6 +69,21 @@ def write_pairs(root: Path, pairs: int, mb: float, seed: int = 0) -> list[tuple[
 def side(path: Path) -> tuple:
     a = np.load(path, mmap_mode="r")
     return (str(path), int(a.offset), a.dtype.name, tuple(a.shape), None, None)
+
+
+def pairs_table(files: list[tuple[Path, Path]]) -> pa.Table:
+    """The pairs as `dumpcat compare` gets them from sql/queries/compare_pairs.sql (the columns
+    `compare_table` reads), so that the benchmark times what the command does with them."""
+    cols: dict[str, pa.Array] = {}
+    for prefix, k in (("", 0), ("baseline_", 1)):
+        sides = [side(pair[k]) for pair in files]
+        cols[prefix + "path"] = pa.array([s[0] for s in sides], pa.string())
+        cols[prefix + "data_offset"] = pa.array([s[1] for s in sides], pa.int64())
+        cols[prefix + "stored_dtype"] = pa.array([s[2] for s in sides], pa.string())
+        cols[prefix + "shape"] = pa.array([list(s[3]) for s in sides], pa.list_(pa.int64()))
+        cols[prefix + "format"] = pa.array([s[4] for s in sides], pa.string())
+        cols[prefix + "host_shape"] = pa.array([s[5] for s in sides], pa.list_(pa.int64()))
+    return pa.table(cols)
 
 
 def naive(px: Path, py: Path) -> dict[str, float | None]:
@@ -106,7 +123,7 @@ def naive(px: Path, py: Path) -> dict[str, float | None]:
 SIZES = ((0.004, 4000), (0.064, 4000), (1.0, 400), (16.0, 40))
 
 
-def measure(pairs: int, mb: float, repeat: int, workers: int, batch: int, workdir: str | None) -> dict:
+def measure(pairs: int, mb: float, repeat: int, workers: int, batch_mb: int, workdir: str | None) -> dict:
     """One size: write the pairs, warm the page cache, time compare_jobs and the naive loop in turns
     (best of `repeat`), check that they agree; the figures."""
     root = Path(tempfile.mkdtemp(prefix="bench_compare_", dir=workdir))
@@ -117,19 +134,14 @@ def measure(pairs: int, mb: float, repeat: int, workers: int, batch: int, workdi
             px.read_bytes()
             py.read_bytes()
         print(f"wrote {pairs} pairs of {mb:g} MB, {total / GB:.2f} GB of tensor data", flush=True)
-        jobs = [PairJob(i, side(px), side(py)) for i, (px, py) in enumerate(files)]
-        if batch > 0:
-            batches = [jobs[i : i + batch] for i in range(0, len(jobs), batch)]
-        else:
-            batches = list(pair_batches(jobs))
+        table = pairs_table(files)
+        plan = {"task_bytes": batch_mb << 20} if batch_mb else {}
+        tasks = []
 
-        def ours() -> list:
-            out = []
-            for res in helper_pool.run_ordered(
-                "ingest.compare_metrics:compare_jobs", iter(batches), workers - 1
-            ):
-                out.extend(res)
-            return out
+        def ours() -> MetricColumns:
+            parts = list(compare_table(table, workers, **plan))
+            tasks.append(len(parts))
+            return MetricColumns.concat(parts)
 
         t_ours, t_naive = [], []
         r_ours = r_naive = None
@@ -143,7 +155,7 @@ def measure(pairs: int, mb: float, repeat: int, workers: int, batch: int, workdi
             print(f"round: compare_jobs {t_ours[-1]:.2f} s, naive {t_naive[-1]:.2f} s", flush=True)
         assert r_ours is not None and r_naive is not None
         worst, worst_field = 0.0, ""
-        for (key, m), want in zip(r_ours, r_naive, strict=True):
+        for (key, m), want in zip(sorted(r_ours.pair_metrics()), r_naive, strict=True):
             assert m.status == "ok", (key, m.status)
             for f in METRIC_FIELDS:
                 g, w = getattr(m, f), want[f]
@@ -151,8 +163,7 @@ def measure(pairs: int, mb: float, repeat: int, workers: int, batch: int, workdi
                 if err > worst:
                     worst, worst_field = err, f
         return {
-            "mb": mb, "pairs": pairs, "bytes": total, "batches": len(batches),
-            "batch_pairs": max(len(b) for b in batches),
+            "mb": mb, "pairs": pairs, "bytes": total, "batches": tasks[-1],
             "gbs": total / GB / min(t_ours), "gbs_naive": total / GB / min(t_naive),
             "ratio": min(t_naive) / min(t_ours), "per_pair_ms": min(t_ours) / pairs * 1e3,
             "naive_per_pair_ms": min(t_naive) / pairs * 1e3, "worst": worst, "worst_field": worst_field,
@@ -173,8 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument(
-        "--batch", type=int, default=0,
-        help="pairs per helper batch (default: compare_metrics.pair_batches, as dumpcat compare batches)",
+        "--task-mb", type=int, default=0,
+        help="MiB of tensor data per helper task (default: compare_metrics.plan_batches', as dumpcat compare)",
     )  # fmt: skip
     ap.add_argument("--workdir", default=None)
     a = ap.parse_args(argv)
@@ -185,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
 
     helper_pool.start_helpers(a.workers)
     time.sleep(1.0)  # helpers ready: the timing is of the comparison, not of interpreter start-up
-    results = [measure(pairs, mb, a.repeat, a.workers, a.batch, a.workdir) for mb, pairs in sizes]
+    results = [measure(pairs, mb, a.repeat, a.workers, a.task_mb, a.workdir) for mb, pairs in sizes]
     for r in results:
         size = _size(r["mb"])
         emit.summary(
