@@ -37,7 +37,6 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import emit  # noqa: E402
-
 import pyarrow as pa  # noqa: E402
 
 from ingest import helper_pool  # noqa: E402
@@ -185,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument(
         "--task-mb", type=int, default=0,
-        help="MiB of tensor data per helper task (default: compare_metrics.plan_batches', as dumpcat compare)",
+        help="MiB of tensor data per helper task (default: plan_batches' own, as dumpcat compare has)",
     )  # fmt: skip
     ap.add_argument("--workdir", default=None)
     a = ap.parse_args(argv)

@@ -103,6 +103,7 @@ __all__ = [
     "compare_table",
     "metric_columns",
     "pair_batches",
+    "pair_jobs",
     "plan_batches",
     "use_c_kernel",
 ]
@@ -951,7 +952,8 @@ def compare_batch(batch: PairBatch) -> MetricColumns:
                     batch.run_paths, batch.run_ends, batch.baseline_paths, batch.baseline_ends, batch.offsets,
                     batch.kinds, batch.numel, batch.zero_d, status, metrics,
                 )  # fmt: skip
-                parts.append(MetricColumns(batch.key, status, batch.numel.copy(), metrics))
+                unread = (status == _STATUS_CODE["unreadable_run"]) | (status == _STATUS_CODE["unreadable_baseline"])
+                parts.append(MetricColumns(batch.key, status, np.where(unread, -1, batch.numel), metrics))
             except Exception:  # never seen; the pairs are "error" rather than failing the batch
                 parts.append(_error_columns(batch.key))
         else:  # numpy, or a kernel without columns(): the same pairs one by one
@@ -1072,7 +1074,7 @@ def plan_batches(
             ], axis=1).astype(np.int64).reshape(-1, 2)),
             kinds=np.ascontiguousarray(kinds[k_rows]), numel=np.ascontiguousarray(n_el[k_rows]),
             zero_d=(ndim["run"][k_rows] == 0).astype(np.uint8),
-            jobs=_pair_jobs(pairs, job_rows) if len(job_rows) else [],
+            jobs=pair_jobs(pairs, job_rows) if len(job_rows) else [],
             fixed=(fixed_rows.astype(np.int64), fixed_code[fixed_rows]) if len(fixed_rows) else None,
         )  # fmt: skip
 
@@ -1120,11 +1122,13 @@ def _same_lists(a: pa.Array, b: pa.Array) -> np.ndarray:
 
 
 def _cuts(nbytes: np.ndarray, task_bytes: int, task_pairs: int) -> Iterator[tuple[int, int]]:
-    """Row ranges of tasks: a new task where the running byte count crosses a multiple of task_bytes,
-    and every task_pairs rows within one."""
+    """Row ranges of tasks: a new task where the running byte count crosses a multiple of task_bytes
+    and at a pair of task_bytes or more (a task of its own), and every task_pairs rows within one."""
     before = np.cumsum(nbytes) - nbytes
     group = before // max(1, task_bytes)
-    starts = [*np.flatnonzero(np.diff(group, prepend=-1)).tolist(), len(nbytes)]
+    new = np.diff(group, prepend=-1) != 0
+    new |= nbytes >= task_bytes
+    starts = [*np.flatnonzero(new).tolist(), len(nbytes)]
     for a, b in itertools.pairwise(starts):
         for c in range(a, b, task_pairs):
             yield c, min(b, c + task_pairs)
@@ -1142,7 +1146,7 @@ def _path_blob(column, rows: np.ndarray, pa) -> tuple[bytes, np.ndarray]:
     return blob, (offsets - lo).astype(np.int64)
 
 
-def _pair_jobs(pairs: pa.Table, rows: np.ndarray) -> list[PairJob]:
+def pair_jobs(pairs: pa.Table, rows: np.ndarray) -> list[PairJob]:
     """PairJobs of some rows of ``pairs`` (the sides as ``read_tensor`` takes them)."""
     cols = ("path", "data_offset", "stored_dtype", "shape", "format", "host_shape")
     part = pairs.take(rows)
