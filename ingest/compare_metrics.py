@@ -159,6 +159,7 @@ STATUSES = (
     "only_in_baseline", "absent", "error",
 )  # fmt: skip
 _STATUS_CODE = {name: i for i, name in enumerate(STATUSES)}
+_UNREADABLE = np.array([_STATUS_CODE["unreadable_run"], _STATUS_CODE["unreadable_baseline"]], np.int8)
 
 _maxr = np.maximum.reduce
 _minr = np.minimum.reduce
@@ -952,7 +953,7 @@ def compare_batch(batch: PairBatch) -> MetricColumns:
                     batch.run_paths, batch.run_ends, batch.baseline_paths, batch.baseline_ends, batch.offsets,
                     batch.kinds, batch.numel, batch.zero_d, status, metrics,
                 )  # fmt: skip
-                unread = (status == _STATUS_CODE["unreadable_run"]) | (status == _STATUS_CODE["unreadable_baseline"])
+                unread = np.isin(status, _UNREADABLE)  # numel NULL, as compare_jobs has it
                 parts.append(MetricColumns(batch.key, status, np.where(unread, -1, batch.numel), metrics))
             except Exception:  # never seen; the pairs are "error" rather than failing the batch
                 parts.append(_error_columns(batch.key))
