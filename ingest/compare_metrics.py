@@ -1059,25 +1059,51 @@ def plan_batches(
         present["run"], _STATUS_CODE["only_in_run"],
         np.where(present["baseline"], _STATUS_CODE["only_in_baseline"], _STATUS_CODE["absent"]),
     ).astype(np.int8)  # fmt: skip
-    paths = {p: pairs.column(p + "path") for p in ("", "baseline_")}
+    blobs = [_paths(pairs.column(p + "path"), pa) for p in ("", "baseline_")]
+    offsets = np.stack(
+        [
+            pc.fill_null(pairs.column(c), 0).to_numpy(zero_copy_only=False)
+            for c in ("data_offset", "baseline_data_offset")
+        ],
+        axis=1,
+    ).astype(np.int64)
+    zero_d = (ndim["run"] == 0).astype(np.uint8)
     for a, b in _cuts(nbytes, task_bytes, task_pairs):
         rows = np.arange(a, b)
         k_rows = rows[kernel[a:b]]
         fixed_rows = rows[~both[a:b]]
         job_rows = rows[both[a:b] & ~kernel[a:b]]
-        rp, re_ = _path_blob(paths[""], k_rows, pa)
-        bp, be = _path_blob(paths["baseline_"], k_rows, pa)
+        (rp, re_), (bp, be) = (_gather(data, ends, k_rows) for data, ends in blobs)
         yield PairBatch(
             key=k_rows.astype(np.int64), run_paths=rp, run_ends=re_, baseline_paths=bp, baseline_ends=be,
-            offsets=np.ascontiguousarray(np.stack([
-                pairs.column("data_offset").take(k_rows).to_numpy(zero_copy_only=False),
-                pairs.column("baseline_data_offset").take(k_rows).to_numpy(zero_copy_only=False),
-            ], axis=1).astype(np.int64).reshape(-1, 2)),
-            kinds=np.ascontiguousarray(kinds[k_rows]), numel=np.ascontiguousarray(n_el[k_rows]),
-            zero_d=(ndim["run"][k_rows] == 0).astype(np.uint8),
+            offsets=offsets[k_rows], kinds=kinds[k_rows], numel=n_el[k_rows], zero_d=zero_d[k_rows],
             jobs=pair_jobs(pairs, job_rows) if len(job_rows) else [],
             fixed=(fixed_rows.astype(np.int64), fixed_code[fixed_rows]) if len(fixed_rows) else None,
         )  # fmt: skip
+
+
+def _paths(column, pa) -> tuple[np.ndarray, np.ndarray]:
+    """A string column's UTF-8 bytes (uint8) and its len + 1 end offsets (int64, from 0); NULL: ''."""
+    arr = column.combine_chunks().cast(pa.large_string())
+    if not len(arr):
+        return np.zeros(0, np.uint8), np.zeros(1, np.int64)
+    offsets = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset : arr.offset + len(arr) + 1]
+    data = arr.buffers()[2]
+    data = np.zeros(0, np.uint8) if data is None else np.frombuffer(data, np.uint8)
+    return data, offsets - offsets[0] if offsets[0] else offsets
+
+
+def _gather(data: np.ndarray, ends: np.ndarray, rows: np.ndarray) -> tuple[bytes, np.ndarray]:
+    """The strings of ``rows`` end to end (bytes) and their len(rows) + 1 end offsets."""
+    if not len(rows):
+        return b"", np.zeros(1, np.int64)
+    starts, stops = ends[rows], ends[rows + 1]
+    lengths = stops - starts
+    out_ends = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    if rows[-1] - rows[0] + 1 == len(rows):  # consecutive rows: one slice
+        return data[starts[0] : stops[-1]].tobytes(), out_ends
+    idx = np.repeat(starts - out_ends[:-1], lengths) + np.arange(out_ends[-1])
+    return data[idx].tobytes(), out_ends
 
 
 def _itemsize_or_0(stored: str | None) -> int:
@@ -1133,18 +1159,6 @@ def _cuts(nbytes: np.ndarray, task_bytes: int, task_pairs: int) -> Iterator[tupl
     for a, b in itertools.pairwise(starts):
         for c in range(a, b, task_pairs):
             yield c, min(b, c + task_pairs)
-
-
-def _path_blob(column, rows: np.ndarray, pa) -> tuple[bytes, np.ndarray]:
-    """The paths of ``rows`` end to end as UTF-8 bytes, and their len(rows) + 1 end offsets."""
-    if not len(rows):
-        return b"", np.zeros(1, np.int64)
-    arr = column.take(rows).combine_chunks().cast(pa.large_string())
-    offsets = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset : arr.offset + len(arr) + 1]
-    data = arr.buffers()[2]
-    lo, hi = int(offsets[0]), int(offsets[-1])
-    blob = data[lo:hi].to_pybytes() if data is not None else b""
-    return blob, (offsets - lo).astype(np.int64)
 
 
 def pair_jobs(pairs: pa.Table, rows: np.ndarray) -> list[PairJob]:
