@@ -45,9 +45,10 @@ KL and the msaccucmp metrics, so that one pair has one set of numbers). Otherwis
   differ are compared only when both are float16, float32 or bfloat16), ``unsupported_dtype``
   (complex, raw bytes), ``empty`` (0 elements): every metric NULL;
 - ``unsupported``: 1 element or 0-d; the metrics msprobe still computes are given (see above);
-- ``ok``; and, from ``compare_jobs`` only, ``only_in_run`` / ``only_in_baseline`` / ``absent``,
-  ``unreadable_run`` / ``unreadable_baseline`` (the run side is tried first); ``error`` if
-  computing failed unexpectedly (never seen; it keeps one bad pair from failing a batch).
+- ``ok``; and, from ``compare_jobs`` / ``compare_batch`` only, ``only_in_run`` /
+  ``only_in_baseline`` / ``absent``, ``unreadable_run`` / ``unreadable_baseline`` (the run side is
+  tried first); ``error`` if computing failed unexpectedly (never seen; it keeps one bad pair from
+  failing a batch).
 
 Integers and bool are compared as numbers (bool: 1/0); ml_dtypes types (bfloat16, float8, int4)
 through float32, which holds them exactly; int64 beyond 2^53 rounds in float64.
@@ -69,6 +70,18 @@ max_abs_err, max_rel_err, the error ratios, statuses and NULLs are identical
 (``tests/ingest/test_compare_kernel.py``). ``compare_jobs`` gives small plain float pairs of a batch to
 one kernel call that reads both files itself (one pread each). Without the extension, with
 ``DUMPCAT_PURE_NUMPY_COMPARE=1`` or after ``use_c_kernel(False)``, numpy computes everything.
+
+Batches as columns (``dumpcat compare``): with 4 KB tensors a pair's metrics take a few µs, so any
+Python per pair (a job tuple, a result object, pickling it to and from a helper, a row dict) costs
+more than the work. ``plan_batches`` therefore cuts the pairs table (sql/queries/compare_pairs.sql's
+Arrow columns) into tasks of ``BATCH_TASK_BYTES`` of tensor data, deciding over whole columns which
+pairs the kernel can read itself (``_file_job``'s rule); a ``PairBatch`` carries those as numpy
+columns (paths end to end, offsets, kinds, counts) and only the others as ``PairJob`` objects.
+``compare_batch`` (the helper task) hands the columns to the kernel's ``columns()``, which reads,
+computes and finishes each pair into a status code and a row of metric columns (the same operations
+as ``_from_state`` / ``_result``, so the same bits as ``compare_jobs``: tests/ingest/
+test_compare_batches.py), and returns ``MetricColumns``, which ``catalog.compare`` turns into
+``comparisons`` rows with Arrow take/array calls.
 """
 
 from __future__ import annotations
