@@ -1056,6 +1056,43 @@ get_column(PyObject *obj, Py_buffer *b, Py_ssize_t count, Py_ssize_t size, int w
     return 0;
 }
 
+/* A side's open file, kept while consecutive pairs read from it (a raw dump holds an operator's inputs
+   and outputs in one file). */
+typedef struct {
+    char *path; /* its name, "" when none is open */
+    int fd;
+} open_file;
+
+/* n bytes at off of path into buf, through the side's open file: 0, or -1 (missing, unreadable, too
+   short); path NULL: -1 */
+static int
+read_cached(open_file *f, const char *path, long long off, unsigned char *buf, size_t n)
+{
+    if (path == NULL)
+        return -1;
+    if (f->fd < 0 || strcmp(f->path, path) != 0) {
+        if (f->fd >= 0)
+            close(f->fd);
+        f->path[0] = 0;
+        do
+            f->fd = open(path, O_RDONLY | O_CLOEXEC);
+        while (f->fd < 0 && errno == EINTR);
+        if (f->fd < 0)
+            return -1;
+        strcpy(f->path, path);
+    }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = pread(f->fd, buf + got, n - got, (off_t)(off + (long long)got));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        got += (size_t)k;
+    }
+    return 0;
+}
+
 /* path j of a side (paths blob and its m + 1 end offsets) into buf as a C string; NULL when the bytes
    hold a NUL (no file has that name: unreadable, as open() says in Python) */
 static const char *
@@ -1124,11 +1161,13 @@ ck_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         most = need > most ? need : most;
     }
     data = PyMem_RawMalloc(2 * most + 16);
-    names = PyMem_RawMalloc(longest + 1);
+    names = PyMem_RawMalloc(3 * (longest + 1));
     if (data == NULL || names == NULL) {
         PyErr_NoMemory();
         goto done;
     }
+    open_file fx = {names + longest + 1, -1}, fy = {names + 2 * (longest + 1), -1};
+    fx.path[0] = fy.path[0] = 0;
     Py_BEGIN_ALLOW_THREADS;
     double st[STATE];
     for (Py_ssize_t j = 0; j < m; j++) {
@@ -1137,14 +1176,14 @@ ck_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         unsigned char *bx = data, *by = data + most + 8;
         double *row = metrics + j * METRICS;
         const char *px = column_path(xblob, xends, j, names);
-        if (read_at(px, offs[2 * j], bx, (size_t)n * (size_t)kind_size[kx]) < 0) {
+        if (read_cached(&fx, px, offs[2 * j], bx, (size_t)n * (size_t)kind_size[kx]) < 0) {
             status[j] = ST_UNREADABLE_RUN;
             for (int k = 0; k < METRICS; k++)
                 row[k] = NAN;
             continue;
         }
         const char *py = column_path(yblob, yends, j, names);
-        if (read_at(py, offs[2 * j + 1], by, (size_t)n * (size_t)kind_size[ky]) < 0) {
+        if (read_cached(&fy, py, offs[2 * j + 1], by, (size_t)n * (size_t)kind_size[ky]) < 0) {
             status[j] = ST_UNREADABLE_BASELINE;
             for (int k = 0; k < METRICS; k++)
                 row[k] = NAN;
@@ -1154,6 +1193,10 @@ ck_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         whole_pair(bx, by, n, st, kx, ky);
         status[j] = (signed char)finish(st, n, zero_d[j] != 0, row);
     }
+    if (fx.fd >= 0)
+        close(fx.fd);
+    if (fy.fd >= 0)
+        close(fy.fd);
     Py_END_ALLOW_THREADS;
     result = Py_NewRef(Py_None);
 done:
