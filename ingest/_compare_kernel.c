@@ -1056,6 +1056,24 @@ get_column(PyObject *obj, Py_buffer *b, Py_ssize_t count, Py_ssize_t size, int w
     return 0;
 }
 
+/* A buffer of at least n bytes, this thread's own, kept from call to call: a fresh one per call would
+   page-fault on every first touch (megabytes for the biggest pairs columns() reads). NULL: no memory. */
+static _Thread_local unsigned char *scratch_buf;
+static _Thread_local size_t scratch_len;
+
+static unsigned char *
+scratch(size_t n)
+{
+    if (n > scratch_len) {
+        unsigned char *p = PyMem_RawRealloc(scratch_buf, n);
+        if (p == NULL)
+            return NULL;
+        scratch_buf = p;
+        scratch_len = n;
+    }
+    return scratch_buf;
+}
+
 /* A side's open file, kept while consecutive pairs read from it (a raw dump holds an operator's inputs
    and outputs in one file). */
 typedef struct {
@@ -1160,7 +1178,7 @@ ck_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         const size_t need = (size_t)numel[j] * (size_t)(kind_size[kx] > kind_size[ky] ? kind_size[kx] : kind_size[ky]);
         most = need > most ? need : most;
     }
-    data = PyMem_RawMalloc(2 * most + 16);
+    data = scratch(2 * most + 16);
     names = PyMem_RawMalloc(3 * (longest + 1));
     if (data == NULL || names == NULL) {
         PyErr_NoMemory();
@@ -1201,7 +1219,6 @@ ck_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     result = Py_NewRef(Py_None);
 done:
     PyMem_RawFree(names);
-    PyMem_RawFree(data);
     for (int a = 0; a < 10; a++)
         if (b[a].obj != NULL)
             PyBuffer_Release(&b[a]);
