@@ -1013,7 +1013,7 @@ def _kernel_jobs(batch: PairBatch) -> list[PairJob]:
     return jobs
 
 
-BATCH_TASK_BYTES = 2 << 20  # tensor bytes (both sides) per compare_batch task: a few ms of work
+BATCH_TASK_BYTES = 4 << 20  # tensor bytes (both sides) per compare_batch task: a few ms of work
 BATCH_TASK_PAIRS = 4096  # and at most this many pairs (tiny tensors)
 
 
