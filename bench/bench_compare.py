@@ -3,9 +3,11 @@
 Pairs of float32 npy files (``--pairs`` x 2 x ``--mb`` MB, about 2 GB by default) are written to a
 temp dir and read once (warm page cache). Then, interleaved, best of ``--repeat``:
 
-  a. ``compare_jobs`` through ``helper_pool.run_ordered`` with ``--workers`` processes (the caller
-     computes too; helpers started before timing), batched as ``dumpcat compare`` does
-     (``pair_batches``: 256 pairs or 64 MB per task) unless ``--batch`` says how many pairs;
+  a. what ``dumpcat compare`` does once it has its pairs: the pairs as the Arrow table
+     sql/queries/compare_pairs.sql gives it, through ``compare_metrics.compare_table`` with
+     ``--workers`` processes (``plan_batches``: tasks of a few MB of pairs as columns; the caller
+     computes too; helpers started before timing), the metrics back as columns (``MetricColumns``);
+     the SQL pairing before and the commit of the rows after are not timed;
   b. a naive loop in one process: ``np.load`` both files, float64 copies, whole-array numpy for the
      same ten metrics (cosine, max abs, max rel, mean abs, RMSE, rel. Euclidean, KL, acc. rel. error,
      the two error ratios).
@@ -123,7 +125,7 @@ SIZES = ((0.004, 4000), (0.064, 4000), (1.0, 400), (16.0, 40))
 
 
 def measure(pairs: int, mb: float, repeat: int, workers: int, batch_mb: int, workdir: str | None) -> dict:
-    """One size: write the pairs, warm the page cache, time compare_jobs and the naive loop in turns
+    """One size: write the pairs, warm the page cache, time compare_table and the naive loop in turns
     (best of `repeat`), check that they agree; the figures."""
     root = Path(tempfile.mkdtemp(prefix="bench_compare_", dir=workdir))
     try:
@@ -151,7 +153,7 @@ def measure(pairs: int, mb: float, repeat: int, workers: int, batch_mb: int, wor
             t = time.perf_counter()
             r_naive = [naive(px, py) for px, py in files]
             t_naive.append(time.perf_counter() - t)
-            print(f"round: compare_jobs {t_ours[-1]:.2f} s, naive {t_naive[-1]:.2f} s", flush=True)
+            print(f"round: compare_table {t_ours[-1]:.3f} s, naive {t_naive[-1]:.2f} s", flush=True)
         assert r_ours is not None and r_naive is not None
         worst, worst_field = 0.0, ""
         for (key, m), want in zip(sorted(r_ours.pair_metrics()), r_naive, strict=True):
@@ -180,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=None, help="pairs of one size (with --mb)")
     ap.add_argument("--mb", type=float, default=None, help="MB per tensor (default: the sizes of SIZES)")
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every size's pair count (quick: 0.1)")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument(
         "--task-mb", type=int, default=0,
@@ -211,8 +213,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.1f} at the end; pair metrics: {compare_backend()}; interleaved, "
           f"best of {a.repeat}; the page cache warm.\n")  # fmt: skip
-    print("| tensor size | pairs | `compare_jobs`, 2 workers | per pair | naive loop | per pair | speed-up | "
-          "worst disagreement |")  # fmt: skip
+    print("| tensor size | pairs | `compare_table`, 2 workers | per pair | naive loop | per pair | speed-up "
+          "| worst disagreement |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
     for r in results:
         print(f"| {_size(r['mb'])} | {r['pairs']:,} | {r['gbs']:.3g} GB/s | {r['per_pair_ms']:.3g} ms | "
