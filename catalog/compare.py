@@ -161,9 +161,9 @@ def _commit(
     for j, name in enumerate(METRIC_FIELDS):
         columns[name] = pa.array(np.ascontiguousarray(res.metrics[:, j]), pa.float64(), from_pandas=True)
     table = pa.Table.from_arrays([columns[f.name].cast(f.type) for f in COMPARISONS], schema=COMPARISONS)
-    for code, count in enumerate(np.bincount(res.status.astype(np.int64), minlength=len(STATUSES)).tolist()):
-        if count:
-            summary.statuses[STATUSES[code]] += count
+    codes, first, counts = np.unique(res.status, return_index=True, return_counts=True)
+    for i in np.argsort(first).tolist():  # in the pairs' order, as the summary line has always listed ties
+        summary.statuses[STATUSES[int(codes[i])]] += int(counts[i])
     store.commit_batch(run, {"comparisons": table}, on_phase=phase)
     summary.pairs += table.num_rows
 
