@@ -74,7 +74,7 @@ one kernel call that reads both files itself (one pread each). Without the exten
 Batches as columns (``dumpcat compare``): with 4 KB tensors a pair's metrics take a few µs, so any
 Python per pair (a job tuple, a result object, pickling it to and from a helper, a row dict) costs
 more than the work. ``plan_batches`` therefore cuts the pairs table (sql/queries/compare_pairs.sql's
-Arrow columns) into tasks of ``BATCH_TASK_BYTES`` of tensor data, deciding over whole columns which
+Arrow columns) into tasks of 4-64 MB of tensor data (``BATCH_TASK_BYTES``), deciding over whole columns which
 pairs the kernel can read itself (``_file_job``'s rule); a ``PairBatch`` carries those as numpy
 columns (paths end to end, offsets, kinds, counts) and only the others as ``PairJob`` objects.
 ``compare_batch`` (the helper task) hands the columns to the kernel's ``columns()``, which reads,
@@ -1013,16 +1013,25 @@ def _kernel_jobs(batch: PairBatch) -> list[PairJob]:
     return jobs
 
 
-BATCH_TASK_BYTES = 4 << 20  # tensor bytes (both sides) per compare_batch task: a few ms of work
-BATCH_TASK_PAIRS = 4096  # and at most this many pairs (tiny tensors)
+# Tensor bytes (both sides) per compare_batch task: an eighth of a worker's share of the whole, but at
+# least BATCH_TASK_BYTES (a few ms of work: 4 KB pairs, 512 a task) and at most BATCH_TASK_MAX_BYTES
+# (64 MB: big pairs still spread over the workers; fewer, bigger tasks hand over less).
+BATCH_TASK_BYTES = 4 << 20
+BATCH_TASK_MAX_BYTES = 64 << 20
+BATCH_TASK_PAIRS = 4096  # and at most this many pairs a task (tiny tensors)
 
 
 def plan_batches(
-    pairs: pa.Table, *, task_bytes: int = BATCH_TASK_BYTES, task_pairs: int = BATCH_TASK_PAIRS
+    pairs: pa.Table,
+    *,
+    task_bytes: int | None = None,
+    task_pairs: int = BATCH_TASK_PAIRS,
+    workers: int = 1,
 ) -> Iterator[PairBatch]:
     """``compare_batch`` tasks for the rows of ``pairs`` (sql/queries/compare_pairs.sql's columns;
-    a pair's key is its row number), cut in row order at ``task_bytes`` of tensor data or
-    ``task_pairs`` pairs (a pair bigger than ``task_bytes`` is a task of its own). Which pairs the
+    a pair's key is its row number), cut in row order at ``task_bytes`` of tensor data (default:
+    from the total and ``workers``, see BATCH_TASK_BYTES) or ``task_pairs`` pairs (a pair bigger
+    than ``task_bytes`` is a task of its own). Which pairs the
     kernel reads is decided over whole columns (Arrow and numpy), as ``_file_job`` decides it pair by
     pair; only the other pairs become ``PairJob`` objects."""
     import pyarrow as pa
@@ -1053,6 +1062,9 @@ def plan_batches(
         pairs.column("shape").combine_chunks(), pairs.column("baseline_shape").combine_chunks()
     )
     nbytes = np.where(both, numel["run"] * sizes[:, 0] + numel["baseline"] * sizes[:, 1], 0)
+    if task_bytes is None:
+        share = int(nbytes.sum()) // (8 * max(1, workers))
+        task_bytes = min(BATCH_TASK_MAX_BYTES, max(BATCH_TASK_BYTES, share))
     nbytes[both & ((sizes[:, 0] == 0) | (sizes[:, 1] == 0))] = task_bytes  # raw bytes: size unknown here
     kernel = both & same_shape & (kinds[:, 0] >= 0) & (kinds[:, 1] >= 0)
     kernel &= (kinds[:, 0] == _F64) == (kinds[:, 1] == _F64)
@@ -1198,7 +1210,7 @@ def compare_table(pairs: pa.Table, workers: int = 1, **plan: int) -> Iterator[Me
     """The metrics of every row of ``pairs`` (``plan_batches``' columns), a ``MetricColumns`` per task
     in task order: computed here and, with ``workers`` > 1, in ``workers - 1`` helper processes.
     ``plan`` passes ``task_bytes`` / ``task_pairs`` on to ``plan_batches``."""
-    batches = plan_batches(pairs, **plan)
+    batches = plan_batches(pairs, workers=workers, **plan)
     if workers > 1:
         from ingest.helper_pool import run_ordered
 
