@@ -6,7 +6,9 @@ with fresh call counts, the same in both). msprobe's side is its CLI on the two 
 (`msprobe compare -tp … -gp … -o …`, statistics mode), run from a Python where msprobe is installed
 (`--msprobe PATH` to its executable); dumpcat's side is ingesting both dumps into a fresh catalog
 and reading `compare_stats(run, baseline)` in full, in this process. Rounds interleave, best of
-`--rounds`. Both produce the same numbers (tests/catalog/test_compare.py checks them against msprobe's CSV).
+`--rounds`, at two sizes by default (31 and 3,100 entries per dump). Both produce the same numbers
+(tests/catalog/test_compare.py checks them against msprobe's CSV). Prints BENCH-SUMMARY lines (one
+per size) and its report, so `python -m bench` generates its section.
 
     python bench/bench_compare_msprobe.py --msprobe <producer venv>/bin/msprobe
     python bench/bench_compare_msprobe.py --msprobe <producer venv>/bin/msprobe --repeat-entries 200
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -27,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from bench_core import Report, machine  # noqa: E402
+import emit  # noqa: E402
 from bench_msprobe import renamed_key  # noqa: E402
 
 DATA = HERE.parent / "tests" / "data" / "msprobe"
@@ -43,62 +46,98 @@ def build(src: Path, dst: Path, repeat: int) -> Path:
     return rank / "dump.json"
 
 
+def _msprobe_version(msprobe: str) -> str:
+    """The msprobe package's version, from the Python its executable runs under ("?" if unknown)."""
+    try:
+        first = Path(msprobe).read_text(errors="replace").splitlines()[0]
+        python = first[2:].strip() if first.startswith("#!") else sys.executable
+        code = "from importlib.metadata import version; print(version('mindstudio-probe'))"
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
+        return out.stdout.strip() or "?"
+    except (OSError, IndexError, subprocess.SubprocessError):
+        return "?"
+
+
+def measure(work: Path, repeat: int, rounds: int, msprobe: str | None) -> dict:
+    """One size: both dumps with every entry repeated `repeat` times; dumpcat's and msprobe's times,
+    rounds interleaved."""
+    from catalog import Catalog
+
+    run_json = build(DATA / "compare_fp16", work / f"fp16x{repeat}", repeat)
+    base_json = build(DATA / "compare_fp32", work / f"fp32x{repeat}", repeat)
+    entries = len(json.loads(run_json.read_text())["data"])
+    ours: list[float] = []
+    theirs: list[float] = []
+    rows = 0
+    for i in range(rounds):
+        cat_dir = work / f"cat{repeat}_{i}"
+        t = time.perf_counter()
+        cat = Catalog.open(cat_dir, create=True)
+        cat.ingest(work / f"fp16x{repeat}", run="fp16")
+        cat.ingest(work / f"fp32x{repeat}", run="fp32")
+        rows = cat.sql("SELECT * FROM compare_stats('fp16', 'fp32')").num_rows
+        ours.append(time.perf_counter() - t)
+        cat.close()
+        shutil.rmtree(cat_dir)
+        if msprobe:
+            out = work / f"msprobe{repeat}_{i}"
+            out.mkdir()
+            t = time.perf_counter()
+            subprocess.run(
+                [msprobe, "compare", "-tp", str(run_json), "-gp", str(base_json), "-o", str(out)],
+                check=True, capture_output=True,
+            )  # fmt: skip
+            theirs.append(time.perf_counter() - t)
+        print(f"{entries:,} entries, round {i + 1}: dumpcat {ours[-1]:.2f} s"
+              + (f", msprobe compare {theirs[-1]:.2f} s" if theirs else ""), flush=True)  # fmt: skip
+    return {"entries": entries, "rows": rows, "ours": ours, "theirs": theirs}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--msprobe", help="the msprobe executable (a Python with msprobe installed)")
-    p.add_argument("--repeat-entries", type=int, default=1)
+    p.add_argument(
+        "--repeat-entries", type=int, action="append",
+        help="one size: every entry repeated N times (repeatable; default: 1 and 100, 31 and 3,100 entries)",
+    )  # fmt: skip
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
-    from catalog import Catalog
-
-    rep = Report()
     started = time.time()
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as td:
-        work = Path(td)
-        run_json = build(DATA / "compare_fp16", work / "fp16", args.repeat_entries)
-        base_json = build(DATA / "compare_fp32", work / "fp32", args.repeat_entries)
-        entries = len(json.loads(run_json.read_text())["data"])
-        ours: list[float] = []
-        theirs: list[float] = []
-        rows = 0
-        for i in range(args.rounds):
-            cat_dir = work / f"cat{i}"
-            t = time.perf_counter()
-            cat = Catalog.open(cat_dir, create=True)
-            cat.ingest(work / "fp16", run="fp16")
-            cat.ingest(work / "fp32", run="fp32")
-            rows = cat.sql("SELECT * FROM compare_stats('fp16', 'fp32')").num_rows
-            ours.append(time.perf_counter() - t)
-            cat.close()
-            shutil.rmtree(cat_dir)
-            if args.msprobe:
-                out = work / f"msprobe{i}"
-                out.mkdir()
-                t = time.perf_counter()
-                subprocess.run(
-                    [args.msprobe, "compare", "-tp", str(run_json), "-gp", str(base_json), "-o", str(out)],
-                    check=True, capture_output=True,
-                )  # fmt: skip
-                theirs.append(time.perf_counter() - t)
-        best = min(ours)
-        rounds = ", ".join(f"{x:.2f}" for x in ours)
-        note = f"{entries:,} entries per dump, {rows:,} compared rows; rounds {rounds} s"
-        rep.add("a", "dumpcat: ingest both + compare_stats", best, "s", note=note)
-        if theirs:
-            fastest = min(theirs)
-            rep.add(
-                "a", "msprobe compare (CLI) / dumpcat", fastest, "s", baseline=best, ratio=fastest / best,
-                target="dumpcat faster", ok=fastest > best,
-                note="rounds " + ", ".join(f"{x:.2f}" for x in theirs) + " s",
+        results = [measure(Path(td), n, args.rounds, args.msprobe) for n in args.repeat_entries or (1, 100)]
+    for r in results:
+        size = f"{r['entries']:,} entries per dump ({r['rows']:,} compared rows)"
+        best = min(r["ours"])
+        if r["theirs"]:
+            ratio = min(r["theirs"]) / best
+            emit.summary(
+                "statistics comparison of two msprobe dumps (ingest both + `compare_stats`) vs "
+                f"`msprobe compare` on the same dump.json files, {size}",
+                "faster", f"{ratio:.1f}x faster ({best:.2f} s vs {min(r['theirs']):.2f} s)", ratio > 1.0,
             )  # fmt: skip
         else:
-            print("msprobe not given (--msprobe): only dumpcat's side was timed")
-    params = {
-        "command": "python bench/bench_compare_msprobe.py " + " ".join(sys.argv[1:]),
-        "total runtime": f"{time.time() - started:.0f} s",
-    }
-    print()
-    print(rep.markdown(machine(), params))
+            emit.summary(f"dumpcat: ingest both msprobe dumps + `compare_stats`, {size}", "", f"{best:.2f} s")
+    if not args.msprobe:
+        print("msprobe not given (--msprobe): only dumpcat's side was timed")
+    emit.report_follows()
+    version = "msprobe " + _msprobe_version(args.msprobe) if args.msprobe else "msprobe not run"
+    print(f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, {version}, load average {load:.1f} at the "
+          f"start, {os.getloadavg()[0]:.1f} at the end, {time.time() - started:.0f} s; rounds interleaved, "
+          f"best of {args.rounds}.\n")  # fmt: skip
+    print(
+        "| entries per dump | dumpcat | `msprobe compare` | msprobe / dumpcat | rounds (dumpcat; msprobe) |"
+    )
+    print("|---|---|---|---|---|")
+    for r in results:
+        ours = ", ".join(f"{x:.2f}" for x in r["ours"])
+        theirs = ", ".join(f"{x:.2f}" for x in r["theirs"]) or "-"
+        if r["theirs"]:
+            cells = f"{min(r['theirs']):.2f} s | {min(r['theirs']) / min(r['ours']):.1f}x"
+        else:
+            cells = "not run | -"
+        print(f"| {r['entries']:,} ({r['rows']:,} compared rows) | {min(r['ours']):.2f} s | {cells} | "
+              f"{ours}; {theirs} s |")  # fmt: skip
     return 0
 
 

@@ -121,7 +121,7 @@ NEEDS: dict[str, tuple[str, Callable[[Context], str | None]]] = {
     "disk-40": ("40 GiB free in the workdir", _disk(40)),
 }
 
-# why a section's figures are not generated yet (the compare section's)
+# why a section's figures would not be generated yet (no benchmark is kept by hand now)
 _REMEASURED = "its section's figures are re-measured by hand (issue 35); its BENCH-SUMMARY lines come then"
 
 BENCHMARKS: list[Benchmark] = [
@@ -228,7 +228,7 @@ BENCHMARKS: list[Benchmark] = [
         quick="--rows 2e4 --step-rows 500 --iterations 10 --engines duckdb --runs 1 --workdir {workdir}",
         needs=("spark",),
     ),
-    # the compare section: run on request (--only), its figures kept by hand for now (`kept`)
+    # compare: part of every plain run (bench_compare_msprobe where msprobe is given)
     Benchmark(
         "bench_compare",
         "Run-vs-run comparison (bench/bench_compare.py)",
@@ -238,10 +238,10 @@ BENCHMARKS: list[Benchmark] = [
         "bench_compare_msprobe",
         "Against msprobe compare (bench/bench_compare_msprobe.py)",
         args="--msprobe {msprobe}",
-        quick="--msprobe {msprobe} --rounds 1",
+        quick="--msprobe {msprobe} --rounds 1 --repeat-entries 1",
         needs=("msprobe",),
-        kept=_REMEASURED,
     ),
+    # the server sections: some run on request (--only), their figures kept by hand for now
     Benchmark(
         "bench_dialect",
         "The dumpcat:// SQLAlchemy dialect against Catalog.sql (bench/bench_dialect.py)",

@@ -2,24 +2,25 @@
 
 The pairs come from SQL (sql/queries/compare_pairs.sql: matched on rank, iteration, operator,
 io, slot and occurrence, through an optional name mapping; pairs already compared are left out).
-Their metrics are computed from the tensor data by `ingest.compare_metrics.compare_jobs` in helper
-processes, one streaming pass per pair (or, with `spark`, in Spark tasks: catalog/spark/jobs.py),
-and committed to the `comparisons` table in batches, so a killed compare keeps what it committed
-and a re-run continues from there.
+Their metrics are computed from the tensor data by `ingest.compare_metrics.compare_table` in helper
+processes, a task of a few MB of pairs as columns at a time (or, with `spark`, in Spark tasks:
+catalog/spark/jobs.py), and committed to the `comparisons` table in batches, so a killed compare keeps
+what it committed and a re-run continues from there.
 """
 
 from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 
-from ingest.helper_pool import resolve_workers, run_ordered
+from ingest.helper_pool import resolve_workers
 from ingest.pipeline import now
 from ingest.progress import phase_hook, total_hook
 from ingest.storage.schema import COMPARISONS
@@ -28,11 +29,9 @@ from ingest.storage.store import CatalogStore
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from ingest.compare_metrics import MetricColumns
+
 _COMMIT_PAIRS = 20_000  # pairs per committed batch: what a killed compare can lose
-_METRICS = (
-    "cosine", "max_abs_err", "max_rel_err", "mean_abs_err", "rmse", "rel_euclidean", "kl_div", "acc_rel_err",
-    "err_ratio_1e3", "err_ratio_5e3",
-)  # fmt: skip
 _CONTEXT = (
     "rank", "graph_id", "iteration", "exec_index", "timestamp_us", "occurrence", "op_type", "op_name", "io",
     "slot", "row_id", "baseline_row_id", "dtype", "baseline_dtype", "shape", "baseline_shape",
@@ -77,8 +76,6 @@ def compare_runs(
     `spark` (a SparkSession or a master URL) computes the metrics in Spark tasks instead."""
     import time
 
-    from ingest.compare_metrics import PairJob, compare_jobs, pair_batches
-
     started = time.perf_counter()
     phase, total = phase_hook(on_progress), total_hook(on_progress)  # ingest/progress.py
     with catalog.cursor() as cur:  # the mapping is a TEMP table: this cursor's own
@@ -105,67 +102,68 @@ def compare_runs(
     total(n)
     if n:
         phase("comparing")
-        columns = {name: pairs.column(name).to_pylist() for name in pairs.column_names}
-
-        def side(i: int, prefix: str) -> tuple | None:
-            path = columns[prefix + "path"][i]
-            if path is None:
-                return None
-            return (
-                path, columns[prefix + "data_offset"][i], columns[prefix + "stored_dtype"][i],
-                tuple(columns["shape" if not prefix else "baseline_shape"][i] or ()),
-                columns[prefix + "format"][i], columns[prefix + "host_shape"][i],
-            )  # fmt: skip
-
-        def batches() -> Iterator[list]:
-            # at most 256 pairs or 64 MB of tensor data per helper task (big pairs spread over workers)
-            return pair_batches(PairJob(i, side(i, ""), side(i, "baseline_")) for i in range(n))
+        from ingest.compare_metrics import BATCH_TASK_PAIRS, compare_table, metric_columns, pair_jobs
 
         workers_n = resolve_workers(workers)
         if spark is not None:
             from catalog.spark.jobs import compare_on_spark
 
-            results = compare_on_spark(spark, [job for batch in batches() for job in batch])
-        elif workers_n > 1:
-            results = run_ordered("ingest.compare_metrics:compare_jobs", batches(), workers_n - 1)
+            jobs = pair_jobs(pairs, np.arange(n))
+            results = (metric_columns(r) for r in compare_on_spark(spark, jobs))
         else:
-            results = (compare_jobs(b) for b in batches())
-        done: list[tuple[int, object]] = []
+            # tasks of a few MB of pairs as columns (ingest.compare_metrics.plan_batches), the results
+            # as columns: no Python object per pair on the way
+            # (a task never holds more pairs than a commit)
+            results = compare_table(pairs, workers_n, task_pairs=min(BATCH_TASK_PAIRS, _COMMIT_PAIRS))
+        done: list[MetricColumns] = []
+        count = 0
         with store.writer_lock():
             for result in results:
-                done.extend(result)
+                done.append(result)
+                count += len(result.key)
                 if on_progress is not None:
-                    on_progress(len(result))
-                if len(done) >= _COMMIT_PAIRS:
-                    _commit(store, run, baseline, columns, done, summary, phase)
+                    on_progress(len(result.key))
+                if count >= _COMMIT_PAIRS:
+                    _commit(store, run, baseline, pairs, done, summary, phase)
                     phase("comparing")
-                    done = []
-            _commit(store, run, baseline, columns, done, summary, phase)
+                    done, count = [], 0
+            _commit(store, run, baseline, pairs, done, summary, phase)
     catalog.refresh()
     summary.seconds = time.perf_counter() - started
     return summary
 
 
 def _commit(
-    store: CatalogStore, run: str, baseline: str, columns: dict, done: list, summary,
+    store: CatalogStore, run: str, baseline: str, pairs: pa.Table, done: list[MetricColumns], summary,
     phase: Callable[[str], None],
 ) -> None:  # fmt: skip
+    from ingest.compare_metrics import METRIC_FIELDS, STATUSES, MetricColumns
+
     if not done:
         return
-    rows = {name: [] for name in COMPARISONS.names}
-    at = now()
-    for index, metrics in done:
-        rows["run"].append(run)
-        rows["baseline_run"].append(baseline)
-        for name in _CONTEXT:
-            rows[name].append(columns[name][index])
-        rows["numel"].append(metrics.numel)
-        for name in _METRICS:
-            rows[name].append(getattr(metrics, name))
-        rows["status"].append(metrics.status)
-        rows["compared_at"].append(at)
-        summary.statuses[metrics.status] += 1
-    table = pa.Table.from_arrays([pa.array(rows[f.name], f.type) for f in COMPARISONS], schema=COMPARISONS)
+    res = MetricColumns.concat(done)
+    k = len(res.key)
+    if not k:
+        return
+    order = np.argsort(res.key, kind="stable")  # the pairs' order (a task lists its kernel pairs first)
+    res = MetricColumns(*(a[order] for a in res))
+    context = pairs.take(pa.array(res.key))
+    at = pa.scalar(now(), COMPARISONS.field("compared_at").type)
+    columns: dict[str, pa.Array] = {
+        "run": pa.repeat(pa.scalar(run, pa.string()), k),
+        "baseline_run": pa.repeat(pa.scalar(baseline, pa.string()), k),
+        "numel": pa.array(res.numel, pa.int64(), mask=res.numel < 0),
+        "status": pa.array(STATUSES, pa.string()).take(pa.array(res.status)),
+        "compared_at": pa.repeat(at, k),
+    }
+    for name in _CONTEXT:
+        columns[name] = context.column(name)
+    for j, name in enumerate(METRIC_FIELDS):
+        columns[name] = pa.array(np.ascontiguousarray(res.metrics[:, j]), pa.float64(), from_pandas=True)
+    table = pa.Table.from_arrays([columns[f.name].cast(f.type) for f in COMPARISONS], schema=COMPARISONS)
+    codes, first, counts = np.unique(res.status, return_index=True, return_counts=True)
+    for i in np.argsort(first).tolist():  # in the pairs' order, as the summary line has always listed ties
+        summary.statuses[STATUSES[int(codes[i])]] += int(counts[i])
     store.commit_batch(run, {"comparisons": table}, on_phase=phase)
     summary.pairs += table.num_rows
 

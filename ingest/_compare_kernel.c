@@ -348,53 +348,6 @@ chunk1(const unsigned char *px, const unsigned char *py, Py_ssize_t c0, Py_ssize
     return 0;
 }
 
-INLINE void
-pass1(const unsigned char *px, const unsigned char *py, Py_ssize_t n, double *st, const int xk, const int yk)
-{
-    if (st[S_MISMATCH] != 0.0) {
-        nan_scan(px, py, 0, n, st, xk, yk);
-        return;
-    }
-    acc_t a;
-    for (int l = 0; l < LANES; l++) {
-        a.mad[l] = a.mre[l] = 0.0;
-        a.mnx[l] = a.mny[l] = INFINITY;
-        a.mxx[l] = a.mxy[l] = -INFINITY;
-    }
-    for (Py_ssize_t c0 = 0; c0 < n; c0 += CHUNK) {
-        const Py_ssize_t c1 = n - c0 < CHUNK ? n : c0 + CHUNK;
-        for (int l = 0; l < LANES; l++)
-            a.dd[l] = a.xy[l] = a.xx[l] = a.yy[l] = a.ad[l] = a.acc[l] = a.c1[l] = a.c5[l] = 0.0;
-        int bad;
-        if (any_nonfinite(px, c0, c1, xk) || any_nonfinite(py, c0, c1, yk))
-            bad = chunk1(px, py, c0, c1, &a, st, xk, yk, 1);
-        else
-            bad = chunk1(px, py, c0, c1, &a, st, xk, yk, 0);
-        if (bad) {
-            st[S_MISMATCH] = 1.0;
-            nan_scan(px, py, c0, n, st, xk, yk);
-            return;
-        }
-        nadd(st, S_DD, lanes_sum(a.dd));
-        nadd(st, S_XY, lanes_sum(a.xy));
-        nadd(st, S_XX, lanes_sum(a.xx));
-        nadd(st, S_YY, lanes_sum(a.yy));
-        nadd(st, S_AD, lanes_sum(a.ad));
-        nadd(st, S_ACC, lanes_sum(a.acc));
-        st[S_C1] += lanes_sum(a.c1);
-        st[S_C5] += lanes_sum(a.c5);
-    }
-    for (int l = 0; l < LANES; l++) {
-        st[S_MAD] = a.mad[l] > st[S_MAD] ? a.mad[l] : st[S_MAD];
-        st[S_MRE] = a.mre[l] > st[S_MRE] ? a.mre[l] : st[S_MRE];
-        st[S_MNX] = a.mnx[l] < st[S_MNX] ? a.mnx[l] : st[S_MNX];
-        st[S_MXX] = a.mxx[l] > st[S_MXX] ? a.mxx[l] : st[S_MXX];
-        st[S_MNY] = a.mny[l] < st[S_MNY] ? a.mny[l] : st[S_MNY];
-        st[S_MXY] = a.mxy[l] > st[S_MXY] ? a.mxy[l] : st[S_MXY];
-    }
-    st[S_N] += (double)n;
-}
-
 /* -- the KL pass --------------------------------------------------------------------------------- */
 
 INLINE double
@@ -533,6 +486,176 @@ static const chunk2_fn chunk2_avx2_fns[K_COUNT][K_COUNT] = {
 };
 #endif
 
+#if HAVE_AVX2_CLONE
+/* chunk1 of a finite chunk, 4 lanes in one vector: elem1's operations in the same order per lane (min
+   and max as vminpd / vmaxpd, which are a < b ? a : b and a > b ? a : b; the relative error in float32
+   for float32-or-narrower pairs, in float64 for float64 pairs), so the same bits. */
+AVX2 static Py_ssize_t
+chunk1_avx2(const unsigned char *px, const unsigned char *py, Py_ssize_t c0, Py_ssize_t c1, acc_t *a, const int xk,
+            const int yk)
+{
+    const int rt64 = xk == K_FLOAT64;
+    const __m256d sign = _mm256_set1_pd(-0.0), eps64 = _mm256_set1_pd(EPS64), zero = _mm256_setzero_pd();
+    const __m256d one = _mm256_set1_pd(1.0), t1d = _mm256_set1_pd(0.001), t5d = _mm256_set1_pd(0.005);
+    const __m128 signf = _mm_set1_ps(-0.0f), epsf = _mm_set1_ps(FLT_EPSILON), zerof = _mm_setzero_ps();
+    const __m128 t1f = _mm_set1_ps(0.001f), t5f = _mm_set1_ps(0.005f), onef = _mm_set1_ps(1.0f);
+    __m256d dd = _mm256_loadu_pd(a->dd), xy = _mm256_loadu_pd(a->xy), xx = _mm256_loadu_pd(a->xx);
+    __m256d yy = _mm256_loadu_pd(a->yy), sad = _mm256_loadu_pd(a->ad), acc = _mm256_loadu_pd(a->acc);
+    __m256d mad = _mm256_loadu_pd(a->mad), mre = _mm256_loadu_pd(a->mre);
+    __m256d mnx = _mm256_loadu_pd(a->mnx), mxx = _mm256_loadu_pd(a->mxx);
+    __m256d mny = _mm256_loadu_pd(a->mny), mxy = _mm256_loadu_pd(a->mxy);
+    __m256d c1s = _mm256_loadu_pd(a->c1), c5s = _mm256_loadu_pd(a->c5);
+    Py_ssize_t i = c0;
+    for (; i + LANES <= c1; i += LANES) {
+        __m256d x, y, re, lt1, lt5;
+        if (rt64) {
+            x = _mm256_loadu_pd((const double *)(const void *)(px + 8 * i));
+            y = _mm256_loadu_pd((const double *)(const void *)(py + 8 * i));
+            const __m256d y0 = _mm256_cmp_pd(y, zero, _CMP_EQ_OQ);
+            const __m256d xe = _mm256_blendv_pd(x, _mm256_add_pd(x, eps64), y0);
+            const __m256d ye = _mm256_blendv_pd(y, _mm256_add_pd(y, eps64), y0);
+            re = _mm256_andnot_pd(sign, _mm256_div_pd(_mm256_sub_pd(xe, ye), ye));
+            lt1 = _mm256_and_pd(_mm256_cmp_pd(re, t1d, _CMP_LT_OQ), one);
+            lt5 = _mm256_and_pd(_mm256_cmp_pd(re, t5d, _CMP_LT_OQ), one);
+        }
+        else {
+            __m128 xf, yf;
+            if (xk == K_FLOAT32)
+                xf = _mm_loadu_ps((const float *)(const void *)(px + 4 * i));
+            else {
+                __m128i h = _mm_loadl_epi64((const __m128i *)(const void *)(px + 2 * i));
+                xf = xk == K_FLOAT16 ? _mm_cvtph_ps(h) : _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(h), 16));
+            }
+            if (yk == K_FLOAT32)
+                yf = _mm_loadu_ps((const float *)(const void *)(py + 4 * i));
+            else {
+                __m128i h = _mm_loadl_epi64((const __m128i *)(const void *)(py + 2 * i));
+                yf = yk == K_FLOAT16 ? _mm_cvtph_ps(h) : _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(h), 16));
+            }
+            x = _mm256_cvtps_pd(xf);
+            y = _mm256_cvtps_pd(yf);
+            const __m128 y0 = _mm_cmpeq_ps(yf, zerof);
+            const __m128 xe = _mm_blendv_ps(xf, _mm_add_ps(xf, epsf), y0);
+            const __m128 ye = _mm_blendv_ps(yf, _mm_add_ps(yf, epsf), y0);
+            const __m128 t = _mm_andnot_ps(signf, _mm_div_ps(_mm_sub_ps(xe, ye), ye));
+            re = _mm256_cvtps_pd(t);
+            lt1 = _mm256_cvtps_pd(_mm_and_ps(_mm_cmplt_ps(t, t1f), onef));
+            lt5 = _mm256_cvtps_pd(_mm_and_ps(_mm_cmplt_ps(t, t5f), onef));
+        }
+        mnx = _mm256_min_pd(x, mnx);
+        mxx = _mm256_max_pd(x, mxx);
+        mny = _mm256_min_pd(y, mny);
+        mxy = _mm256_max_pd(y, mxy);
+        const __m256d d = _mm256_sub_pd(x, y), ad = _mm256_andnot_pd(sign, d), ya = _mm256_andnot_pd(sign, y);
+        dd = _mm256_add_pd(dd, _mm256_mul_pd(d, d));
+        xy = _mm256_add_pd(xy, _mm256_mul_pd(x, y));
+        xx = _mm256_add_pd(xx, _mm256_mul_pd(x, x));
+        yy = _mm256_add_pd(yy, _mm256_mul_pd(y, y));
+        sad = _mm256_add_pd(sad, ad);
+        mad = _mm256_max_pd(ad, mad);
+        const __m256d q = _mm256_div_pd(ad, ya);
+        acc = _mm256_add_pd(acc, _mm256_blendv_pd(zero, q, _mm256_cmp_pd(ya, eps64, _CMP_GT_OQ)));
+        mre = _mm256_max_pd(re, mre);
+        c1s = _mm256_add_pd(c1s, lt1);
+        c5s = _mm256_add_pd(c5s, lt5);
+    }
+    _mm256_storeu_pd(a->dd, dd);
+    _mm256_storeu_pd(a->xy, xy);
+    _mm256_storeu_pd(a->xx, xx);
+    _mm256_storeu_pd(a->yy, yy);
+    _mm256_storeu_pd(a->ad, sad);
+    _mm256_storeu_pd(a->acc, acc);
+    _mm256_storeu_pd(a->mad, mad);
+    _mm256_storeu_pd(a->mre, mre);
+    _mm256_storeu_pd(a->mnx, mnx);
+    _mm256_storeu_pd(a->mxx, mxx);
+    _mm256_storeu_pd(a->mny, mny);
+    _mm256_storeu_pd(a->mxy, mxy);
+    _mm256_storeu_pd(a->c1, c1s);
+    _mm256_storeu_pd(a->c5, c5s);
+    return i;
+}
+
+typedef Py_ssize_t (*chunk1_fn)(const unsigned char *, const unsigned char *, Py_ssize_t, Py_ssize_t, acc_t *);
+#define CHUNK1(X, Y, XK, YK)                                                                                  \
+    AVX2 static Py_ssize_t c1_##X##_##Y(const unsigned char *px, const unsigned char *py, Py_ssize_t c0,      \
+                                        Py_ssize_t c1, acc_t *a)                                             \
+    {                                                                                                        \
+        return chunk1_avx2(px, py, c0, c1, a, XK, YK);                                                       \
+    }
+CHUNK1(f16, f16, K_FLOAT16, K_FLOAT16)
+CHUNK1(f16, bf16, K_FLOAT16, K_BFLOAT16)
+CHUNK1(f16, f32, K_FLOAT16, K_FLOAT32)
+CHUNK1(bf16, f16, K_BFLOAT16, K_FLOAT16)
+CHUNK1(bf16, bf16, K_BFLOAT16, K_BFLOAT16)
+CHUNK1(bf16, f32, K_BFLOAT16, K_FLOAT32)
+CHUNK1(f32, f16, K_FLOAT32, K_FLOAT16)
+CHUNK1(f32, bf16, K_FLOAT32, K_BFLOAT16)
+CHUNK1(f32, f32, K_FLOAT32, K_FLOAT32)
+CHUNK1(f64, f64, K_FLOAT64, K_FLOAT64)
+static const chunk1_fn chunk1_avx2_fns[K_COUNT][K_COUNT] = {
+    {c1_f16_f16, c1_f16_bf16, c1_f16_f32, NULL},
+    {c1_bf16_f16, c1_bf16_bf16, c1_bf16_f32, NULL},
+    {c1_f32_f16, c1_f32_bf16, c1_f32_f32, NULL},
+    {NULL, NULL, NULL, c1_f64_f64},
+};
+#endif
+
+INLINE void
+pass1(const unsigned char *px, const unsigned char *py, Py_ssize_t n, double *st, const int xk, const int yk,
+      const int vec)
+{
+    (void)vec; /* without AVX2 copies there is only the portable loop */
+    if (st[S_MISMATCH] != 0.0) {
+        nan_scan(px, py, 0, n, st, xk, yk);
+        return;
+    }
+    acc_t a;
+    for (int l = 0; l < LANES; l++) {
+        a.mad[l] = a.mre[l] = 0.0;
+        a.mnx[l] = a.mny[l] = INFINITY;
+        a.mxx[l] = a.mxy[l] = -INFINITY;
+    }
+    for (Py_ssize_t c0 = 0; c0 < n; c0 += CHUNK) {
+        const Py_ssize_t c1 = n - c0 < CHUNK ? n : c0 + CHUNK;
+        for (int l = 0; l < LANES; l++)
+            a.dd[l] = a.xy[l] = a.xx[l] = a.yy[l] = a.ad[l] = a.acc[l] = a.c1[l] = a.c5[l] = 0.0;
+        int bad;
+        if (any_nonfinite(px, c0, c1, xk) || any_nonfinite(py, c0, c1, yk))
+            bad = chunk1(px, py, c0, c1, &a, st, xk, yk, 1);
+#if HAVE_AVX2_CLONE
+        else if (vec) {
+            Py_ssize_t i = chunk1_avx2_fns[xk][yk](px, py, c0, c1, &a);
+            bad = chunk1(px, py, i, c1, &a, st, xk, yk, 0); /* the last few, lanes 0.. as ever */
+        }
+#endif
+        else
+            bad = chunk1(px, py, c0, c1, &a, st, xk, yk, 0);
+        if (bad) {
+            st[S_MISMATCH] = 1.0;
+            nan_scan(px, py, c0, n, st, xk, yk);
+            return;
+        }
+        nadd(st, S_DD, lanes_sum(a.dd));
+        nadd(st, S_XY, lanes_sum(a.xy));
+        nadd(st, S_XX, lanes_sum(a.xx));
+        nadd(st, S_YY, lanes_sum(a.yy));
+        nadd(st, S_AD, lanes_sum(a.ad));
+        nadd(st, S_ACC, lanes_sum(a.acc));
+        st[S_C1] += lanes_sum(a.c1);
+        st[S_C5] += lanes_sum(a.c5);
+    }
+    for (int l = 0; l < LANES; l++) {
+        st[S_MAD] = a.mad[l] > st[S_MAD] ? a.mad[l] : st[S_MAD];
+        st[S_MRE] = a.mre[l] > st[S_MRE] ? a.mre[l] : st[S_MRE];
+        st[S_MNX] = a.mnx[l] < st[S_MNX] ? a.mnx[l] : st[S_MNX];
+        st[S_MXX] = a.mxx[l] > st[S_MXX] ? a.mxx[l] : st[S_MXX];
+        st[S_MNY] = a.mny[l] < st[S_MNY] ? a.mny[l] : st[S_MNY];
+        st[S_MXY] = a.mxy[l] > st[S_MXY] ? a.mxy[l] : st[S_MXY];
+    }
+    st[S_N] += (double)n;
+}
+
 INLINE void
 pass2(const unsigned char *px, const unsigned char *py, Py_ssize_t n, double *st, const int xk, const int yk,
       const int vec)
@@ -569,7 +692,7 @@ typedef void (*pass_fn)(const unsigned char *, const unsigned char *, Py_ssize_t
 #define AVX2_FNS(X, Y, XK, YK)                                                                              \
     AVX2 static void a1_##X##_##Y(const unsigned char *px, const unsigned char *py, Py_ssize_t n, double *st)  \
     {                                                                                                        \
-        pass1(px, py, n, st, XK, YK);                                                                        \
+        pass1(px, py, n, st, XK, YK, 1);                                                                     \
     }                                                                                                        \
     AVX2 static void a2_##X##_##Y(const unsigned char *px, const unsigned char *py, Py_ssize_t n, double *st)  \
     {                                                                                                        \
@@ -582,7 +705,7 @@ typedef void (*pass_fn)(const unsigned char *, const unsigned char *, Py_ssize_t
 #define PASSES(X, Y, XK, YK)                                                                                  \
     static void p1_##X##_##Y(const unsigned char *px, const unsigned char *py, Py_ssize_t n, double *st)      \
     {                                                                                                        \
-        pass1(px, py, n, st, XK, YK);                                                                        \
+        pass1(px, py, n, st, XK, YK, 0);                                                                     \
     }                                                                                                        \
     static void p2_##X##_##Y(const unsigned char *px, const unsigned char *py, Py_ssize_t n, double *st)      \
     {                                                                                                        \
@@ -852,6 +975,258 @@ done:
 }
 #endif
 
+/* -- a batch of pairs as columns, metrics out as columns ------------------------------------------ */
+
+/* Statuses columns() writes; compare_metrics.STATUSES starts with these, in this order (checked at
+   import). */
+enum { ST_OK, ST_UNSUPPORTED, ST_NAN_IN_RUN, ST_NAN_IN_BASELINE, ST_NAN_IN_BOTH, ST_INF_MISMATCH,
+       ST_UNREADABLE_RUN, ST_UNREADABLE_BASELINE, ST_COUNT };
+static const char *const status_names[ST_COUNT] = {
+    "ok", "unsupported", "nan_in_run", "nan_in_baseline", "nan_in_both", "inf_mismatch", "unreadable_run",
+    "unreadable_baseline",
+};
+/* The metric columns, in compare_metrics.METRIC_FIELDS' order; NaN stands for NULL (no metric is
+   ever NaN: compare_metrics turns NaN into NULL). */
+enum { M_COSINE, M_MAX_ABS, M_MAX_REL, M_MEAN_ABS, M_RMSE, M_REL_EUC, M_KL, M_ACC_REL, M_R1E3, M_R5E3, METRICS };
+
+/* The metrics of a pair from its final state: compare_metrics._from_state, _result, _kl_value and _num
+   line for line, with the same IEEE operations (sqrt and division are correctly rounded; log is the C
+   library's, as math.log's), so the same bits. Returns the status. */
+static int
+finish(const double *s, Py_ssize_t n, int zero_d, double *m)
+{
+    const double nan = NAN;
+    const int nx = s[S_NANX] != 0.0, ny = s[S_NANY] != 0.0, mismatch = s[S_MISMATCH] != 0.0;
+    const int status = nx && ny ? ST_NAN_IN_BOTH
+                       : nx     ? ST_NAN_IN_RUN
+                       : ny     ? ST_NAN_IN_BASELINE
+                       : mismatch ? ST_INF_MISMATCH
+                       : n == 1 ? ST_UNSUPPORTED
+                                : ST_OK;
+    for (int k = 0; k < METRICS; k++)
+        m[k] = nan;
+    if (mismatch)
+        return status;
+    const double sp = s[S_P] + s[S_P + 1], sq = s[S_Q] + s[S_Q + 1], spl = s[S_PL] + s[S_PL + 1];
+    if (sp > 0 && sq > 0) {
+        double kl = spl / sp + log(sq / sp);
+        if (isfinite(kl))
+            m[M_KL] = fabs(kl) < EPS64 ? 0.0 : kl;
+    }
+    const double sdd = s[S_DD] + s[S_DD + 1], sxx = s[S_XX] + s[S_XX + 1], syy = s[S_YY] + s[S_YY + 1];
+    const double sxy = s[S_XY] + s[S_XY + 1], sad = s[S_AD] + s[S_AD + 1], sacc = s[S_ACC] + s[S_ACC + 1];
+    const double dn = (double)n;
+    if (n > 1) {
+        const double a = sqrt(sxx), b = sqrt(syy);
+        if (a <= EPS64 && b <= EPS64)
+            m[M_COSINE] = 1.0;
+        else if (a > EPS64 && b > EPS64) {
+            const double c = sxy / (a * b);
+            if (isfinite(c))
+                m[M_COSINE] = c > 1.0 ? 1.0 : c;
+        }
+    }
+    m[M_MAX_ABS] = s[S_MAD];
+    m[M_MAX_REL] = s[S_MRE];
+    m[M_MEAN_ABS] = sad / dn;
+    m[M_RMSE] = sqrt(sdd / dn);
+    m[M_REL_EUC] = sqrt(syy) <= EPS64 ? 0.0 : sqrt(sdd / syy);
+    m[M_ACC_REL] = sacc;
+    if (!zero_d) {
+        m[M_R1E3] = s[S_C1] / dn; /* the counts are whole numbers below 2^53: int(c) / n in Python */
+        m[M_R5E3] = s[S_C5] / dn;
+    }
+    return status;
+}
+
+#if HAVE_FILES
+/* buffer i of args as a C-contiguous buffer of exactly `count` items of `size` bytes (count < 0: any) */
+static int
+get_column(PyObject *obj, Py_buffer *b, Py_ssize_t count, Py_ssize_t size, int writable, const char *name)
+{
+    if (PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0)
+        return -1;
+    if ((count >= 0 && b->len != count * size) || (size > 1 && ((uintptr_t)b->buf % (uintptr_t)size))) {
+        PyErr_Format(PyExc_ValueError, "columns(): %s must be an aligned buffer of %zd items of %zd bytes", name,
+                     count, size);
+        PyBuffer_Release(b);
+        b->obj = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* A buffer of at least n bytes, this thread's own, kept from call to call: a fresh one per call would
+   page-fault on every first touch (megabytes for the biggest pairs columns() reads). NULL: no memory. */
+static _Thread_local unsigned char *scratch_buf;
+static _Thread_local size_t scratch_len;
+
+static unsigned char *
+scratch(size_t n)
+{
+    if (n > scratch_len) {
+        unsigned char *p = PyMem_RawRealloc(scratch_buf, n);
+        if (p == NULL)
+            return NULL;
+        scratch_buf = p;
+        scratch_len = n;
+    }
+    return scratch_buf;
+}
+
+/* A side's open file, kept while consecutive pairs read from it (a raw dump holds an operator's inputs
+   and outputs in one file). */
+typedef struct {
+    char *path; /* its name, "" when none is open */
+    int fd;
+} open_file;
+
+/* n bytes at off of path into buf, through the side's open file: 0, or -1 (missing, unreadable, too
+   short); path NULL: -1 */
+static int
+read_cached(open_file *f, const char *path, long long off, unsigned char *buf, size_t n)
+{
+    if (path == NULL)
+        return -1;
+    if (f->fd < 0 || strcmp(f->path, path) != 0) {
+        if (f->fd >= 0)
+            close(f->fd);
+        f->path[0] = 0;
+        do
+            f->fd = open(path, O_RDONLY | O_CLOEXEC);
+        while (f->fd < 0 && errno == EINTR);
+        if (f->fd < 0)
+            return -1;
+        strcpy(f->path, path);
+    }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = pread(f->fd, buf + got, n - got, (off_t)(off + (long long)got));
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        got += (size_t)k;
+    }
+    return 0;
+}
+
+/* path j of a side (paths blob and its m + 1 end offsets) into buf as a C string; NULL when the bytes
+   hold a NUL (no file has that name: unreadable, as open() says in Python) */
+static const char *
+column_path(const char *blob, const int64_t *ends, Py_ssize_t j, char *buf)
+{
+    const int64_t a = ends[j], b = ends[j + 1];
+    const size_t len = (size_t)(b - a);
+    if (memchr(blob + a, 0, len) != NULL)
+        return NULL;
+    memcpy(buf, blob + a, len);
+    buf[len] = 0;
+    return buf;
+}
+
+/*
+ * columns(xpaths, xends, ypaths, yends, offsets, kinds, numel, zero_d, status, metrics): a batch of
+ * pairs read from their files and finished into metric columns in one call, the GIL released, no
+ * Python object per pair. xpaths / ypaths: the run's / baseline's paths end to end (bytes), xends /
+ * yends their m + 1 end offsets (int64, from 0); offsets: int64 (m, 2), the data offset of each side;
+ * kinds: int8 (m, 2); numel: int64 (m), elements of both sides (> 0); zero_d: uint8 (m), 0-d pairs.
+ * Out: status int8 (m), an index of STATUSES; metrics float64 (m, METRICS), NaN for NULL.
+ */
+static PyObject *
+ck_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "columns(xpaths, xends, ypaths, yends, offsets, kinds, numel, zero_d, "
+                                         "status, metrics) takes 10 arguments");
+        return NULL;
+    }
+    Py_buffer bn = {0}, b[10];
+    memset(b, 0, sizeof b);
+    PyObject *result = NULL;
+    unsigned char *data = NULL;
+    char *names = NULL;
+    if (get_column(args[6], &bn, -1, 8, 0, "numel") < 0)
+        return NULL;
+    const Py_ssize_t m = bn.len / 8;
+    static const char *const what[10] = {"xpaths", "xends", "ypaths", "yends", "offsets", "kinds", "numel",
+                                         "zero_d", "status", "metrics"};
+    const Py_ssize_t counts[10] = {-1, m + 1, -1, m + 1, 2 * m, 2 * m, m, m, m, m * METRICS};
+    const Py_ssize_t sizes[10] = {1, 8, 1, 8, 8, 1, 8, 1, 1, 8};
+    for (int a = 0; a < 10; a++)
+        if (a != 6 && get_column(args[a], &b[a], counts[a], sizes[a], a >= 8, what[a]) < 0)
+            goto done;
+    const char *xblob = b[0].buf, *yblob = b[2].buf;
+    const int64_t *xends = b[1].buf, *yends = b[3].buf, *offs = b[4].buf, *numel = bn.buf;
+    const signed char *kinds = b[5].buf;
+    const unsigned char *zero_d = b[7].buf;
+    signed char *status = b[8].buf;
+    double *metrics = b[9].buf;
+    size_t most = 0, longest = 0;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        const int kx = kinds[2 * j], ky = kinds[2 * j + 1];
+        if (kx < 0 || kx >= K_COUNT || ky < 0 || ky >= K_COUNT || passes1[kx][ky] == NULL || numel[j] <= 0 ||
+            offs[2 * j] < 0 || offs[2 * j + 1] < 0 || xends[j] < 0 || xends[j] > xends[j + 1] ||
+            xends[j + 1] > b[0].len || yends[j] < 0 || yends[j] > yends[j + 1] || yends[j + 1] > b[2].len) {
+            PyErr_Format(PyExc_ValueError, "columns(): pair %zd has bad kinds, counts, offsets or path ends", j);
+            goto done;
+        }
+        const size_t nx = (size_t)(xends[j + 1] - xends[j]), ny = (size_t)(yends[j + 1] - yends[j]);
+        longest = nx > longest ? nx : longest;
+        longest = ny > longest ? ny : longest;
+        const size_t need = (size_t)numel[j] * (size_t)(kind_size[kx] > kind_size[ky] ? kind_size[kx] : kind_size[ky]);
+        most = need > most ? need : most;
+    }
+    data = scratch(2 * most + 16);
+    names = PyMem_RawMalloc(3 * (longest + 1));
+    if (data == NULL || names == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    open_file fx = {names + longest + 1, -1}, fy = {names + 2 * (longest + 1), -1};
+    fx.path[0] = fy.path[0] = 0;
+    Py_BEGIN_ALLOW_THREADS;
+    double st[STATE];
+    for (Py_ssize_t j = 0; j < m; j++) {
+        const int kx = kinds[2 * j], ky = kinds[2 * j + 1];
+        const Py_ssize_t n = (Py_ssize_t)numel[j];
+        unsigned char *bx = data, *by = data + most + 8;
+        double *row = metrics + j * METRICS;
+        const char *px = column_path(xblob, xends, j, names);
+        if (read_cached(&fx, px, offs[2 * j], bx, (size_t)n * (size_t)kind_size[kx]) < 0) {
+            status[j] = ST_UNREADABLE_RUN;
+            for (int k = 0; k < METRICS; k++)
+                row[k] = NAN;
+            continue;
+        }
+        const char *py = column_path(yblob, yends, j, names);
+        if (read_cached(&fy, py, offs[2 * j + 1], by, (size_t)n * (size_t)kind_size[ky]) < 0) {
+            status[j] = ST_UNREADABLE_BASELINE;
+            for (int k = 0; k < METRICS; k++)
+                row[k] = NAN;
+            continue;
+        }
+        init_state(st);
+        whole_pair(bx, by, n, st, kx, ky);
+        status[j] = (signed char)finish(st, n, zero_d[j] != 0, row);
+    }
+    if (fx.fd >= 0)
+        close(fx.fd);
+    if (fy.fd >= 0)
+        close(fy.fd);
+    Py_END_ALLOW_THREADS;
+    result = Py_NewRef(Py_None);
+done:
+    PyMem_RawFree(names);
+    for (int a = 0; a < 10; a++)
+        if (b[a].obj != NULL)
+            PyBuffer_Release(&b[a]);
+    PyBuffer_Release(&bn);
+    return result;
+}
+#endif
+
 static PyMethodDef ck_methods[] = {
     {"block", (PyCFunction)(void (*)(void))ck_block, METH_FASTCALL,
      "block(x, xkind, y, ykind, state): the first pass over one block, folded into state."},
@@ -863,6 +1238,9 @@ static PyMethodDef ck_methods[] = {
 #if HAVE_FILES
     {"files", (PyCFunction)(void (*)(void))ck_files, METH_FASTCALL,
      "files(jobs, out): pair() on tensors read from files, one state row of out per job."},
+    {"columns", (PyCFunction)(void (*)(void))ck_columns, METH_FASTCALL,
+     "columns(xpaths, xends, ypaths, yends, offsets, kinds, numel, zero_d, status, metrics): a batch of "
+     "pairs read from files, their metrics as columns."},
 #endif
     {NULL, NULL, 0, NULL},
 };
@@ -902,7 +1280,26 @@ PyInit__compare_kernel(void)
         Py_DECREF(m);
         return NULL;
     }
-    if (PyModule_AddIntConstant(m, "STATE", STATE) < 0 || PyModule_AddStringConstant(m, "ISA", isa) < 0 || PyModule_AddIntConstant(m, "FILES", HAVE_FILES) < 0) {
+    PyObject *statuses = PyTuple_New(ST_COUNT);
+    if (statuses == NULL) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    for (int i = 0; i < ST_COUNT; i++) {
+        PyObject *name = PyUnicode_FromString(status_names[i]);
+        if (name == NULL) {
+            Py_DECREF(statuses);
+            Py_DECREF(m);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(statuses, i, name);
+    }
+    if (PyModule_AddObject(m, "STATUSES", statuses) < 0) {
+        Py_DECREF(statuses);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(m, "METRICS", METRICS) < 0 || PyModule_AddIntConstant(m, "STATE", STATE) < 0 || PyModule_AddStringConstant(m, "ISA", isa) < 0 || PyModule_AddIntConstant(m, "FILES", HAVE_FILES) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -45,9 +45,10 @@ KL and the msaccucmp metrics, so that one pair has one set of numbers). Otherwis
   differ are compared only when both are float16, float32 or bfloat16), ``unsupported_dtype``
   (complex, raw bytes), ``empty`` (0 elements): every metric NULL;
 - ``unsupported``: 1 element or 0-d; the metrics msprobe still computes are given (see above);
-- ``ok``; and, from ``compare_jobs`` only, ``only_in_run`` / ``only_in_baseline`` / ``absent``,
-  ``unreadable_run`` / ``unreadable_baseline`` (the run side is tried first); ``error`` if
-  computing failed unexpectedly (never seen; it keeps one bad pair from failing a batch).
+- ``ok``; and, from ``compare_jobs`` / ``compare_batch`` only, ``only_in_run`` /
+  ``only_in_baseline`` / ``absent``, ``unreadable_run`` / ``unreadable_baseline`` (the run side is
+  tried first); ``error`` if computing failed unexpectedly (never seen; it keeps one bad pair from
+  failing a batch).
 
 Integers and bool are compared as numbers (bool: 1/0); ml_dtypes types (bfloat16, float8, int4)
 through float32, which holds them exactly; int64 beyond 2^53 rounds in float64.
@@ -69,6 +70,18 @@ max_abs_err, max_rel_err, the error ratios, statuses and NULLs are identical
 (``tests/ingest/test_compare_kernel.py``). ``compare_jobs`` gives small plain float pairs of a batch to
 one kernel call that reads both files itself (one pread each). Without the extension, with
 ``DUMPCAT_PURE_NUMPY_COMPARE=1`` or after ``use_c_kernel(False)``, numpy computes everything.
+
+Batches as columns (``dumpcat compare``): with 4 KB tensors a pair's metrics take a few µs, so any
+Python per pair (a job tuple, a result object, pickling it to and from a helper, a row dict) costs
+more than the work. ``plan_batches`` therefore cuts the pairs table (sql/queries/compare_pairs.sql's
+Arrow columns) into tasks of 4-64 MB of tensor data (``BATCH_TASK_BYTES``), deciding over whole columns which
+pairs the kernel can read itself (``_file_job``'s rule); a ``PairBatch`` carries those as numpy
+columns (paths end to end, offsets, kinds, counts) and only the others as ``PairJob`` objects.
+``compare_batch`` (the helper task) hands the columns to the kernel's ``columns()``, which reads,
+computes and finishes each pair into a status code and a row of metric columns (the same operations
+as ``_from_state`` / ``_result``, so the same bits as ``compare_jobs``: tests/ingest/
+test_compare_batches.py), and returns ``MetricColumns``, which ``catalog.compare`` turns into
+``comparisons`` rows with Arrow take/array calls.
 """
 
 from __future__ import annotations
@@ -80,18 +93,30 @@ import os
 import sys
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 __all__ = [
     "METRIC_FIELDS",
+    "STATUSES",
+    "MetricColumns",
+    "PairBatch",
     "PairJob",
     "PairMetrics",
     "compare_arrays",
     "compare_backend",
+    "compare_batch",
     "compare_jobs",
+    "compare_table",
+    "metric_columns",
     "pair_batches",
+    "pair_jobs",
+    "plan_batches",
     "use_c_kernel",
 ]
 
@@ -138,6 +163,16 @@ _SLOTS = (
 )  # fmt: skip
 _STATE = 32
 
+# Every status a pair can have (the module doc), as the codes of MetricColumns.status; the kernel's
+# columns() writes the first eight (its STATUSES, checked at import).
+STATUSES = (
+    "ok", "unsupported", "nan_in_run", "nan_in_baseline", "nan_in_both", "inf_mismatch", "unreadable_run",
+    "unreadable_baseline", "shape_mismatch", "dtype_mismatch", "unsupported_dtype", "empty", "only_in_run",
+    "only_in_baseline", "absent", "error",
+)  # fmt: skip
+_STATUS_CODE = {name: i for i, name in enumerate(STATUSES)}
+_UNREADABLE = (_STATUS_CODE["unreadable_run"], _STATUS_CODE["unreadable_baseline"])
+
 _maxr = np.maximum.reduce
 _minr = np.minimum.reduce
 _addr = np.add.reduce
@@ -161,6 +196,14 @@ def _load_kernel():
 
 
 _c_kernel, _backend_note = _load_kernel()
+# The kernel's columns() (a whole batch read and finished into metric columns) when this build has it
+# and agrees on the statuses and metric count; else compare_batch goes pair by pair.
+_C_COLUMNS = (
+    _c_kernel is not None
+    and hasattr(_c_kernel, "columns")
+    and tuple(getattr(_c_kernel, "STATUSES", ())) == STATUSES[: len(getattr(_c_kernel, "STATUSES", ()))]
+    and getattr(_c_kernel, "METRICS", 0) == len(METRIC_FIELDS)
+)
 if os.environ.get("DUMPCAT_PURE_NUMPY_COMPARE", "").strip() not in ("", "0"):
     _kernel = None
     _backend_note = "numpy (DUMPCAT_PURE_NUMPY_COMPARE is set)"
@@ -834,3 +877,344 @@ def _kernel_files(by_kernel: list[tuple[int, tuple, int, bool]], out: list) -> N
             except Exception:
                 m = _null("error", None)
         out[place] = (out[place][0], m)
+
+
+# --------------------------------------------------------------------------------------------------
+# Batches as columns: what `dumpcat compare` hands its helpers
+
+
+class MetricColumns(NamedTuple):
+    """The metrics of a batch of pairs as columns (no Python object per pair): ``key`` int64,
+    ``status`` int8 (indices of ``STATUSES``), ``numel`` int64 (-1 for NULL) and ``metrics`` float64
+    of shape (pairs, len(METRIC_FIELDS)) with NaN for NULL (no metric is ever NaN: see ``_num``)."""
+
+    key: np.ndarray
+    status: np.ndarray
+    numel: np.ndarray
+    metrics: np.ndarray
+
+    @staticmethod
+    def concat(parts: list[MetricColumns]) -> MetricColumns:
+        if len(parts) == 1:
+            return parts[0]
+        return MetricColumns(*(np.concatenate([getattr(p, f) for p in parts]) for f in MetricColumns._fields))
+
+    def pair_metrics(self) -> list[tuple[int, PairMetrics]]:
+        """``(key, PairMetrics)`` per pair, as ``compare_jobs`` gives them (tests compare the two)."""
+        out = []
+        for key, code, numel, row in zip(
+            self.key.tolist(), self.status.tolist(), self.numel.tolist(), self.metrics.tolist(), strict=True
+        ):
+            values = [None if v != v else v for v in row]
+            out.append((key, PairMetrics(STATUSES[code], None if numel < 0 else numel, *values)))
+        return out
+
+
+def metric_columns(results: list[tuple[int, PairMetrics]]) -> MetricColumns:
+    """``compare_jobs``' results (a list of ``(key, PairMetrics)``) as columns."""
+    n = len(results)
+    metrics = np.full((n, len(METRIC_FIELDS)), np.nan)
+    for i, (_, m) in enumerate(results):
+        for j, f in enumerate(METRIC_FIELDS):
+            v = getattr(m, f)
+            if v is not None:
+                metrics[i, j] = v
+    return MetricColumns(
+        np.array([k for k, _ in results], np.int64),
+        np.array([_STATUS_CODE[m.status] for _, m in results], np.int8),
+        np.array([-1 if m.numel is None else m.numel for _, m in results], np.int64),
+        metrics,
+    )
+
+
+@dataclass
+class PairBatch:
+    """A ``compare_batch`` task: pairs the kernel reads from their files, as columns (``key``, both
+    sides' paths end to end as UTF-8 with their end offsets, data offsets (pairs, 2), kinds (pairs, 2),
+    elements, 0-d flags); ``jobs``, the other pairs, one ``PairJob`` each (device formats, integers,
+    big tensors: ``compare_jobs``); ``fixed``, pairs with a side missing: (keys, status codes)."""
+
+    key: np.ndarray
+    run_paths: bytes
+    run_ends: np.ndarray
+    baseline_paths: bytes
+    baseline_ends: np.ndarray
+    offsets: np.ndarray
+    kinds: np.ndarray
+    numel: np.ndarray
+    zero_d: np.ndarray
+    jobs: list[PairJob] = field(default_factory=list)
+    fixed: tuple[np.ndarray, np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        return len(self.key) + len(self.jobs) + (0 if self.fixed is None else len(self.fixed[0]))
+
+
+def compare_batch(batch: PairBatch) -> MetricColumns:
+    """A ``PairBatch``'s metrics (a ``helper_pool`` task); never raises. Its kernel pairs go through
+    the C kernel in one call (reads, both passes and the final metrics, GIL released), the rest
+    through ``compare_jobs``: the same numbers as ``compare_jobs`` pair by pair, bit for bit."""
+    parts: list[MetricColumns] = []
+    m = len(batch.key)
+    if m:
+        if _kernel is not None and _C_COLUMNS and _C_FILES:
+            status = np.empty(m, np.int8)
+            metrics = np.empty((m, len(METRIC_FIELDS)), np.float64)
+            try:
+                _kernel.columns(
+                    batch.run_paths, batch.run_ends, batch.baseline_paths, batch.baseline_ends, batch.offsets,
+                    batch.kinds, batch.numel, batch.zero_d, status, metrics,
+                )  # fmt: skip
+                unread = (status == _UNREADABLE[0]) | (status == _UNREADABLE[1])  # numel NULL, as before
+                parts.append(MetricColumns(batch.key, status, np.where(unread, -1, batch.numel), metrics))
+            except Exception:  # never seen; the pairs are "error" rather than failing the batch
+                parts.append(_error_columns(batch.key))
+        else:  # numpy, or a kernel without columns(): the same pairs one by one
+            parts.append(metric_columns(compare_jobs(_kernel_jobs(batch))))
+    if batch.jobs:
+        parts.append(metric_columns(compare_jobs(batch.jobs)))
+    if batch.fixed is not None and len(batch.fixed[0]):
+        keys, codes = batch.fixed
+        parts.append(
+            MetricColumns(
+                keys,
+                codes,
+                np.full(len(keys), -1, np.int64),
+                np.full((len(keys), len(METRIC_FIELDS)), np.nan),
+            )
+        )
+    if not parts:
+        return _error_columns(np.empty(0, np.int64))
+    return MetricColumns.concat(parts)
+
+
+def _error_columns(keys: np.ndarray) -> MetricColumns:
+    n = len(keys)
+    return MetricColumns(
+        keys, np.full(n, _STATUS_CODE["error"], np.int8), np.full(n, -1, np.int64),
+        np.full((n, len(METRIC_FIELDS)), np.nan),
+    )  # fmt: skip
+
+
+def _kernel_jobs(batch: PairBatch) -> list[PairJob]:
+    """A batch's kernel pairs as PairJobs (1-D, or 0-d: the metrics depend only on the values in C
+    order, their count and 0-d), for a process without the kernel's columns()."""
+    jobs = []
+    rp, bp = batch.run_paths, batch.baseline_paths
+    re_, be = batch.run_ends.tolist(), batch.baseline_ends.tolist()
+    for j, (key, (ro, bo), (rk, bk), n, z) in enumerate(
+        zip(batch.key.tolist(), batch.offsets.tolist(), batch.kinds.tolist(), batch.numel.tolist(),
+            batch.zero_d.tolist(), strict=True)
+    ):  # fmt: skip
+        shape = () if z else (n,)
+        run = (os.fsdecode(rp[re_[j] : re_[j + 1]]), ro, _CKINDS[rk], shape, None, None)
+        base = (os.fsdecode(bp[be[j] : be[j + 1]]), bo, _CKINDS[bk], shape, None, None)
+        jobs.append(PairJob(key, run, base))
+    return jobs
+
+
+# Tensor bytes (both sides) per compare_batch task: an eighth of a worker's share of the whole, but at
+# least BATCH_TASK_BYTES (a few ms of work: 4 KB pairs, 512 a task) and at most BATCH_TASK_MAX_BYTES
+# (64 MB: big pairs still spread over the workers; fewer, bigger tasks hand over less).
+BATCH_TASK_BYTES = 4 << 20
+BATCH_TASK_MAX_BYTES = 64 << 20
+BATCH_TASK_PAIRS = 4096  # and at most this many pairs a task (tiny tensors)
+
+
+def plan_batches(
+    pairs: pa.Table,
+    *,
+    task_bytes: int | None = None,
+    task_pairs: int = BATCH_TASK_PAIRS,
+    workers: int = 1,
+) -> Iterator[PairBatch]:
+    """``compare_batch`` tasks for the rows of ``pairs`` (sql/queries/compare_pairs.sql's columns;
+    a pair's key is its row number), cut in row order at ``task_bytes`` of tensor data (default:
+    from the total and ``workers``, see BATCH_TASK_BYTES) or ``task_pairs`` pairs (a pair bigger
+    than ``task_bytes`` is a task of its own). Which pairs the
+    kernel reads is decided over whole columns (Arrow and numpy), as ``_file_job`` decides it pair by
+    pair; only the other pairs become ``PairJob`` objects."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = pairs.num_rows
+    if n == 0:
+        return
+    present = {}
+    for s, prefix in (("run", ""), ("baseline", "baseline_")):
+        present[s] = pc.is_valid(pairs.column(prefix + "path")).to_numpy(zero_copy_only=False)
+    both = present["run"] & present["baseline"]
+    kinds = np.full((n, 2), -1, np.int8)
+    sizes = np.zeros((n, 2), np.int64)  # item sizes; 0: unknown
+    numel = {}
+    ndim = {}
+    for j, (s, prefix) in enumerate((("run", ""), ("baseline", "baseline_"))):
+        dt = pairs.column(prefix + "stored_dtype").combine_chunks().dictionary_encode()
+        names = dt.dictionary.to_pylist()
+        idx = dt.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+        kind_of = np.array([_CKIND.get(v, -1) for v in names] + [-1], np.int8)
+        size_of = np.array([_itemsize_or_0(v) for v in names] + [0], np.int64)
+        kinds[:, j] = kind_of[idx]
+        sizes[:, j] = size_of[idx]
+        shape = pairs.column("shape" if s == "run" else "baseline_shape").combine_chunks()
+        numel[s], ndim[s] = _shape_numel(shape)
+    same_shape = _same_lists(
+        pairs.column("shape").combine_chunks(), pairs.column("baseline_shape").combine_chunks()
+    )
+    nbytes = np.where(both, numel["run"] * sizes[:, 0] + numel["baseline"] * sizes[:, 1], 0)
+    if task_bytes is None:
+        share = int(nbytes.sum()) // (8 * max(1, workers))
+        task_bytes = min(BATCH_TASK_MAX_BYTES, max(BATCH_TASK_BYTES, share))
+    nbytes[both & ((sizes[:, 0] == 0) | (sizes[:, 1] == 0))] = task_bytes  # raw bytes: size unknown here
+    kernel = both & same_shape & (kinds[:, 0] >= 0) & (kinds[:, 1] >= 0)
+    kernel &= (kinds[:, 0] == _F64) == (kinds[:, 1] == _F64)
+    n_el = numel["run"]
+    kernel &= (n_el > 0) & (n_el * np.maximum(sizes[:, 0], sizes[:, 1]) <= _READ_BELOW)
+    from ingest.formats.tensor_data import FORTRAN_ORDER
+
+    for prefix in ("", "baseline_"):  # plain layouts only (a host_shape: leave it to _host_layout)
+        kernel &= pc.is_valid(pairs.column(prefix + "data_offset")).to_numpy(zero_copy_only=False)
+        kernel &= pc.is_null(pairs.column(prefix + "host_shape")).to_numpy(zero_copy_only=False)
+        fmt = pairs.column(prefix + "format")
+        kernel &= ~pc.fill_null(pc.equal(fmt, FORTRAN_ORDER), False).to_numpy(zero_copy_only=False)
+    if not (_kernel is not None and _C_COLUMNS and _C_FILES and sys.getfilesystemencoding() == "utf-8"):
+        kernel[:] = False
+    fixed_code = np.where(
+        present["run"], _STATUS_CODE["only_in_run"],
+        np.where(present["baseline"], _STATUS_CODE["only_in_baseline"], _STATUS_CODE["absent"]),
+    ).astype(np.int8)  # fmt: skip
+    blobs = [_paths(pairs.column(p + "path"), pa) for p in ("", "baseline_")]
+    offsets = np.stack(
+        [
+            pc.fill_null(pairs.column(c), 0).to_numpy(zero_copy_only=False)
+            for c in ("data_offset", "baseline_data_offset")
+        ],
+        axis=1,
+    ).astype(np.int64)
+    zero_d = (ndim["run"] == 0).astype(np.uint8)
+    for a, b in _cuts(nbytes, task_bytes, task_pairs):
+        rows = np.arange(a, b)
+        k_rows = rows[kernel[a:b]]
+        fixed_rows = rows[~both[a:b]]
+        job_rows = rows[both[a:b] & ~kernel[a:b]]
+        (rp, re_), (bp, be) = (_gather(data, ends, k_rows) for data, ends in blobs)
+        yield PairBatch(
+            key=k_rows.astype(np.int64), run_paths=rp, run_ends=re_, baseline_paths=bp, baseline_ends=be,
+            offsets=offsets[k_rows], kinds=kinds[k_rows], numel=n_el[k_rows], zero_d=zero_d[k_rows],
+            jobs=pair_jobs(pairs, job_rows) if len(job_rows) else [],
+            fixed=(fixed_rows.astype(np.int64), fixed_code[fixed_rows]) if len(fixed_rows) else None,
+        )  # fmt: skip
+
+
+def _paths(column, pa) -> tuple[np.ndarray, np.ndarray]:
+    """A string column's UTF-8 bytes (uint8) and its len + 1 end offsets (int64, from 0); NULL: ''."""
+    arr = column.combine_chunks().cast(pa.large_string())
+    if not len(arr):
+        return np.zeros(0, np.uint8), np.zeros(1, np.int64)
+    offsets = np.frombuffer(arr.buffers()[1], np.int64)[arr.offset : arr.offset + len(arr) + 1]
+    data = arr.buffers()[2]
+    data = np.zeros(0, np.uint8) if data is None else np.frombuffer(data, np.uint8)
+    return data, offsets - offsets[0] if offsets[0] else offsets
+
+
+def _gather(data: np.ndarray, ends: np.ndarray, rows: np.ndarray) -> tuple[bytes, np.ndarray]:
+    """The strings of ``rows`` end to end (bytes) and their len(rows) + 1 end offsets."""
+    if not len(rows):
+        return b"", np.zeros(1, np.int64)
+    starts, stops = ends[rows], ends[rows + 1]
+    lengths = stops - starts
+    out_ends = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    if rows[-1] - rows[0] + 1 == len(rows):  # consecutive rows: one slice
+        return data[starts[0] : stops[-1]].tobytes(), out_ends
+    idx = np.repeat(starts - out_ends[:-1], lengths) + np.arange(out_ends[-1])
+    return data[idx].tobytes(), out_ends
+
+
+def _itemsize_or_0(stored: str | None) -> int:
+    from ingest.formats import dtypes
+
+    try:
+        nb = dtypes.nbytes_of(stored, 2)
+    except Exception:
+        return 0
+    return 0 if nb is None else max(1, nb // 2)
+
+
+def _shape_numel(shape: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Elements and dimensions of each row of a list<int64> shape column (NULL: 0-d, as the pair
+    tuples of ``dumpcat compare`` have always read it)."""
+    import pyarrow.compute as pc
+
+    n = len(shape)
+    ndim = pc.fill_null(pc.list_value_length(shape), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    values = pc.list_flatten(shape).to_numpy(zero_copy_only=False).astype(np.int64)
+    parent = pc.list_parent_indices(shape).to_numpy(zero_copy_only=False)
+    numel = np.ones(n, np.int64)
+    if len(values):
+        np.multiply.at(numel, parent, values)
+    return numel, ndim
+
+
+def _same_lists(a: pa.Array, b: pa.Array) -> np.ndarray:
+    """Row by row, do two list<int64> columns hold the same values (NULL reads as empty)?"""
+    import pyarrow.compute as pc
+
+    la = pc.fill_null(pc.list_value_length(a), 0).to_numpy(zero_copy_only=False)
+    lb = pc.fill_null(pc.list_value_length(b), 0).to_numpy(zero_copy_only=False)
+    same = la == lb
+    va = pc.list_flatten(a).to_numpy(zero_copy_only=False)
+    vb = pc.list_flatten(b).to_numpy(zero_copy_only=False)
+    pa_ = pc.list_parent_indices(a).to_numpy(zero_copy_only=False)
+    pb = pc.list_parent_indices(b).to_numpy(zero_copy_only=False)
+    ma, mb = same[pa_], same[pb]  # the values of rows of equal lengths, aligned
+    differ = pa_[ma][va[ma] != vb[mb]]
+    same[differ] = False
+    return same
+
+
+def _cuts(nbytes: np.ndarray, task_bytes: int, task_pairs: int) -> Iterator[tuple[int, int]]:
+    """Row ranges of tasks in row order: at most task_bytes of tensor data (a bigger pair is a task of
+    its own) and task_pairs pairs each. (Tasks that shrink towards the end, to shorten the last
+    worker's tail, measured slower at 4 KB pairs: each task costs ~35 µs here and more to hand over.)"""
+    n = len(nbytes)
+    cum = np.cumsum(nbytes)
+    a = 0
+    while a < n:
+        done = int(cum[a - 1]) if a else 0
+        # the first row whose pair would end past done + task_bytes starts the next task
+        b = int(np.searchsorted(cum, done + task_bytes, side="right"))
+        b = min(max(b, a + 1), a + task_pairs, n)
+        yield a, b
+        a = b
+
+
+def pair_jobs(pairs: pa.Table, rows: np.ndarray) -> list[PairJob]:
+    """PairJobs of some rows of ``pairs`` (the sides as ``read_tensor`` takes them)."""
+    cols = ("path", "data_offset", "stored_dtype", "shape", "format", "host_shape")
+    part = pairs.take(rows)
+    run = [part.column(c).to_pylist() for c in cols]
+    base = [part.column("baseline_" + c).to_pylist() for c in cols]
+    jobs = []
+    for i, key in enumerate(rows.tolist()):
+        sides = []
+        for c in (run, base):
+            if c[0][i] is None:
+                sides.append(None)
+            else:
+                sides.append((c[0][i], c[1][i], c[2][i], tuple(c[3][i] or ()), c[4][i], c[5][i]))
+        jobs.append(PairJob(key, sides[0], sides[1]))
+    return jobs
+
+
+def compare_table(pairs: pa.Table, workers: int = 1, **plan: int) -> Iterator[MetricColumns]:
+    """The metrics of every row of ``pairs`` (``plan_batches``' columns), a ``MetricColumns`` per task
+    in task order: computed here and, with ``workers`` > 1, in ``workers - 1`` helper processes.
+    ``plan`` passes ``task_bytes`` / ``task_pairs`` on to ``plan_batches``."""
+    batches = plan_batches(pairs, workers=workers, **plan)
+    if workers > 1:
+        from ingest.helper_pool import run_ordered
+
+        yield from run_ordered("ingest.compare_metrics:compare_batch", batches, workers - 1)
+    else:
+        for batch in batches:
+            yield compare_batch(batch)
