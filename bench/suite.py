@@ -121,8 +121,6 @@ NEEDS: dict[str, tuple[str, Callable[[Context], str | None]]] = {
     "disk-40": ("40 GiB free in the workdir", _disk(40)),
 }
 
-# why a section's figures would not be generated yet (no benchmark is kept by hand now)
-_REMEASURED = "its section's figures are re-measured by hand (issue 35); its BENCH-SUMMARY lines come then"
 
 BENCHMARKS: list[Benchmark] = [
     Benchmark(
