@@ -72,7 +72,7 @@ RESOLUTION_INPUTS = ("ops", "ir_nodes", "source_lines", "runs")
 # sql/ files that define the query-time views (the writer needs nothing else), and what they read.
 RESOLUTION_SQL = ("00_op_keys.sql", "01_dtypes.sql", "05_graph.sql", "30_tensors.sql", "40_stats.sql")
 _SOURCE_TABLES = tuple(t for ts in FLAT_SOURCES.values() for t in ts)
-_RAW_READ = (*{t for ts in FLAT_SOURCES.values() for t in ts}, *RESOLUTION_INPUTS, "edges")
+_RAW_READ = (*set(_SOURCE_TABLES), *RESOLUTION_INPUTS, "edges")
 # Sort order of each flat table (row id first: point lookups prune by row-group statistics).
 ORDER = {"tensors": "row_id", "stats": "row_id, stat_id, stat_source"}
 # Merging: files of a run in the same size tier (tier k holds 4^k..4^(k+1) x TIER_BASE rows) are
@@ -547,7 +547,8 @@ class FlatWriter:
         widen: float = 1.0,
         dictionaries: frozenset[str] = frozenset(),
     ) -> dict | None:
-        """Write `query`'s rows, sorted, as a new flat file of `flat` (not yet visible); its entry,
+        """Write `query`'s rows, sorted (an interim file: as resolved, `_write_unsorted`), as a new
+        flat file of `flat` (not yet visible); its entry,
         or None when there are no rows. `ids` selects (row_id, stat_id) of the rows `query` reads
         (a cheap scan of the source files: it counts them, the rows are not resolved twice);
         `sample`, the same rows as plain text columns (or the rows they are resolved from, `widen`
@@ -589,9 +590,7 @@ class FlatWriter:
         copy_options = f"FORMAT parquet, ROW_GROUP_SIZE {group if interim else _SORT_ROWS}"
         try:
             if interim:
-                rows, keys = self._write_unsorted(
-                    con, query, ids_of=ids, data=data, copy_options=copy_options
-                )
+                rows, keys = self._write_unsorted(con, query, data, copy_options)
             else:
                 with self._insertion_order(con):
                     rows, keys = self._write_sorted(con, flat, query, data, copy_options)
@@ -655,13 +654,13 @@ class FlatWriter:
             self.release_buffers(con)
 
     def _write_unsorted(
-        self, con: duckdb.DuckDBPyConnection, query: str, *, ids_of: str, data: Path, copy_options: str
+        self, con: duckdb.DuckDBPyConnection, query: str, data: Path, copy_options: str
     ) -> tuple[int, list[tuple]]:
         """Write `query`'s rows as they come (an interim file of a one-shot ingest): its row count
-        and distinct (run, rank). The file is rewritten sorted by the ingest's last merge
-        (`consolidate`), which sorts anyway: sorting each batch's rows as well cost a second sort
-        of every row (10^5 tensors: ~0.9 s of the ingest's ~5.5 s). Readers meanwhile get the same
-        rows, and point lookups read more row groups of such a file until it is merged."""
+        and distinct (run, rank). The run's final file is sorted at the ingest's end
+        (`after_last_batch`, or `consolidate`'s merge): sorting each batch's rows as well cost a
+        second sort of every row (10^5 tensors: ~0.9 s of the ingest's ~5.5 s). Readers meanwhile
+        get the same rows; a point lookup reads more row groups of such a file until then."""
         count = con.execute(f"COPY ({query}) TO {_quote(str(data))} ({copy_options})").fetchall()[0][0]
         if not count:
             return 0, []
