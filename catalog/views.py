@@ -83,7 +83,7 @@ def define_views(
 # it to one row per rank and step, and computing it scans `stats` a second time; stored, `nan_origin`
 # costs about what `first_anomaly` does (bench/bench_nan_origin.py), and the views database pays one
 # scan of `stats` for the collectives' operator types when it is made.
-STORED_VIEWS = ("op_feeders", "communication_ops")
+STORED_VIEWS = ("op_feeders", "communication_ops", "nan_origin_ranks")
 
 VIEWS_FOLDER = "views"  # in the catalog folder: one small database of view definitions per snapshot
 VIEWS_ALIAS = "dumpcat"  # the name a connection attaches it under (its current database)
