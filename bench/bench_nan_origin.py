@@ -117,8 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         "first anomaly, the collective call it is an output of, the ranks it received it from), which "
         "reads the anomalous statistics and `communication_ops` and depends on the snapshot alone, so "
         "the snapshot's views database stores it (catalog/views.py STORED_VIEWS) like "
-        "`communication_ops`; and the step's answer, one aggregate over those few rows per step and two "
-        "windows (no joins back). `first_anomaly` reads the anomalous statistics at query time."
+        "`communication_ops`; and the step's answer from those few rows (the origin, the ranks it reached, "
+        "the step an inherited anomaly points back to). `first_anomaly` reads the anomalous statistics at "
+        "query time."
     )
     return 0
 

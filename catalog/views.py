@@ -86,7 +86,7 @@ def define_views(
 # rank's first anomaly per step, classified as origin, received or inherited, with the ranks it
 # came from) is what `nan_origin` computes before its per-step answer: its joins and windows over
 # the anomalous rows and the collectives were ~70 % of the query; stored (~20 ms when the database is
-# made, 64 ranks), `nan_origin` aggregates a few rows per step (bench/bench_nan_origin.py).
+# made, 64 ranks), `nan_origin` answers each step from a few rows (bench/bench_nan_origin.py).
 STORED_VIEWS = ("op_feeders", "communication_ops", "nan_origin_ranks")
 
 VIEWS_FOLDER = "views"  # in the catalog folder: one small database of view definitions per snapshot

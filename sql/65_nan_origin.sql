@@ -124,7 +124,7 @@ LEFT JOIN args a
 -- step with an anomaly, its first anomaly, the state it is in (`kind_of`: origin, received, inherited),
 -- the ranks it received it from and whether it sent it to a received rank (`traced`). It depends on
 -- the snapshot alone, so a snapshot's views database stores it (catalog/views.py STORED_VIEWS), like
--- `communication_ops`; `nan_origin` then aggregates its few rows per step in one pass.
+-- `communication_ops`; `nan_origin` then answers each step from those few rows.
 CREATE OR REPLACE VIEW nan_origin_ranks AS
 WITH comm AS MATERIALIZED (
     SELECT run, rank, iteration, graph_id, op_name, timestamp_us, end_timestamp_us, collective, kind,
@@ -194,79 +194,95 @@ FROM classified c
 LEFT JOIN senders_of t
        ON t.run = c.run AND t.iteration IS NOT DISTINCT FROM c.iteration AND t.rank = c.rank;
 
--- The step's origin is the lowest origin rank some received rank traces back to, else the lowest
--- origin rank; the run's first anomalous step with neither takes its lowest inherited rank (`unseen`).
--- A step without an origin repeats the latest earlier step of the run that has one (`prior`).
+-- The step's answer from the per-rank rows: reached and inherited ranks, the origin (the lowest
+-- origin rank some received rank traces back to, else the lowest origin rank, else on the run's
+-- first anomalous step the lowest inherited rank), and for a step without one the latest earlier
+-- step of the run with one.
 CREATE OR REPLACE VIEW nan_origin AS
-WITH steps AS (
-    SELECT run, iteration, count(*) AS anomalous_ranks,
-           min(rank) FILTER (WHERE kind_of = 'origin' AND traced) AS traced_origin,
-           min(rank) FILTER (WHERE kind_of = 'origin') AS any_origin,
-           min(rank) FILTER (WHERE kind_of = 'inherited') AS first_inherited,
-           arg_min(born, rank) FILTER (WHERE kind_of = 'origin' AND traced) AS traced_born,
-           arg_min(born, rank) FILTER (WHERE kind_of = 'origin') AS any_born,
-           arg_min(born, rank) FILTER (WHERE kind_of = 'inherited') AS inherited_born,
+WITH classified AS (
+    SELECT * FROM nan_origin_ranks
+),
+reached AS (
+    SELECT run, iteration,
            list({'rank': rank, 'collective': collective, 'instance': instance, 'op_name': op_name,
-                 'from_ranks': from_ranks} ORDER BY rank) FILTER (WHERE kind_of = 'received') AS reached,
-           list(rank ORDER BY rank) FILTER (WHERE kind_of = 'inherited') AS inherited_ranks,
-           list({'rank': rank, 'op_name': op_name, 'source_file': source_file, 'source_line': source_line}
-                ORDER BY rank) FILTER (WHERE kind_of = 'origin') AS origins
-    FROM (
-        SELECT *, {'op_type': op_type, 'op_name': op_name, 'io': io, 'slot': slot, 'nan_count': nan_count,
-                   'neg_inf_count': neg_inf_count, 'pos_inf_count': pos_inf_count,
-                   'source_file': source_file, 'source_line': source_line, 'source_code': source_code,
-                   'in_collective': collective IS NOT NULL} AS born
-        FROM nan_origin_ranks
-    )
+                 'from_ranks': from_ranks} ORDER BY rank) AS reached
+    FROM classified
+    WHERE kind_of = 'received'
+    GROUP BY run, iteration
+),
+inherited AS (
+    SELECT run, iteration, list(rank ORDER BY rank) AS inherited_ranks, min(rank) AS first_inherited
+    FROM classified
+    WHERE kind_of = 'inherited'
+    GROUP BY run, iteration
+),
+steps AS (
+    SELECT run, iteration,
+           count(*) AS anomalous_ranks,
+           min(CASE WHEN kind_of = 'origin' AND traced THEN rank END) AS traced_origin,
+           min(CASE WHEN kind_of = 'origin' THEN rank END) AS any_origin
+    FROM classified
     GROUP BY run, iteration
 ),
 own AS (  -- the origin of each step that has one; the run's first anomalous step always has one
-    SELECT *,
-           coalesce(traced_origin, any_origin,
-                    CASE WHEN iteration = min(iteration) OVER (PARTITION BY run) THEN first_inherited END)
-               AS origin_rank,
-           CASE WHEN traced_origin IS NOT NULL THEN traced_born
-                WHEN any_origin IS NOT NULL THEN any_born
-                WHEN iteration = min(iteration) OVER (PARTITION BY run) THEN inherited_born END AS born,
-           traced_origin IS NULL AND any_origin IS NULL AS unseen
-    FROM steps
+    SELECT s.run, s.iteration, s.anomalous_ranks,
+           coalesce(s.traced_origin, s.any_origin,
+                    CASE WHEN s.iteration = min(s.iteration) OVER (PARTITION BY s.run)
+                         THEN i.first_inherited END) AS origin_rank,
+           s.traced_origin IS NULL AND s.any_origin IS NULL AS unseen
+    FROM steps s
+    LEFT JOIN inherited i ON i.run = s.run AND i.iteration IS NOT DISTINCT FROM s.iteration
 ),
-dated AS (  -- for a step without an origin of its own, the latest earlier step of the run with one
-    SELECT *,
-           CASE WHEN origin_rank IS NULL AND iteration IS NOT NULL
-                THEN last_value(CASE WHEN origin_rank IS NOT NULL
-                                     THEN {'iteration': iteration, 'origin_rank': origin_rank, 'born': born}
-                                     END IGNORE NULLS)
-                         OVER (PARTITION BY run ORDER BY iteration NULLS LAST
-                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) END AS prior
-    FROM own
+born AS (
+    SELECT o.run, o.iteration, o.origin_rank, o.unseen, c.op_type, c.op_name, c.io, c.slot, c.nan_count,
+           c.neg_inf_count, c.pos_inf_count, c.source_file, c.source_line, c.source_code,
+           c.collective IS NOT NULL AS in_collective
+    FROM own o
+    JOIN classified c
+      ON c.run = o.run AND c.iteration IS NOT DISTINCT FROM o.iteration AND c.rank = o.origin_rank
+),
+earlier AS (  -- for a step without an origin of its own, the latest earlier step of the run with one
+    SELECT o.run, o.iteration, max(p.iteration) AS born_at
+    FROM own o
+    JOIN born p ON p.run = o.run AND p.iteration < o.iteration
+    WHERE o.origin_rank IS NULL
+    GROUP BY o.run, o.iteration
+),
+seconds AS (
+    SELECT c.run, c.iteration,
+           list({'rank': c.rank, 'op_name': c.op_name, 'source_file': c.source_file,
+                 'source_line': c.source_line} ORDER BY c.rank) AS second_origins
+    FROM classified c
+    JOIN own o ON o.run = c.run AND o.iteration IS NOT DISTINCT FROM c.iteration
+    WHERE c.kind_of = 'origin' AND c.rank <> o.origin_rank
+    GROUP BY c.run, c.iteration
 )
-SELECT run, iteration,
-       CASE WHEN origin_rank IS NOT NULL THEN iteration ELSE prior.iteration END AS origin_iteration,
-       origin_rank IS NOT NULL AND iteration IS NOT NULL AS new_origin,
-       coalesce(origin_rank, prior.origin_rank) AS origin_rank,
-       coalesce(born.op_type, prior.born.op_type) AS op_type,
-       coalesce(born.op_name, prior.born.op_name) AS op_name,
-       coalesce(born.io, prior.born.io) AS io, coalesce(born.slot, prior.born.slot) AS slot,
-       coalesce(born.nan_count, prior.born.nan_count) AS nan_count,
-       coalesce(born.neg_inf_count, prior.born.neg_inf_count) AS neg_inf_count,
-       coalesce(born.pos_inf_count, prior.born.pos_inf_count) AS pos_inf_count,
-       coalesce(born.source_file, prior.born.source_file) AS source_file,
-       coalesce(born.source_line, prior.born.source_line) AS source_line,
-       coalesce(born.source_code, prior.born.source_code) AS source_code,
-       CASE WHEN origin_rank IS NOT NULL AND unseen
-                THEN 'inputs already non-finite at the run''s first anomalous step: born in an '
-                     || 'operator the dump does not show'
-            WHEN origin_rank IS NOT NULL AND born.in_collective
-                THEN 'inputs finite on every rank, collective output non-finite'
-            WHEN origin_rank IS NOT NULL THEN 'inputs finite, output non-finite'
-            WHEN prior IS NOT NULL
+SELECT o.run, o.iteration,
+       coalesce(b.iteration, pb.iteration) AS origin_iteration,
+       b.iteration IS NOT NULL AS new_origin,
+       coalesce(b.origin_rank, pb.origin_rank) AS origin_rank,
+       coalesce(b.op_type, pb.op_type) AS op_type,
+       coalesce(b.op_name, pb.op_name) AS op_name,
+       coalesce(b.io, pb.io) AS io, coalesce(b.slot, pb.slot) AS slot,
+       coalesce(b.nan_count, pb.nan_count) AS nan_count,
+       coalesce(b.neg_inf_count, pb.neg_inf_count) AS neg_inf_count,
+       coalesce(b.pos_inf_count, pb.pos_inf_count) AS pos_inf_count,
+       coalesce(b.source_file, pb.source_file) AS source_file,
+       coalesce(b.source_line, pb.source_line) AS source_line,
+       coalesce(b.source_code, pb.source_code) AS source_code,
+       CASE WHEN b.unseen THEN 'inputs already non-finite at the run''s first anomalous step: born in an '
+                                || 'operator the dump does not show'
+            WHEN b.in_collective THEN 'inputs finite on every rank, collective output non-finite'
+            WHEN b.origin_rank IS NOT NULL THEN 'inputs finite, output non-finite'
+            WHEN pb.origin_rank IS NOT NULL
                 THEN 'state already non-finite at the step''s start: origin at step '
-                     || CAST(prior.iteration AS VARCHAR)
+                     || CAST(pb.iteration AS VARCHAR)
             ELSE 'inputs already non-finite, no earlier step with an origin' END AS reason,
-       reached, inherited_ranks,
-       CASE WHEN origin_rank IS NOT NULL
-                 AND len(list_filter(origins, lambda o: o.rank <> origin_rank)) > 0
-            THEN list_filter(origins, lambda o: o.rank <> origin_rank) END AS second_origins,
-       anomalous_ranks
-FROM dated;
+       r.reached, i.inherited_ranks, s.second_origins, o.anomalous_ranks
+FROM own o
+LEFT JOIN born b ON b.run = o.run AND b.iteration IS NOT DISTINCT FROM o.iteration
+LEFT JOIN earlier e ON e.run = o.run AND e.iteration IS NOT DISTINCT FROM o.iteration
+LEFT JOIN born pb ON pb.run = e.run AND pb.iteration = e.born_at
+LEFT JOIN reached r ON r.run = o.run AND r.iteration IS NOT DISTINCT FROM o.iteration
+LEFT JOIN inherited i ON i.run = o.run AND i.iteration IS NOT DISTINCT FROM o.iteration
+LEFT JOIN seconds s ON s.run = o.run AND s.iteration IS NOT DISTINCT FROM o.iteration;
