@@ -113,10 +113,13 @@ def main(argv: list[str] | None = None) -> int:
         f"(target <= {TARGET}x)."
     )
     print(
-        "\n`nan_origin` scans the anomalous statistics once (first_anomaly scans them once too, and adds the "
-        "spread of each step and the operators feeding the answer); `communication_ops` is stored in the "
-        "snapshot's views database (catalog/views.py STORED_VIEWS), so joining the collectives costs a "
-        "small table, not a second scan of `stats`."
+        "\n`nan_origin` is two parts: `nan_origin_ranks`, one row per rank and step with an anomaly (its "
+        "first anomaly, the collective call it is an output of, the ranks it received it from), which "
+        "reads the anomalous statistics and `communication_ops` and depends on the snapshot alone, so "
+        "the snapshot's views database stores it (catalog/views.py STORED_VIEWS) like "
+        "`communication_ops`; and the step's answer from those few rows (the origin, the ranks it reached, "
+        "the step an inherited anomaly points back to). `first_anomaly` reads the anomalous statistics at "
+        "query time."
     )
     return 0
 

@@ -82,8 +82,12 @@ def define_views(
 # `communication_ops` (the collective calls, numbered per step) is the same kind: `nan_origin` joins
 # it to one row per rank and step, and computing it scans `stats` a second time; stored, `nan_origin`
 # costs about what `first_anomaly` does (bench/bench_nan_origin.py), and the views database pays one
-# scan of `stats` for the collectives' operator types when it is made.
-STORED_VIEWS = ("op_feeders", "communication_ops")
+# scan of `stats` for the collectives' operator types when it is made. `nan_origin_ranks` (each
+# rank's first anomaly per step, classified as origin, received or inherited, with the ranks it
+# came from) is what `nan_origin` computes before its per-step answer: its joins and windows over
+# the anomalous rows and the collectives were ~70 % of the query; stored (~20 ms when the database is
+# made, 64 ranks), `nan_origin` answers each step from a few rows (bench/bench_nan_origin.py).
+STORED_VIEWS = ("op_feeders", "communication_ops", "nan_origin_ranks")
 
 VIEWS_FOLDER = "views"  # in the catalog folder: one small database of view definitions per snapshot
 VIEWS_ALIAS = "dumpcat"  # the name a connection attaches it under (its current database)

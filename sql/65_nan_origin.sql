@@ -119,7 +119,13 @@ LEFT JOIN args a
 --     earlier step of the run that has one, whose origin it repeats.
 -- Statistics without counts (msprobe's dump.json: has_nan from Max/Min/Mean) still decide all of
 -- this; only the nan/inf counts are NULL.
-CREATE OR REPLACE VIEW nan_origin AS
+--
+-- It is computed in two parts. `nan_origin_ranks` is the per-rank summary: one row per run, rank and
+-- step with an anomaly, its first anomaly, the state it is in (`kind_of`: origin, received, inherited),
+-- the ranks it received it from and whether it sent it to a received rank (`traced`). It depends on
+-- the snapshot alone, so a snapshot's views database stores it (catalog/views.py STORED_VIEWS), like
+-- `communication_ops`; `nan_origin` then answers each step from those few rows.
+CREATE OR REPLACE VIEW nan_origin_ranks AS
 WITH comm AS MATERIALIZED (
     SELECT run, rank, iteration, graph_id, op_name, timestamp_us, end_timestamp_us, collective, kind,
            instance, src, dst, input_nonfinite
@@ -180,6 +186,21 @@ classified AS (  -- a collective whose inputs were finite everywhere made the Na
 senders_of AS (  -- ranks some received rank got it from
     SELECT DISTINCT run, iteration, from_rank AS rank
     FROM sender_rows
+)
+SELECT c.run, c.rank, c.iteration, c.kind_of, t.rank IS NOT NULL AS traced, c.collective, c.instance,
+       c.from_ranks, c.op_type, c.op_name, c.io, c.slot, c.nan_count, c.neg_inf_count, c.pos_inf_count,
+       c.source_file, c.source_line, c.source_code
+FROM classified c
+LEFT JOIN senders_of t
+       ON t.run = c.run AND t.iteration IS NOT DISTINCT FROM c.iteration AND t.rank = c.rank;
+
+-- The step's answer from the per-rank rows: reached and inherited ranks, the origin (the lowest
+-- origin rank some received rank traces back to, else the lowest origin rank, else on the run's
+-- first anomalous step the lowest inherited rank), and for a step without one the latest earlier
+-- step of the run with one.
+CREATE OR REPLACE VIEW nan_origin AS
+WITH classified AS (
+    SELECT * FROM nan_origin_ranks
 ),
 reached AS (
     SELECT run, iteration,
@@ -196,14 +217,12 @@ inherited AS (
     GROUP BY run, iteration
 ),
 steps AS (
-    SELECT c.run, c.iteration,
+    SELECT run, iteration,
            count(*) AS anomalous_ranks,
-           min(CASE WHEN c.kind_of = 'origin' AND t.rank IS NOT NULL THEN c.rank END) AS traced_origin,
-           min(CASE WHEN c.kind_of = 'origin' THEN c.rank END) AS any_origin
-    FROM classified c
-    LEFT JOIN senders_of t
-           ON t.run = c.run AND t.iteration IS NOT DISTINCT FROM c.iteration AND t.rank = c.rank
-    GROUP BY c.run, c.iteration
+           min(CASE WHEN kind_of = 'origin' AND traced THEN rank END) AS traced_origin,
+           min(CASE WHEN kind_of = 'origin' THEN rank END) AS any_origin
+    FROM classified
+    GROUP BY run, iteration
 ),
 own AS (  -- the origin of each step that has one; the run's first anomalous step always has one
     SELECT s.run, s.iteration, s.anomalous_ranks,
