@@ -108,6 +108,23 @@ def shown(cmd: list[str], ctx: suite.Context) -> str:
     return shlex.join(parts)
 
 
+def scrubbed(text: str, ctx: suite.Context) -> str:
+    """`text` (what a benchmark printed) without this machine's paths: the work folder, the real
+    tree, msprobe, the earlier checkout and the checkout itself by the names `shown` gives them (a
+    report that prints its scratch folder wrote a temporary folder of this machine into the docs)."""
+    named = [
+        (ctx.workdir, "WORKDIR"),
+        (ctx.real_tree, "REAL_TREE"),
+        (ctx.msprobe, "MSPROBE"),
+        (ctx.before, "BEFORE"),
+    ]
+    for value, name in sorted(
+        ((str(v), n) for v, n in named if v and str(v) not in (".", "/")), key=lambda x: -len(x[0])
+    ):
+        text = text.replace(value, name)
+    return text.replace(str(ROOT) + "/", "")
+
+
 def parse_output(stdout: str) -> tuple[list[tuple[str, str, str, str]], str]:
     """The BENCH-SUMMARY rows and the report of a script's standard output. Without a BENCH-REPORT
     line the whole output is the report, shown as preformatted text."""
@@ -150,7 +167,7 @@ def run_one(bench: suite.Benchmark, ctx: suite.Context, quick: bool, timeout: fl
             code = None
     outcome.seconds = time.monotonic() - start
     outcome.load = (start_load, os.getloadavg()[0])
-    stdout = out_path.read_text(errors="replace")
+    stdout = scrubbed(out_path.read_text(errors="replace"), ctx)
     outcome.rows, outcome.report = parse_output(stdout)
     if code != 0:
         outcome.failed = True

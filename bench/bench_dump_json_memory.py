@@ -8,7 +8,7 @@ process) and with the default workers, and reports its wall time and peak RSS: t
 (a checkout of another version, e.g. `git archive` of the commit before), the same runs of that
 version are interleaved with this one's, and the ratios printed.
 
-    python bench/bench_dump_json_memory.py --baseline /tmp/before
+    python bench/bench_dump_json_memory.py --baseline BEFORE_DIR
     python bench/bench_dump_json_memory.py --entries 50000 --repeat 1
 """
 

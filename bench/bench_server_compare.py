@@ -1,7 +1,7 @@
 """Containment cost: `dumpcat serve` now vs. an earlier checkout vs. in-process DuckDB, interleaved.
 
-    git worktree add /tmp/before <commit>        # e.g. the last commit before the contained server
-    python bench/bench_server_compare.py --before /tmp/before [--rounds 6] [--slice 1.5]
+    git worktree add BEFORE_DIR <commit>       # e.g. the last commit before the contained server
+    python bench/bench_server_compare.py --before BEFORE_DIR [--rounds 6] [--slice 1.5]
 
 Builds a catalog from the committed nan_log dump, starts the earlier checkout's server and this
 one's as separate processes on it, and measures queries/s and p95 latency of a point lookup and

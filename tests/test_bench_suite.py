@@ -174,3 +174,18 @@ def test_every_benchmarks_command_line_fills_its_placeholders(name, tmp_path):
         cmd = suite.command(suite.BY_NAME[name], ctx, quick, sys.executable)
         assert not any("{" in arg for arg in cmd), cmd
         assert cmd[1] == str(BENCH / f"{name}.py")
+
+
+def test_reports_are_written_without_this_machines_paths(tmp_path):
+    """A report that prints its scratch folder, the real tree or the checkout gets the names the
+    command lines get (a temporary folder of the machine that ran it once reached the docs)."""
+    ctx = suite.Context(
+        real_tree=str(tmp_path / "tree"), msprobe=str(tmp_path / "venv/bin/msprobe"), workdir=tmp_path
+    )
+    printed = (
+        f"| workdir | {tmp_path}/bench_core |\nout_dir={tmp_path}/x\ntree {tmp_path}/tree, "
+        f"{tmp_path}/venv/bin/msprobe, {runner.ROOT}/bench/x.py"
+    )
+    text = runner.scrubbed(printed, ctx)
+    assert str(tmp_path) not in text and str(runner.ROOT) not in text
+    assert text == "| workdir | WORKDIR/bench_core |\nout_dir=WORKDIR/x\ntree REAL_TREE, MSPROBE, bench/x.py"
