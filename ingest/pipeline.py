@@ -530,11 +530,10 @@ class Ingester:
                 # every file is counted (the last leaves' are read by the flush): the walk's count is
                 # the total now, should the tree have changed since the caller counted it
                 self.on_total(self.summary.files_seen)
+                # (the last flush stops the idle helpers before its commit, the ingest's peak)
                 self.flush(last=True)
-                # The walk is done: idle helpers give their memory back before the last merge (the
-                # ingest's peak), and so does what only the walk needed (finish_run hands the
-                # freed memory back to the system first).
-                stop_idle_helpers()
+                # what only the walk needed goes too, before a merge that finish_run may still
+                # have to do (it hands the freed memory back to the system first)
                 self._drop_walk_state()
                 self.store.finish_run(self.run, on_phase=self.on_phase)
         finally:

@@ -256,10 +256,7 @@ def seal_flat_dir(
     from ingest.storage.nonfinite import write_nonfinite
 
     if flat == "tensors":
-        if sort_index:
-            write_sorted_index(fdir / DATA_FILE, fdir / INDEX_FILE)
-        else:
-            write_index(fdir / DATA_FILE, fdir / INDEX_FILE)
+        write_index(fdir / DATA_FILE, fdir / INDEX_FILE, sort=sort_index)
     elif flat == "stats":
         write_nonfinite(fdir, con)
     for name in os.listdir(fdir):
@@ -276,35 +273,28 @@ def seal_flat_dir(
     }
 
 
-def write_index(data: Path, path: Path) -> None:
-    """The location columns of a tensors file, in its order (by row id), as Arrow IPC batches."""
+def write_index(data: Path, path: Path, *, sort: bool = False) -> None:
+    """The location columns of a tensors file as Arrow IPC batches, in its order (by row id);
+    `sort`: an interim file's rows are not in row-id order, so its few columns (one batch's,
+    ~50,000 rows) are read whole and sorted (a sidecar is searched by bisection)."""
     import pyarrow.parquet as pq
 
     source = pq.ParquetFile(str(data))
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, INDEX_SCHEMA) as out:
-        for batch in source.iter_batches(batch_size=_INDEX_BATCH_ROWS, columns=INDEX_SCHEMA.names):
-            out.write_batch(pa.RecordBatch.from_arrays(
-                [_as_type(batch.column(name), INDEX_SCHEMA.field(name).type) for name in INDEX_SCHEMA.names],
-                schema=INDEX_SCHEMA,
-            ))  # fmt: skip
-
-
-def write_sorted_index(data: Path, path: Path) -> None:
-    """The location columns of an unsorted (interim) tensors file, sorted by row id: a sidecar
-    is searched by bisection. Its columns are a few per row (one batch's: ~50,000 rows)."""
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(str(data), columns=INDEX_SCHEMA.names)
-    table = pa.Table.from_arrays(
-        [
-            _as_type(table.column(name).combine_chunks(), INDEX_SCHEMA.field(name).type)
-            for name in INDEX_SCHEMA.names
-        ],
-        schema=INDEX_SCHEMA,
+    batches = source.iter_batches(batch_size=_INDEX_BATCH_ROWS, columns=INDEX_SCHEMA.names)
+    typed = (
+        pa.RecordBatch.from_arrays(
+            [_as_type(batch.column(name), INDEX_SCHEMA.field(name).type) for name in INDEX_SCHEMA.names],
+            schema=INDEX_SCHEMA,
+        )
+        for batch in batches
     )
-    table = table.take(table.column("row_id").to_numpy().argsort(kind="stable"))
+    if sort:
+        table = pa.Table.from_batches(list(typed), schema=INDEX_SCHEMA)
+        typed = table.take(table.column("row_id").to_numpy().argsort(kind="stable")).to_batches(
+            max_chunksize=_INDEX_BATCH_ROWS
+        )
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, INDEX_SCHEMA) as out:
-        for batch in table.to_batches(max_chunksize=_INDEX_BATCH_ROWS):
+        for batch in typed:
             out.write_batch(batch)
 
 
