@@ -248,11 +248,11 @@ def test_a_flat_write_gives_its_memory_back_before_its_index_is_read(wide, monke
     still_held: list[float] = []
     real_write_index = flat.write_index
 
-    def write_index_after_measuring(data: Path, index: Path) -> None:
+    def write_index_after_measuring(data: Path, index: Path, **kw) -> None:
         held = _anonymous_mib()
         writer.release_buffers()
         still_held.append(held - _anonymous_mib())
-        real_write_index(data, index)
+        real_write_index(data, index, **kw)
 
     monkeypatch.setattr(flat, "write_index", write_index_after_measuring)
     try:
