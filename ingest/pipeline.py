@@ -231,7 +231,7 @@ class Ingester:
         # ingest_errors row, never an allocation. None: DUMPCAT_MAX_METADATA_SIZE, else the defaults.
         self.options = IngestOptions(
             run=run, row_id_of=TensorIdHasher(run), caps=MetadataCaps.parse(max_metadata_size),
-            compute_stats=compute_stats, workers=workers,
+            compute_stats=compute_stats, workers=workers, md5=md5,
         )  # fmt: skip
         self.store = store
         self.root = dump_root
@@ -357,6 +357,19 @@ class Ingester:
             self.pending.stat_ids.extend(
                 table.column("row_id").to_pylist() if needs_stats is None else needs_stats
             )
+
+    def add_computed_stats(self, table: pa.Table, failed: list[tuple[str, str]]) -> None:
+        """Queue `tensor_stats` rows computed while the tensors were scanned (leaf_scan), for
+        tensors queued with no `needs_stats`, and an error row for each (rel_path, reason) of
+        `failed`, whose data could not be read."""
+        if table.num_rows:
+            self.pending.add_table("tensor_stats", table)
+            self.summary.computed_stats += table.num_rows
+        if failed:
+            from ingest.statistics.rows import stats_error_rows
+
+            self.pending.add_table("ingest_errors", stats_error_rows(self.run, failed))
+            self.summary.errors += len(failed)
 
     def add_stat_chunk(self, table: pa.Table) -> None:
         """Queue a chunk of a statistics file's rows (`stat_rows`)."""
@@ -644,8 +657,11 @@ class Ingester:
         if tensors is not None:
             tables["tensors"] = tensors
             stats = self._computed_stats_table(tensors)  # may add ingest_errors rows
-            if stats is not None:
-                tables["tensor_stats"] = stats
+            scanned = self._pending_table("tensor_stats")  # computed by the scan (add_computed_stats)
+            if stats is not None and scanned is not None:
+                stats = concat_pending([scanned, stats])
+            if stats is not None or scanned is not None:
+                tables["tensor_stats"] = stats if stats is not None else scanned
         for name in TABLES:
             if name not in ("tensors", "tensor_stats") and (table := self._pending_table(name)) is not None:
                 tables[name] = table
@@ -717,6 +733,9 @@ class ReaderSink:
         self, table: pa.Table, needs_stats: Iterable[int] | None = None, *, new_files: int = 0
     ) -> None:
         self._ingester.add_tensor_table(table, needs_stats, new_files=new_files)
+
+    def add_computed_stats(self, table: pa.Table, failed: list[tuple[str, str]]) -> None:
+        self._ingester.add_computed_stats(table, failed)
 
     def add_stat_chunk(self, table: pa.Table) -> None:
         self._ingester.add_stat_chunk(table)

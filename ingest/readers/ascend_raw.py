@@ -329,6 +329,13 @@ class RawLeafFiles(LeafFiles):
         """scan_raw_files returns Arrow already (its helpers decode raw headers with pyarrow)."""
         return scanned
 
+    def scan_args(self) -> tuple:
+        return ()  # (statistics of raw tensors are computed at the flush: they are decoded first)
+
+    @staticmethod
+    def scanned_stats(scanned: tuple[pa.Table, list[str]], table: pa.Table) -> None:
+        return None
+
     def is_scanned(self, name: str) -> bool:
         if name.endswith(".npy"):
             return self.is_tensor_npy(name)
@@ -340,14 +347,16 @@ class RawLeafFiles(LeafFiles):
         prev = self.sink.previous(rel)
         return prev is not None and prev[3] == "ok"
 
-    def add_scanned_tensors(self, table: pa.Table, matched: set[int]) -> None:
+    def add_scanned_tensors(
+        self, table: pa.Table, matched: set[int], computed=(), computed_ids=frozenset()
+    ) -> None:
         import pyarrow.compute as pc
 
         is_raw = pc.equal(table.column("name_era"), "raw")
         if not pc.any(is_raw).as_py():
-            super().add_scanned_tensors(table, matched)
+            super().add_scanned_tensors(table, matched, computed, computed_ids)
             return
-        super().add_scanned_tensors(table.filter(pc.invert(is_raw)), matched)
+        super().add_scanned_tensors(table.filter(pc.invert(is_raw)), matched, computed, computed_ids)
         self.raw_files.add_scanned(table.filter(is_raw))
 
 

@@ -10,6 +10,12 @@ what bounds an ingest of millions of files.
 Only files that are complete and well-formed become rows here. Every other file (a name that
 fits no pattern, an unreadable or truncated npy) is handed back as *irregular*: the caller judges
 it with its full rules (live ingest may wait for it, a one-shot ingest records an error).
+
+A one-shot ingest that computes statistics has them computed here too, for the rows of a directory
+without a statistic.csv (`stats_md5`): the helper has just read the file's header and knows where
+its data is, so the data is read while the walk goes on, on every core, instead of in a pass of its
+own after the walk (the real MindSpore tree: 2.3 s -> see docs/benchmarks.md, real_tree). The
+values are those `compute_stats_many` gives (the same kernel, the same jobs).
 """
 
 from __future__ import annotations
@@ -32,8 +38,13 @@ LeafContext = tuple[str, int, str, int, int | None, str]
 # file names, and for each the original name from mapping.csv (or None).
 LeafChunk = tuple[LeafContext, str, str, list[str], list[str | None]]
 # A chunk scanned: its context, its well-formed files' values per column of _FILE_COLUMNS (empty
-# when there are none), and the names of the other files.
-ScannedColumns = tuple[LeafContext, list[tuple], list[str]]
+# when there are none), the names of the other files, and the statistics of the well-formed ones
+# when they were computed (`ScannedStats`), else None.
+ScannedColumns = tuple[LeafContext, list[tuple], list[str], "ScannedStats | None"]
+# Statistics of a chunk's rows: for each row whether it has them, their values per column of
+# STAT_VALUE_FIELDS for the rows that do (encoded as the row columns are), and (row index, reason)
+# of the rows whose data could not be read.
+ScannedStats = tuple[bytes, list["EncodedColumn"], list[tuple[int, str]]]
 
 _CONSTANT_COLUMNS = ("run", "rank", "net", "graph_id", "iteration", "dir_kind")
 # Columns filled per file, in the order of the row tuples built below.
@@ -61,9 +72,11 @@ def scan_tensor_files(batch: list[LeafChunk]) -> list[tuple[pa.Table, list[str]]
     return [columns_table(scanned) for scanned in scan_tensor_columns(batch)]
 
 
-def scan_tensor_columns(batch: list[LeafChunk]) -> list[ScannedColumns]:
+def scan_tensor_columns(batch: list[LeafChunk], stats_md5: bool | None = None) -> list[ScannedColumns]:
     """`scan_tensor_files` without pyarrow (what helpers run): for each chunk, its rows as
-    columns of Python values, and the names of its irregular files."""
+    columns of Python values, and the names of its irregular files; with `stats_md5` (not None:
+    whether an md5 is computed too), the statistics of the rows of a directory that has no
+    statistic.csv (whose rows would be its tensors' statistics)."""
     out: list[ScannedColumns] = []
     for ctx, dir_path, rel_dir, names, originals in batch:
         rows = []
@@ -95,13 +108,38 @@ def scan_tensor_columns(batch: list[LeafChunk]) -> list[ScannedColumns]:
                     stored, header.shape, header.data_offset, nbytes, size, tn.era,
                 )
             )  # fmt: skip
+        stats = None
+        if rows and stats_md5 is not None and not os.path.exists(dir_prefix + "statistic.csv"):
+            stats = _scanned_stats(rows, dir_prefix, stats_md5)
         columns = zip(_FILE_KINDS, zip(*rows, strict=True), strict=True) if rows else ()
-        out.append((ctx, [_encode(kind, values) for kind, values in columns], irregular))
+        out.append((ctx, [_encode(kind, values) for kind, values in columns], irregular, stats))
     return out
 
 
+def _scanned_stats(rows: list[tuple], dir_prefix: str, md5: bool) -> ScannedStats:
+    """Statistics of scanned rows (tuples of _FILE_COLUMNS), as `compute_stats_many` computes
+    those of the same `tensors` rows: the same job of each (an npy file's data is in host layout,
+    so no device format or host shape), through the same batch function."""
+    from ingest.statistics.kernel import compute_stats_batch
+    from ingest.storage.schema import STAT_VALUE_FIELDS
+
+    jobs = [(row[0], dir_prefix + row[2], row[16], row[14], row[15], row[12], None) for row in rows]
+    ok = bytearray(len(rows))
+    values: list[tuple] = []
+    errors: list[tuple[int, str]] = []
+    for i, (_, stats, error) in enumerate(compute_stats_batch(jobs, md5)):
+        if error is not None:
+            errors.append((i, error))
+            continue
+        ok[i] = 1
+        values.append(tuple(stats.get(name) for name, _ in STAT_VALUE_FIELDS))
+    kinds = [_STAT_KINDS[str(type_)] for _, type_ in STAT_VALUE_FIELDS]
+    columns = [_encode(kind, column) for kind, column in zip(kinds, zip(*values, strict=True), strict=True)]
+    return bytes(ok), columns if values else [], errors
+
+
 # How each of _FILE_COLUMNS travels from a helper: as the buffers of its Arrow array (q: int64,
-# i: int32, s: string, l: list of int64), built with the standard library's `array` (helpers
+# i: int32, d: float64, s: string, l: list of int64), built with the standard library's `array` (helpers
 # import neither pyarrow nor numpy), wrapped by the ingesting process without a copy
 # (`pa.Array.from_buffers`). Converting Python values there instead (`pa.array(list)`) was a third
 # of its walk (10^5 tensors: ~0.4 s of ~1.2 s), and pyarrow's first conversion of Python values
@@ -111,6 +149,7 @@ _FILE_KINDS = (
     "q", "q", "s", "i", "s", "s", "s", "l",
     "q", "q", "q", "s",
 )  # fmt: skip
+_STAT_KINDS = {"double": "d", "int64": "q", "string": "s"}  # STAT_VALUE_FIELDS' types
 # An encoded column: (kind, rows, validity bitmap or None, offsets or None, data), buffers as bytes.
 EncodedColumn = tuple[str, int, "bytes | None", "bytes | None", bytes]
 
@@ -130,7 +169,7 @@ def _encode(kind: str, values: tuple) -> EncodedColumn:
     """One column's values as the buffers of its Arrow array (see _FILE_KINDS)."""
     n = len(values)
     validity = _validity(values)
-    if kind in "qi":
+    if kind in "qid":
         filled = values if validity is None else [0 if v is None else v for v in values]
         return kind, n, validity, None, array(kind, filled).tobytes()
     if kind == "l":
@@ -153,7 +192,7 @@ def _decode(column: EncodedColumn, type_: pa.DataType) -> pa.Array:
 
     kind, n, validity, offsets, data = column
     mask = None if validity is None else pa.py_buffer(validity)
-    if kind in "qi":
+    if kind in "qid":
         return pa.Array.from_buffers(type_, n, [mask, pa.py_buffer(data)])
     if kind == "l":
         values = pa.Array.from_buffers(pa.int64(), len(data) // 8, [None, pa.py_buffer(data)])
@@ -167,7 +206,7 @@ def columns_table(scanned: ScannedColumns) -> tuple[pa.Table, list[str]]:
 
     from ingest.storage.schema import TENSORS
 
-    ctx, values, irregular = scanned
+    ctx, values, irregular, _ = scanned
     if not values:
         return TENSORS.empty_table(), irregular
     n = values[0][1]
@@ -184,6 +223,26 @@ def columns_table(scanned: ScannedColumns) -> tuple[pa.Table, list[str]]:
             )
             arrays.append(_repeated(value, n, field.type))
     return pa.Table.from_arrays(arrays, schema=TENSORS), irregular
+
+
+def stats_table(scanned: ScannedColumns, tensors: pa.Table) -> tuple[pa.Table, list[tuple[str, str]]] | None:
+    """The `tensor_stats` rows a scan computed for the chunk whose `tensors` rows are `tensors`
+    (`columns_table`), as `computed_stats_rows` makes them (the keys from the tensors rows, the
+    values from the data), and (rel_path, reason) of the rows whose data could not be read; None
+    when the scan computed none."""
+    import pyarrow as pa
+
+    from ingest.statistics.rows import STAT_VALUES, stats_rows_of
+
+    if scanned[3] is None:
+        return None
+    ok, columns, errors = scanned[3]
+    if errors:
+        rels = tensors.column("rel_path").to_pylist()
+        tensors = tensors.filter(pa.array([flag == 1 for flag in ok], pa.bool_()))
+    arrays = [_decode(column, field.type) for column, field in zip(columns, STAT_VALUES, strict=True)]
+    values = pa.Table.from_arrays(arrays, schema=STAT_VALUES) if arrays else STAT_VALUES.empty_table()
+    return stats_rows_of(tensors, values), [(rels[i], reason) for i, reason in errors]
 
 
 def _repeated(value: object, n: int, type_: pa.DataType) -> pa.Array:

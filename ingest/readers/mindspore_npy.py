@@ -40,7 +40,7 @@ from ingest.formats.npy_header import NpyHeaderError, read_npy_header, stored_as
 from ingest.helper_pool import resolve_task, resolve_workers, run_ordered
 from ingest.ids import stat_row_ids
 from ingest.readers.base import Detection, Place, Reader, first_file
-from ingest.readers.leaf_scan import LeafChunk, ScannedColumns, columns_table
+from ingest.readers.leaf_scan import LeafChunk, ScannedColumns, columns_table, stats_table
 from ingest.readers.rank_layout import RANK_LAYOUT, RankLayoutWalker, rank_root
 from ingest.readers.sink import IngestSink
 from ingest.storage.schema import TABLES, conform
@@ -76,6 +76,10 @@ class _Leaf:
     known_names: list[str] = field(default_factory=list)  # .npy files cataloged before
     tables: list[pa.Table] = field(default_factory=list)  # scanned rows
     irregular: list[str] = field(default_factory=list)  # scanned files to judge one by one
+    # statistics the scan computed: (tensor_stats rows, (rel_path, reason) of failures) per chunk,
+    # and the row ids they are of
+    stats: list[tuple[pa.Table, list[tuple[str, str]]]] = field(default_factory=list)
+    stats_ids: set[int] = field(default_factory=set)
     unread: int = 0  # listed files the progress bar has not been advanced by (sink.files_read)
 
 
@@ -121,6 +125,20 @@ class LeafFiles:
         helpers send columns of Python values, not Arrow (they do not import pyarrow)."""
         return columns_table(scanned)
 
+    def scan_args(self) -> tuple:
+        """What `scan_function` is called with after its batch: a one-shot ingest that computes
+        statistics has the scan compute them (the md5 option), as it reads the headers."""
+        options = self.sink.options
+        return (options.md5 if options.compute_stats and not options.live else None,)
+
+    @staticmethod
+    def scanned_stats(
+        scanned: ScannedColumns, table: pa.Table
+    ) -> tuple[pa.Table, list[tuple[str, str]]] | None:
+        """The statistics `scan_function` computed for one chunk whose `tensors` rows are `table`:
+        (tensor_stats rows, (rel_path, reason) of the rows it could not compute), or None."""
+        return stats_table(scanned, table)
+
     def is_scanned(self, name: str) -> bool:
         """Is this file of a leaf directory read by `scan_function` (else it is judged one by one)?"""
         return self.is_tensor_npy(name)
@@ -131,18 +149,34 @@ class LeafFiles:
         policy keeps this answer); a raw file is several, so a policy may ask the manifest."""
         return self.sink.is_known(self.sink.options.row_id_of(rel))
 
-    def add_scanned_tensors(self, table: pa.Table, matched: set[int]) -> None:
+    def add_scanned_tensors(
+        self,
+        table: pa.Table,
+        matched: set[int],
+        computed: list[tuple[pa.Table, list[tuple[str, str]]]] = (),  # type: ignore[assignment]
+        computed_ids: set[int] = frozenset(),  # type: ignore[assignment]
+    ) -> None:
         """Queue a leaf's scanned rows as they are (one file each); only the bookkeeping is per
-        row. Tensors `matched` by a statistic.csv row get no computed statistics. A policy whose
-        scan makes rows of other files (several per raw file) queues those its own way."""
+        row. Tensors `matched` by a statistic.csv row get no computed statistics; those of
+        `computed_ids` got them from the scan (`computed`), the others get them at the flush. A
+        policy whose scan makes rows of other files (several per raw file) queues those its own way."""
         n = table.num_rows
         if not n:
             return
         sink = self.sink
         needs_stats = None
-        if matched and sink.options.compute_stats:
-            needs_stats = [r for r in table.column("row_id").to_pylist() if r not in matched]
+        if (matched or computed_ids) and sink.options.compute_stats:
+            done = matched | computed_ids if matched else computed_ids
+            needs_stats = [r for r in table.column("row_id").to_pylist() if r not in done]
         sink.add_tensor_table(table, needs_stats, new_files=n)
+        for stats, failed in computed:
+            if matched:  # (a statistic.csv came after the scan looked for one: its rows win)
+                import pyarrow.compute as pc
+
+                stats = stats.filter(pc.invert(pc.is_in(stats.column("row_id"), pa.array(list(matched)))))
+                row_id_of = sink.options.row_id_of
+                failed = [(rel, reason) for rel, reason in failed if row_id_of(rel) not in matched]
+            sink.add_computed_stats(stats, failed)
         rels = table.column("rel_path").to_pylist()
         sink.judged(*rels)  # (live: files waited on are judged now)
         previous = sink.previous
@@ -289,24 +323,30 @@ class LeafEngine:
             owners.append(owner)
             sizes.append(sized)
         workers = resolve_workers(self.sink.options.workers)
+        args = self.files.scan_args()
         if workers > 1 and len(batches) > 1:
             # `workers` helpers scan; this process finishes leaves meanwhile (measured: faster than
             # scanning here too, which delays the finishing and starves the helpers).
             results = run_ordered(
-                self.files.scan_function, iter(batches), workers, caller_helps=False, slots=6
+                self.files.scan_function, iter(batches), workers, *args, caller_helps=False, slots=6
             )
         else:
             scan = resolve_task(self.files.scan_function)
-            results = (scan(b) for b in batches)
+            results = (scan(b, *args) for b in batches)
         # Finish each leaf as soon as its last chunk is back, while the helpers scan the next.
         finished = 0
         files_read = self.sink.files_read
         for owner, sized, result in zip(owners, sizes, results, strict=True):
             for index, n, scanned in zip(owner, sized, result, strict=True):
                 table, irregular = self.files.scanned_table(scanned)
-                queue[index].tables.append(table)
-                queue[index].irregular.extend(irregular)
-                queue[index].unread -= n
+                owner_leaf = queue[index]
+                owner_leaf.tables.append(table)
+                owner_leaf.irregular.extend(irregular)
+                owner_leaf.unread -= n
+                computed = self.files.scanned_stats(scanned, table)
+                if computed is not None:
+                    owner_leaf.stats.append(computed)
+                    owner_leaf.stats_ids.update(table.column("row_id").to_numpy().tolist())
             files_read(sum(sized))  # the bar moves a scan batch at a time
             upto = owner[-1] if owner else finished
             while finished < upto:
@@ -458,7 +498,7 @@ class LeafEngine:
             csv_young = by_name["statistic.csv"]
 
         if scanned:
-            self.files.add_scanned_tensors(scanned_table, matched)
+            self.files.add_scanned_tensors(scanned_table, matched, leaf.stats, leaf.stats_ids)
             for name in leaf.irregular:
                 if name not in by_name:  # gone since the scan (a one-shot ingest lists it again)
                     self.sink.file_error(

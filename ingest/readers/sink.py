@@ -36,6 +36,7 @@ class IngestOptions:
     caps: MetadataCaps  # the largest metadata file of each kind read whole (ingest/formats/limits.py)
     compute_stats: bool = True  # whether statistics are computed from tensor data
     workers: int | None = None  # helper processes (None: one per core, at most 8)
+    md5: bool = False  # statistics computed from tensor data include an md5 of the data
     live: bool = False  # a watcher's ingest: a file that may still be written is retried, not judged
     grace: float = 10.0  # live: seconds a file may stay incomplete before it is judged as it is
     settle: float = 1.0  # live: seconds a rewritten-once file (metadata, graphs) must be unchanged
@@ -133,6 +134,11 @@ class IngestSink(Protocol):
     ) -> None:
         """Queue `tensors` rows built as an Arrow table, read from `new_files` new files; as
         `add_tensor_rows` for the ids and statistics. The reader says which files it judged."""
+        ...
+
+    def add_computed_stats(self, table: pa.Table, failed: list[tuple[str, str]]) -> None:
+        """Queue `tensor_stats` rows computed while their tensors were scanned (tensors queued with
+        no `needs_stats`), and an error for each (rel_path, reason) of `failed`."""
         ...
 
     def add_stat_chunk(self, table: pa.Table) -> None:

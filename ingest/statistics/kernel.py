@@ -1024,6 +1024,12 @@ def _run_batch(batch: list[_JobTuple], md5: bool) -> list[_Result]:
     return out
 
 
+def compute_stats_batch(batch: list[_JobTuple], md5: bool = False) -> list[_Result]:
+    """Statistics of a few jobs in this process, as `compute_stats_many` gives them: for a caller
+    that already runs in a helper (a metadata scan that has just read the files' headers)."""
+    return _run_batch(batch, md5)
+
+
 def _job_tuple(job: StatJob) -> tuple[_JobTuple, int]:
     """The picklable form of a job and its data size; a malformed job is left for _run_batch to report."""
     try:

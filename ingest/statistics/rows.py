@@ -18,11 +18,11 @@ import pyarrow as pa
 from ingest.statistics.kernel import StatJob, compute_stats_many
 from ingest.storage.schema import ARROW_CHUNK_ROWS, STAT_VALUE_FIELDS, TABLES, rows_to_table
 
-__all__ = ["STATS_INPUT_COLUMNS", "computed_stats_rows"]
+__all__ = ["STATS_INPUT_COLUMNS", "STAT_VALUES", "computed_stats_rows", "stats_rows_of"]
 
 # `tensor_stats` = a tensor's keys (from its `tensors` row) + the statistics computed from its data.
 _KEY_COLUMNS = TABLES["tensor_stats"].names[: -len(STAT_VALUE_FIELDS)]
-_VALUES = pa.schema(STAT_VALUE_FIELDS)
+STAT_VALUES = pa.schema(STAT_VALUE_FIELDS)  # the values computed from a tensor's data
 _KEYS = pa.schema([TABLES["tensor_stats"].field(name) for name in _KEY_COLUMNS])
 _PROGRESS_STEP = 1024  # tensors between progress reports: a bar moves, its calls cost nothing
 _WHERE = ("row_id", "rel_path", "data_offset", "stored_dtype", "shape", "format", "host_shape")
@@ -61,20 +61,33 @@ def computed_stats_rows(
             step += _PROGRESS_STEP
         computed.append(error is None)
         if error is not None:
-            errors.append((run, cols[1][i], "tensor_stats", error, None, datetime.now(UTC)))
+            errors.append((cols[1][i], error))
             continue
-        rows.append(tuple(stats.get(k) for k in _VALUES.names))
+        rows.append(tuple(stats.get(k) for k in STAT_VALUES.names))
         if len(rows) >= ARROW_CHUNK_ROWS:  # as Arrow columns, a row takes a fraction of a tuple
-            chunks.append(rows_to_table(rows, _VALUES))
+            chunks.append(rows_to_table(rows, STAT_VALUES))
             rows = []
-    chunks.append(rows_to_table(rows, _VALUES))
+    chunks.append(rows_to_table(rows, STAT_VALUES))
     if on_progress is not None and computed:
         on_progress(len(computed) - (step - _PROGRESS_STEP))  # the rest
+    if not all(computed):
+        tensors = tensors.filter(pa.array(computed, pa.bool_()))
+    stats_table = stats_rows_of(tensors, pa.concat_tables(chunks))
+    return stats_table, stats_error_rows(run, errors) if errors else None
+
+
+def stats_rows_of(tensors: pa.Table, values: pa.Table) -> pa.Table:
+    """`tensor_stats` rows: the keys of each of `tensors` (their `tensors` rows) with the values
+    computed from its data (`values`, a row per tensor, in STAT_VALUES)."""
     keys = tensors.select(list(_KEY_COLUMNS))
     if not keys.schema.equals(_KEYS):  # dictionary-encoded while pending
         keys = keys.cast(_KEYS)
-    if not all(computed):
-        keys = keys.filter(pa.array(computed, pa.bool_()))
-    values = pa.concat_tables(chunks)
-    stats_table = pa.Table.from_arrays([*keys.columns, *values.columns], schema=TABLES["tensor_stats"])
-    return stats_table, rows_to_table(errors, TABLES["ingest_errors"]) if errors else None
+    return pa.Table.from_arrays([*keys.columns, *values.columns], schema=TABLES["tensor_stats"])
+
+
+def stats_error_rows(run: str, failed: list[tuple[str, str]]) -> pa.Table:
+    """`ingest_errors` rows of tensors whose statistics could not be computed: (rel_path, reason)."""
+    now = datetime.now(UTC)
+    return rows_to_table(
+        [(run, rel, "tensor_stats", reason, None, now) for rel, reason in failed], TABLES["ingest_errors"]
+    )
