@@ -108,23 +108,34 @@ def scan_tensor_columns(batch: list[LeafChunk], stats_md5: bool | None = None) -
                     stored, header.shape, header.data_offset, nbytes, size, tn.era,
                 )
             )  # fmt: skip
-        stats = None
-        if rows and stats_md5 is not None and not os.path.exists(dir_prefix + "statistic.csv"):
-            stats = _scanned_stats(rows, dir_prefix, stats_md5)
         columns = zip(_FILE_KINDS, zip(*rows, strict=True), strict=True) if rows else ()
-        out.append((ctx, [_encode(kind, values) for kind, values in columns], irregular, stats))
+        encoded = [_encode(kind, values) for kind, values in columns]
+        stats = None
+        if encoded and stats_md5 is not None and not os.path.exists(dir_prefix + "statistic.csv"):
+            stats = _scanned_stats(encoded, dir_prefix, stats_md5)
+        out.append((ctx, encoded, irregular, stats))
     return out
 
 
-def _scanned_stats(rows: list[tuple], dir_prefix: str, md5: bool) -> ScannedStats:
-    """Statistics of scanned rows (tuples of _FILE_COLUMNS), as `compute_stats_many` computes
-    those of the same `tensors` rows: the same job of each (an npy file's data is in host layout,
-    so no device format or host shape), through the same batch function."""
+def _scanned_stats(columns: list[EncodedColumn], dir_prefix: str, md5: bool) -> ScannedStats:
+    """Statistics of a chunk's scanned rows (`columns`, encoded as they travel), as
+    `compute_stats_many` computes those of the same `tensors` rows: the same job of each (an npy
+    file's data is in host layout, so no device format or host shape), the same batch function."""
     from ingest.statistics.kernel import compute_stats_batch
     from ingest.storage.schema import STAT_VALUE_FIELDS
 
-    jobs = [(row[0], dir_prefix + row[2], row[16], row[14], row[15], row[12], None) for row in rows]
-    ok = bytearray(len(rows))
+    at = _FILE_COLUMNS.index
+    row_ids, names, offsets, stored, shapes, formats = (
+        _values(columns[at(name)])
+        for name in ("row_id", "file_name", "data_offset", "stored_dtype", "shape", "format")
+    )
+    jobs = [
+        (row_id, dir_prefix + name, offset, dtype, shape, fmt, None)
+        for row_id, name, offset, dtype, shape, fmt in zip(
+            row_ids, names, offsets, stored, shapes, formats, strict=True
+        )
+    ]
+    ok = bytearray(len(jobs))
     values: list[tuple] = []
     errors: list[tuple[int, str]] = []
     for i, (_, stats, error) in enumerate(compute_stats_batch(jobs, md5)):
@@ -134,13 +145,34 @@ def _scanned_stats(rows: list[tuple], dir_prefix: str, md5: bool) -> ScannedStat
         ok[i] = 1
         values.append(tuple(stats.get(name) for name, _ in STAT_VALUE_FIELDS))
     kinds = [_STAT_KINDS[str(type_)] for _, type_ in STAT_VALUE_FIELDS]
-    columns = [_encode(kind, column) for kind, column in zip(kinds, zip(*values, strict=True), strict=True)]
-    return bytes(ok), columns if values else [], errors
+    encoded = [_encode(kind, column) for kind, column in zip(kinds, zip(*values, strict=True), strict=True)]
+    return bytes(ok), encoded if values else [], errors
+
+
+def _values(column: EncodedColumn) -> list:
+    """The Python values of an encoded column (the inverse of `_encode`)."""
+    kind, n, validity, offsets, data = column
+    if kind in "qid":
+        values = memoryview(data).cast(kind).tolist()
+    else:
+        ends = memoryview(offsets).cast("i").tolist()
+        if kind == "l":
+            dims = memoryview(data).cast("q").tolist()
+            values = [tuple(dims[ends[i] : ends[i + 1]]) for i in range(n)]
+        else:
+            text = data.decode("utf-8", "surrogateescape")
+            if len(text) == len(data):  # ASCII: character offsets are the byte offsets
+                values = [text[ends[i] : ends[i + 1]] for i in range(n)]
+            else:
+                values = [data[ends[i] : ends[i + 1]].decode("utf-8", "replace") for i in range(n)]
+    if validity is not None:
+        values = [v if validity[i >> 3] >> (i & 7) & 1 else None for i, v in enumerate(values)]
+    return values
 
 
 # How each of _FILE_COLUMNS travels from a helper: as the buffers of its Arrow array (q: int64,
-# i: int32, d: float64, s: string, l: list of int64), built with the standard library's `array` (helpers
-# import neither pyarrow nor numpy), wrapped by the ingesting process without a copy
+# i: int32, d: float64, s: string, l: list of int64), built with the standard library's `array`
+# (helpers import neither pyarrow nor numpy), wrapped by the ingesting process without a copy
 # (`pa.Array.from_buffers`). Converting Python values there instead (`pa.array(list)`) was a third
 # of its walk (10^5 tensors: ~0.4 s of ~1.2 s), and pyarrow's first conversion of Python values
 # imports pandas when it is installed (0.3-0.8 s on this machine), which from_buffers never does.

@@ -442,27 +442,42 @@ _INTS = st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1))
 _SHAPES = st.one_of(st.none(), st.tuples(), st.lists(st.integers(0, 2**40), max_size=5).map(tuple))
 
 
+_FLOATS = st.one_of(st.none(), st.floats(allow_nan=False), st.sampled_from([float("inf"), -0.0, 5e-324]))
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     texts=st.lists(_TEXT, min_size=1, max_size=40),
     ints=st.lists(_INTS, min_size=1, max_size=40),
     small=st.lists(st.one_of(st.none(), st.integers(-(2**31), 2**31 - 1)), min_size=1, max_size=40),
     shapes=st.lists(_SHAPES, min_size=1, max_size=40),
+    floats=st.lists(_FLOATS, min_size=1, max_size=40),
 )
-def test_helper_columns_decode_to_what_pyarrow_makes_of_the_values(texts, ints, small, shapes):
+def test_helper_columns_decode_to_what_pyarrow_makes_of_the_values(texts, ints, small, shapes, floats):
     """The buffers a helper sends (`_encode`, standard library only) wrap into the array pyarrow
     itself makes of the same Python values: nulls, empty and non-ASCII text (a lone surrogate
-    becomes "?": the column stays valid UTF-8), 64-bit extremes, empty shapes."""
-    from ingest.readers.leaf_scan import _decode, _encode
+    becomes "?": the column stays valid UTF-8), 64-bit extremes, empty shapes, float64 statistics.
+    A helper reads them back (`_values`, the jobs of the statistics it computes) as those values."""
+    from ingest.readers.leaf_scan import _decode, _encode, _values
+
+    valid = [None if t is None else t.encode("utf-8", "replace").decode("utf-8") for t in texts]
+    for kind, values, expected in (
+        ("s", texts, valid),
+        ("q", ints, ints),
+        ("i", small, small),
+        ("l", shapes, shapes),
+        ("d", floats, floats),
+    ):
+        assert _values(_encode(kind, tuple(values))) == expected, kind
 
     decoded = _decode(_encode("s", tuple(texts)), pa.string())
     decoded.validate(full=True)
-    valid = [None if t is None else t.encode("utf-8", "replace").decode("utf-8") for t in texts]
     assert decoded.equals(pa.array(valid, pa.string()))
     for kind, values, type_ in (
         ("q", ints, pa.int64()),
         ("i", small, pa.int32()),
         ("l", shapes, pa.list_(pa.int64())),
+        ("d", floats, pa.float64()),
     ):
         got = _decode(_encode(kind, tuple(values)), type_)
         got.validate(full=True)
