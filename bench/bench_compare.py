@@ -223,11 +223,12 @@ def measure(pairs: int, mb: float, repeat: int, workers: int, batch_mb: int, wor
 
 
 def cpu_seconds() -> float:
-    """CPU time so far of this process (all its threads) and of its child processes (the helpers), from
-    /proc/*/schedstat (nanoseconds): what the comparison would take of idle cores."""
+    """CPU time so far of this process (all its threads, also those that have ended: compare_table's
+    threads end with each call) and of its child processes (the helpers, from /proc/*/schedstat,
+    nanoseconds): what the comparison would take of idle cores."""
     me = os.getpid()
     total = 0
-    paths = [f"/proc/{me}/task/{t}/schedstat" for t in os.listdir(f"/proc/{me}/task")]
+    paths = []
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:
@@ -235,11 +236,12 @@ def cpu_seconds() -> float:
             except OSError:
                 continue
             if int(stat.rsplit(")", 1)[1].split()[1]) == me:
-                paths += [f"/proc/{pid}/task/{t}/schedstat" for t in os.listdir(f"/proc/{pid}/task")]
+                with contextlib.suppress(OSError):
+                    paths += [f"/proc/{pid}/task/{t}/schedstat" for t in os.listdir(f"/proc/{pid}/task")]
     for path in paths:
         with contextlib.suppress(OSError, ValueError, IndexError):
             total += int(Path(path).read_text().split()[0])
-    return total / 1e9
+    return time.process_time() + total / 1e9
 
 
 def _size(mb: float) -> str:

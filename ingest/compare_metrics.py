@@ -1208,13 +1208,41 @@ def pair_jobs(pairs: pa.Table, rows: np.ndarray) -> list[PairJob]:
 
 def compare_table(pairs: pa.Table, workers: int = 1, **plan: int) -> Iterator[MetricColumns]:
     """The metrics of every row of ``pairs`` (``plan_batches``' columns), a ``MetricColumns`` per task
-    in task order: computed here and, with ``workers`` > 1, in ``workers - 1`` helper processes.
-    ``plan`` passes ``task_bytes`` / ``task_pairs`` on to ``plan_batches``."""
+    in task order. With ``workers`` > 1, ``workers`` threads of this process take the tasks as they
+    come (the kernel's ``columns()`` runs without the GIL, so the threads share nothing but the task
+    queue: no pickling, no pipe, and no core idles at the end while another still holds two queued
+    tasks); a task with pairs for ``compare_jobs`` (the numpy path holds the GIL) goes on to a helper
+    process from its thread. ``plan`` passes ``task_bytes`` / ``task_pairs`` on to ``plan_batches``."""
     batches = plan_batches(pairs, workers=workers, **plan)
-    if workers > 1:
-        from ingest.helper_pool import run_ordered
-
-        yield from run_ordered("ingest.compare_metrics:compare_batch", batches, workers - 1)
-    else:
+    if workers <= 1:
         for batch in batches:
             yield compare_batch(batch)
+        return
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    # Tasks submitted ahead of the one the caller waits for: the threads keep computing while it
+    # commits; results are small (about 100 bytes a pair), so this bounds memory too.
+    ahead = 4 * workers + 4
+    with ThreadPoolExecutor(workers, thread_name_prefix="dumpcat-compare") as pool:
+        window: deque = deque()
+        try:
+            for batch in batches:
+                window.append(pool.submit(_thread_task, batch))
+                if len(window) >= ahead:
+                    yield window.popleft().result()
+            while window:
+                yield window.popleft().result()
+        finally:
+            for future in window:  # the caller stopped early: drop what has not started
+                future.cancel()
+
+
+def _thread_task(batch: PairBatch) -> MetricColumns:
+    """A ``compare_table`` thread's task: the kernel's pairs here, without the GIL; a task that also has
+    ``compare_jobs`` pairs in a helper process (computed here while none is ready)."""
+    if not batch.jobs:
+        return compare_batch(batch)
+    from ingest.helper_pool import run_ordered
+
+    return next(iter(list(run_ordered("ingest.compare_metrics:compare_batch", iter([batch]), 1))))
