@@ -77,11 +77,14 @@ more than the work. ``plan_batches`` therefore cuts the pairs table (sql/queries
 Arrow columns) into tasks of 4-64 MB of tensor data (``BATCH_TASK_BYTES``), deciding over whole columns which
 pairs the kernel can read itself (``_file_job``'s rule); a ``PairBatch`` carries those as numpy
 columns (paths end to end, offsets, kinds, counts) and only the others as ``PairJob`` objects.
-``compare_batch`` (the helper task) hands the columns to the kernel's ``columns()``, which reads,
-computes and finishes each pair into a status code and a row of metric columns (the same operations
-as ``_from_state`` / ``_result``, so the same bits as ``compare_jobs``: tests/ingest/
-test_compare_batches.py), and returns ``MetricColumns``, which ``catalog.compare`` turns into
-``comparisons`` rows with Arrow take/array calls.
+``compare_batch`` (the task) hands the columns to the kernel's ``columns()``, which reads (each file
+opened relative to its directory, kept open for the call), computes and finishes each pair into a
+status code and a row of metric columns (the same operations as ``_from_state`` / ``_result``, so the
+same bits as ``compare_jobs``: tests/ingest/test_compare_batches.py), and returns ``MetricColumns``,
+which ``catalog.compare`` turns into ``comparisons`` rows with Arrow take/array calls.
+``compare_table`` runs the tasks in threads of the calling process, since ``columns()`` holds no GIL:
+helper processes (a pickle each way, a queue of two tasks per helper that left one core idle at the
+end of a run) only take the tasks that have ``compare_jobs`` pairs.
 """
 
 from __future__ import annotations
@@ -880,7 +883,7 @@ def _kernel_files(by_kernel: list[tuple[int, tuple, int, bool]], out: list) -> N
 
 
 # --------------------------------------------------------------------------------------------------
-# Batches as columns: what `dumpcat compare` hands its helpers
+# Batches as columns: the tasks of `dumpcat compare`
 
 
 class MetricColumns(NamedTuple):
@@ -951,7 +954,7 @@ class PairBatch:
 
 
 def compare_batch(batch: PairBatch) -> MetricColumns:
-    """A ``PairBatch``'s metrics (a ``helper_pool`` task); never raises. Its kernel pairs go through
+    """A ``PairBatch``'s metrics (a ``compare_table`` thread's or a ``helper_pool`` task); never raises. Its kernel pairs go through
     the C kernel in one call (reads, both passes and the final metrics, GIL released), the rest
     through ``compare_jobs``: the same numbers as ``compare_jobs`` pair by pair, bit for bit."""
     parts: list[MetricColumns] = []
