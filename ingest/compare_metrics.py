@@ -954,9 +954,10 @@ class PairBatch:
 
 
 def compare_batch(batch: PairBatch) -> MetricColumns:
-    """A ``PairBatch``'s metrics (a ``compare_table`` thread's or a ``helper_pool`` task); never raises. Its kernel pairs go through
-    the C kernel in one call (reads, both passes and the final metrics, GIL released), the rest
-    through ``compare_jobs``: the same numbers as ``compare_jobs`` pair by pair, bit for bit."""
+    """A ``PairBatch``'s metrics (a ``compare_table`` thread's or a ``helper_pool`` task); never
+    raises. Its kernel pairs go through the C kernel in one call (reads, both passes and the final
+    metrics, GIL released), the rest through ``compare_jobs``: the same numbers as ``compare_jobs``
+    pair by pair, bit for bit."""
     parts: list[MetricColumns] = []
     m = len(batch.key)
     if m:
