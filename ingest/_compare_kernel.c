@@ -493,34 +493,42 @@ static const chunk2_fn chunk2_avx2_fns[K_COUNT][K_COUNT] = {KIND_PAIRS(TABLE_ENT
 #if HAVE_AVX2_CLONE
 /* chunk1 of a finite chunk, 4 lanes in one vector: elem1's operations in the same order per lane (min
    and max as vminpd / vmaxpd, which are a < b ? a : b and a > b ? a : b; the relative error in float32
-   for float32-or-narrower pairs, in float64 for float64 pairs), so the same bits. */
+   for float32-or-narrower pairs, in float64 for float64 pairs), so the same bits. Three rewrites with
+   the same results and fewer instructions: eps is added where y == 0 as x + (eps & mask), which adds
+   +0 elsewhere (x + 0 is x, except -0 -> +0, and then y != 0 so x' - y' = -y either way); the masked
+   acc term as q & mask (+0 where elem1 adds 0.0); the counts of RE under the thresholds as integer
+   lanes (subtracting the all-ones compare masks) and the max RE in the float32 lanes, both turned into
+   float64 once at the end (counts of at most CHUNK are exact, and max commutes with the exact widening
+   of non-negative, non-NaN values). */
 AVX2 static Py_ssize_t
 chunk1_avx2(const unsigned char *px, const unsigned char *py, Py_ssize_t c0, Py_ssize_t c1, acc_t *a, const int xk,
             const int yk)
 {
     const int rt64 = xk == K_FLOAT64;
     const __m256d sign = _mm256_set1_pd(-0.0), eps64 = _mm256_set1_pd(EPS64), zero = _mm256_setzero_pd();
-    const __m256d one = _mm256_set1_pd(1.0), t1d = _mm256_set1_pd(0.001), t5d = _mm256_set1_pd(0.005);
+    const __m256d t1d = _mm256_set1_pd(0.001), t5d = _mm256_set1_pd(0.005);
     const __m128 signf = _mm_set1_ps(-0.0f), epsf = _mm_set1_ps(FLT_EPSILON), zerof = _mm_setzero_ps();
-    const __m128 t1f = _mm_set1_ps(0.001f), t5f = _mm_set1_ps(0.005f), onef = _mm_set1_ps(1.0f);
+    const __m128 t1f = _mm_set1_ps(0.001f), t5f = _mm_set1_ps(0.005f);
     __m256d dd = _mm256_loadu_pd(a->dd), xy = _mm256_loadu_pd(a->xy), xx = _mm256_loadu_pd(a->xx);
     __m256d yy = _mm256_loadu_pd(a->yy), sad = _mm256_loadu_pd(a->ad), acc = _mm256_loadu_pd(a->acc);
     __m256d mad = _mm256_loadu_pd(a->mad), mre = _mm256_loadu_pd(a->mre);
     __m256d mnx = _mm256_loadu_pd(a->mnx), mxx = _mm256_loadu_pd(a->mxx);
     __m256d mny = _mm256_loadu_pd(a->mny), mxy = _mm256_loadu_pd(a->mxy);
-    __m256d c1s = _mm256_loadu_pd(a->c1), c5s = _mm256_loadu_pd(a->c5);
+    __m128 mref = zerof;                                                   /* float32 pairs: max RE */
+    __m128i n1 = _mm_setzero_si128(), n5 = _mm_setzero_si128();            /* float32 pairs: counts */
+    __m256i n1d = _mm256_setzero_si256(), n5d = _mm256_setzero_si256();    /* float64 pairs: counts */
     Py_ssize_t i = c0;
     for (; i + LANES <= c1; i += LANES) {
-        __m256d x, y, re, lt1, lt5;
+        __m256d x, y;
         if (rt64) {
             x = _mm256_loadu_pd((const double *)(const void *)(px + 8 * i));
             y = _mm256_loadu_pd((const double *)(const void *)(py + 8 * i));
-            const __m256d y0 = _mm256_cmp_pd(y, zero, _CMP_EQ_OQ);
-            const __m256d xe = _mm256_blendv_pd(x, _mm256_add_pd(x, eps64), y0);
-            const __m256d ye = _mm256_blendv_pd(y, _mm256_add_pd(y, eps64), y0);
-            re = _mm256_andnot_pd(sign, _mm256_div_pd(_mm256_sub_pd(xe, ye), ye));
-            lt1 = _mm256_and_pd(_mm256_cmp_pd(re, t1d, _CMP_LT_OQ), one);
-            lt5 = _mm256_and_pd(_mm256_cmp_pd(re, t5d, _CMP_LT_OQ), one);
+            const __m256d e = _mm256_and_pd(eps64, _mm256_cmp_pd(y, zero, _CMP_EQ_OQ));
+            const __m256d xe = _mm256_add_pd(x, e), ye = _mm256_add_pd(y, e);
+            const __m256d re = _mm256_andnot_pd(sign, _mm256_div_pd(_mm256_sub_pd(xe, ye), ye));
+            n1d = _mm256_sub_epi64(n1d, _mm256_castpd_si256(_mm256_cmp_pd(re, t1d, _CMP_LT_OQ)));
+            n5d = _mm256_sub_epi64(n5d, _mm256_castpd_si256(_mm256_cmp_pd(re, t5d, _CMP_LT_OQ)));
+            mre = _mm256_max_pd(re, mre);
         }
         else {
             __m128 xf, yf;
@@ -538,13 +546,12 @@ chunk1_avx2(const unsigned char *px, const unsigned char *py, Py_ssize_t c0, Py_
             }
             x = _mm256_cvtps_pd(xf);
             y = _mm256_cvtps_pd(yf);
-            const __m128 y0 = _mm_cmpeq_ps(yf, zerof);
-            const __m128 xe = _mm_blendv_ps(xf, _mm_add_ps(xf, epsf), y0);
-            const __m128 ye = _mm_blendv_ps(yf, _mm_add_ps(yf, epsf), y0);
+            const __m128 e = _mm_and_ps(epsf, _mm_cmpeq_ps(yf, zerof));
+            const __m128 xe = _mm_add_ps(xf, e), ye = _mm_add_ps(yf, e);
             const __m128 t = _mm_andnot_ps(signf, _mm_div_ps(_mm_sub_ps(xe, ye), ye));
-            re = _mm256_cvtps_pd(t);
-            lt1 = _mm256_cvtps_pd(_mm_and_ps(_mm_cmplt_ps(t, t1f), onef));
-            lt5 = _mm256_cvtps_pd(_mm_and_ps(_mm_cmplt_ps(t, t5f), onef));
+            n1 = _mm_sub_epi32(n1, _mm_castps_si128(_mm_cmplt_ps(t, t1f)));
+            n5 = _mm_sub_epi32(n5, _mm_castps_si128(_mm_cmplt_ps(t, t5f)));
+            mref = _mm_max_ps(t, mref);
         }
         mnx = _mm256_min_pd(x, mnx);
         mxx = _mm256_max_pd(x, mxx);
@@ -558,10 +565,19 @@ chunk1_avx2(const unsigned char *px, const unsigned char *py, Py_ssize_t c0, Py_
         sad = _mm256_add_pd(sad, ad);
         mad = _mm256_max_pd(ad, mad);
         const __m256d q = _mm256_div_pd(ad, ya);
-        acc = _mm256_add_pd(acc, _mm256_blendv_pd(zero, q, _mm256_cmp_pd(ya, eps64, _CMP_GT_OQ)));
-        mre = _mm256_max_pd(re, mre);
-        c1s = _mm256_add_pd(c1s, lt1);
-        c5s = _mm256_add_pd(c5s, lt5);
+        acc = _mm256_add_pd(acc, _mm256_and_pd(q, _mm256_cmp_pd(ya, eps64, _CMP_GT_OQ)));
+    }
+    if (!rt64)
+        mre = _mm256_max_pd(_mm256_cvtps_pd(mref), mre);
+    int32_t k1[LANES], k5[LANES];
+    int64_t k1d[LANES], k5d[LANES];
+    _mm_storeu_si128((__m128i *)(void *)k1, n1);
+    _mm_storeu_si128((__m128i *)(void *)k5, n5);
+    _mm256_storeu_si256((__m256i *)(void *)k1d, n1d);
+    _mm256_storeu_si256((__m256i *)(void *)k5d, n5d);
+    for (int l = 0; l < LANES; l++) {
+        a->c1[l] += rt64 ? (double)k1d[l] : (double)k1[l];
+        a->c5[l] += rt64 ? (double)k5d[l] : (double)k5[l];
     }
     _mm256_storeu_pd(a->dd, dd);
     _mm256_storeu_pd(a->xy, xy);
@@ -575,8 +591,6 @@ chunk1_avx2(const unsigned char *px, const unsigned char *py, Py_ssize_t c0, Py_
     _mm256_storeu_pd(a->mxx, mxx);
     _mm256_storeu_pd(a->mny, mny);
     _mm256_storeu_pd(a->mxy, mxy);
-    _mm256_storeu_pd(a->c1, c1s);
-    _mm256_storeu_pd(a->c5, c5s);
     return i;
 }
 
