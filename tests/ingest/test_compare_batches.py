@@ -276,3 +276,26 @@ def test_threads_stop_when_the_caller_stops_early(tmp_path: Path) -> None:
     assert first.key.tolist() == [0, 1, 2, 3]
     results.close()
     assert batched(table, workers=2, task_pairs=4) == one_by_one(jobs)
+
+
+def test_planning_in_slices_keeps_keys_and_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan_batches plans a small first slice of rows, then bigger ones (so that the first task starts
+    before the whole table is planned): with slices of a few rows, every kind of pair (the kernel's,
+    compare_jobs', absent sides) keeps its row's key and its answer."""
+    jobs = real_jobs(tmp_path)
+    table = table_of(jobs)
+    assert cm.use_c_kernel(True)
+    want = one_by_one(jobs)
+    whole = [(t.key.tolist(), [j.key for j in t.jobs]) for t in cm.plan_batches(table, task_pairs=64)]
+    monkeypatch.setattr(cm, "_PLAN_FIRST_ROWS", 7)
+    monkeypatch.setattr(cm, "_PLAN_ROWS", 20)
+    tasks = list(cm.plan_batches(table, task_pairs=64))
+    assert len(tasks) > len(jobs) // 20  # no task crosses a slice
+    keys = sorted(k for t in tasks for k in [*t.key.tolist(), *(j.key for j in t.jobs)])
+    keys += [k for t in tasks if t.fixed is not None for k in t.fixed[0].tolist()]
+    assert sorted(keys) == list(range(len(jobs)))
+    assert sorted(k for ks, js in whole for k in ks + js) == sorted(
+        k for t in tasks for k in [*t.key.tolist(), *(j.key for j in t.jobs)]
+    )
+    assert batched(table, task_pairs=64) == want
+    assert batched(table, workers=2, task_pairs=64) == want
