@@ -1034,10 +1034,10 @@ def plan_batches(
 ) -> Iterator[PairBatch]:
     """``compare_batch`` tasks for the rows of ``pairs`` (sql/queries/compare_pairs.sql's columns;
     a pair's key is its row number), cut in row order at ``task_bytes`` of tensor data (default:
-    from the total and ``workers``, see BATCH_TASK_BYTES) or ``task_pairs`` pairs (a pair bigger
-    than ``task_bytes`` is a task of its own). Which pairs the
-    kernel reads is decided over whole columns (Arrow and numpy), as ``_file_job`` decides it pair by
-    pair; only the other pairs become ``PairJob`` objects."""
+    from the total, estimated from the first slice of rows, and ``workers``, see BATCH_TASK_BYTES)
+    or ``task_pairs`` pairs (a pair bigger than ``task_bytes`` is a task of its own). Which pairs the
+    kernel reads is decided over the columns of a slice of rows at a time (Arrow and numpy), as
+    ``_file_job`` decides it pair by pair; only the other pairs become ``PairJob`` objects."""
     n = pairs.num_rows
     start, rows = 0, _PLAN_FIRST_ROWS
     while start < n:  # in slices, the first one small: the first task is out before all are planned
