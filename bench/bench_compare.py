@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             ">= 5x", f"{r['ratio']:.1f}x", r["ratio"] >= 5.0,
         )  # fmt: skip
         emit.summary(
-            f"the same, from its CPU time (caller + helper): GB/s on {a.workers} idle cores, {size}",
+            f"the same, from its CPU time (its threads and helpers): GB/s on {a.workers} idle cores, {size}",
             "", f"{r['gbs_cpu']:.3g} GB/s ({r['cpu_pair_us']:.3g} µs of CPU a pair)",
         )  # fmt: skip
         emit.summary(
