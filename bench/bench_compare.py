@@ -5,17 +5,20 @@ temp dir and read once (warm page cache). Then, interleaved, best of ``--repeat`
 
   a. what ``dumpcat compare`` does once it has its pairs: the pairs as the Arrow table
      sql/queries/compare_pairs.sql gives it, through ``compare_metrics.compare_table`` with
-     ``--workers`` processes (``plan_batches``: tasks of a few MB of pairs as columns; the caller
-     computes too; helpers started before timing), the metrics back as columns (``MetricColumns``);
-     the SQL pairing before and the commit of the rows after are not timed;
+     ``--workers`` threads (``plan_batches``: tasks of a few MB of pairs as columns; the tasks with
+     ``compare_jobs`` pairs, here the 16 MB ones, go from the threads to helper processes, started
+     before timing), the metrics back as columns (``MetricColumns``); the SQL pairing before and the
+     commit of the rows after are not timed;
   b. a naive loop in one process (one BLAS thread): ``np.load`` both files, float64 copies,
      whole-array numpy for the same ten metrics (cosine, max abs, max rel, mean abs, RMSE, rel.
      Euclidean, KL, acc. rel. error, the two error ratios);
   c. the pair-by-pair path it replaced, still Spark's: ``compare_jobs`` on ``PairJob`` lists
      (``pair_batches``), ``PairMetrics`` back, through the same helpers (the same numbers, checked);
+  d. the same tasks as (a) through helper processes, the caller computing too (``helper_pool.
+     run_ordered``: how ``compare_table`` ran them before it used threads; the same numbers, checked).
 
-Reported: GB/s of tensor pairs (bytes of both sides) and the ratios; (a) and (c) take turns going
-first. Also (a)'s CPU time (this process's threads and the helper's, /proc schedstat) as the GB/s
+Reported: GB/s of tensor pairs (bytes of both sides) and the ratios; (a), (c) and (d) take turns going
+first. Also (a)'s CPU time (this process's threads and the helpers', /proc schedstat) as the GB/s
 it would reach on idle cores: on this shared machine the wall clock shares the cores with others.
 Targets: >= 1 GB/s on 2 cores and >= 5x the naive loop. Both results are checked to agree (the
 worst relative disagreement is reported; KL of near-identical tensors is ill-conditioned in the
@@ -60,6 +63,7 @@ from ingest.compare_metrics import (  # noqa: E402
     compare_backend,
     compare_table,
     pair_batches,
+    plan_batches,
 )
 
 GB = 1e9
@@ -165,6 +169,12 @@ def measure(pairs: int, mb: float, repeat: int, workers: int, batch_mb: int, wor
         jobs = [PairJob(i, side(px), side(py)) for i, (px, py) in enumerate(files)]
         job_batches = list(pair_batches(jobs))
 
+        def via_helpers() -> MetricColumns:
+            batches = plan_batches(table, workers=workers, **plan)
+            return MetricColumns.concat(
+                list(helper_pool.run_ordered("ingest.compare_metrics:compare_batch", batches, workers - 1))
+            )
+
         def pair_by_pair() -> list:
             out = []
             for res in helper_pool.run_ordered(
@@ -181,16 +191,27 @@ def measure(pairs: int, mb: float, repeat: int, workers: int, batch_mb: int, wor
                     "ingest.compare_metrics:compare_jobs", iter([jobs[:1], jobs[1:2]]), workers - 1
                 )
             )
-        t_ours, t_naive, t_pairs, cpu_ours = [], [], [], []
-        r_ours = r_naive = r_pairs = None
+            list(
+                helper_pool.run_ordered(
+                    "ingest.compare_metrics:compare_batch", plan_batches(table.slice(0, 2), task_pairs=1),
+                    workers - 1,
+                )
+            )  # fmt: skip
+        t_ours, t_naive, t_pairs, t_helpers, cpu_ours = [], [], [], [], []
+        r_ours = r_naive = r_pairs = r_helpers = None
+        order = ("ours", "pairs", "helpers")
         for k in range(repeat):
-            for which in ("ours", "pairs") if k % 2 == 0 else ("pairs", "ours"):  # either goes first
-                if which == "ours":
+            for which in order[k % 3 :] + order[: k % 3]:  # each goes first in turn
+                if which == "helpers":
+                    t = time.perf_counter()
+                    r_helpers = via_helpers()
+                    t_helpers.append(time.perf_counter() - t)
+                elif which == "ours":
                     c = cpu_seconds()
                     t = time.perf_counter()
                     r_ours = ours()
                     t_ours.append(time.perf_counter() - t)
-                    cpu_ours.append(cpu_seconds() - c)
+                    cpu_ours.append(cpu_seconds(end=True) - c)
                 else:
                     t = time.perf_counter()
                     r_pairs = pair_by_pair()
@@ -198,10 +219,11 @@ def measure(pairs: int, mb: float, repeat: int, workers: int, batch_mb: int, wor
             t = time.perf_counter()
             r_naive = [naive(px, py) for px, py in files]
             t_naive.append(time.perf_counter() - t)
-            print(f"round: compare_table {t_ours[-1]:.3f} s, pair by pair {t_pairs[-1]:.3f} s, "
-                  f"naive {t_naive[-1]:.2f} s", flush=True)  # fmt: skip
-        assert r_ours is not None and r_naive is not None and r_pairs is not None
-        assert sorted(r_ours.pair_metrics()) == sorted(r_pairs)  # the same numbers, both ways
+            print(f"round: compare_table {t_ours[-1]:.3f} s, through helpers {t_helpers[-1]:.3f} s, "
+                  f"pair by pair {t_pairs[-1]:.3f} s, naive {t_naive[-1]:.2f} s", flush=True)  # fmt: skip
+        assert r_ours is not None and r_naive is not None and r_pairs is not None and r_helpers is not None
+        assert sorted(r_ours.pair_metrics()) == sorted(r_pairs)  # the same numbers, every way
+        assert sorted(r_ours.pair_metrics()) == sorted(r_helpers.pair_metrics())
         worst, worst_field = 0.0, ""
         for (key, m), want in zip(sorted(r_ours.pair_metrics()), r_naive, strict=True):
             assert m.status == "ok", (key, m.status)
@@ -216,18 +238,23 @@ def measure(pairs: int, mb: float, repeat: int, workers: int, batch_mb: int, wor
             "ratio": min(t_naive) / min(t_ours), "per_pair_ms": min(t_ours) / pairs * 1e3,
             "naive_per_pair_ms": min(t_naive) / pairs * 1e3, "worst": worst, "worst_field": worst_field,
             "gbs_pairs": total / GB / min(t_pairs), "vs_pairs": min(t_pairs) / min(t_ours),
+            "gbs_helpers": total / GB / min(t_helpers), "vs_helpers": min(t_helpers) / min(t_ours),
             "cpu_pair_us": min(cpu_ours) / pairs * 1e6, "gbs_cpu": total / GB / (min(cpu_ours) / workers),
         }  # fmt: skip
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def cpu_seconds() -> float:
-    """CPU time so far of this process (all its threads) and of its child processes (the helpers), from
-    /proc/*/schedstat (nanoseconds): what the comparison would take of idle cores."""
+def cpu_seconds(end: bool = False) -> float:
+    """CPU time so far of this process (all its threads, also those that have ended: compare_table's
+    threads end with each call) and of its child processes (the helpers, from /proc/*/schedstat,
+    nanoseconds): what the comparison would take of idle cores. This process's own time is read after
+    the scan of /proc at the start of an interval and before it at the end (``end``), so that the scan
+    is not counted."""
+    own = time.process_time() if end else 0.0
     me = os.getpid()
     total = 0
-    paths = [f"/proc/{me}/task/{t}/schedstat" for t in os.listdir(f"/proc/{me}/task")]
+    paths = []
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:
@@ -235,11 +262,12 @@ def cpu_seconds() -> float:
             except OSError:
                 continue
             if int(stat.rsplit(")", 1)[1].split()[1]) == me:
-                paths += [f"/proc/{pid}/task/{t}/schedstat" for t in os.listdir(f"/proc/{pid}/task")]
+                with contextlib.suppress(OSError):
+                    paths += [f"/proc/{pid}/task/{t}/schedstat" for t in os.listdir(f"/proc/{pid}/task")]
     for path in paths:
         with contextlib.suppress(OSError, ValueError, IndexError):
             total += int(Path(path).read_text().split()[0])
-    return total / 1e9
+    return (own if end else time.process_time()) + total / 1e9
 
 
 def _size(mb: float) -> str:
@@ -264,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         sizes = [(mb, max(4, int(pairs * a.scale))) for mb, pairs in SIZES]
 
-    helper_pool.start_helpers(a.workers)
+    helper_pool.start_helpers(a.workers + 1)  # (a)'s threads take one each for compare_jobs tasks
     time.sleep(1.0)  # helpers ready: the timing is of the comparison, not of interpreter start-up
     results = [measure(pairs, mb, a.repeat, a.workers, a.task_mb, a.workdir) for mb, pairs in sizes]
     for r in results:
@@ -278,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             ">= 5x", f"{r['ratio']:.1f}x", r["ratio"] >= 5.0,
         )  # fmt: skip
         emit.summary(
-            f"the same, from its CPU time (caller + helper): GB/s on {a.workers} idle cores, {size}",
+            f"the same, from its CPU time (its threads and helpers): GB/s on {a.workers} idle cores, {size}",
             "", f"{r['gbs_cpu']:.3g} GB/s ({r['cpu_pair_us']:.3g} µs of CPU a pair)",
         )  # fmt: skip
         emit.summary(
@@ -286,19 +314,26 @@ def main(argv: list[str] | None = None) -> int:
             f"{size}",
             "", f"{r['vs_pairs']:.2f}x ({r['gbs_pairs']:.3g} GB/s)",
         )  # fmt: skip
+    for r in results:
+        emit.summary(
+            f"the same vs its tasks through helper processes, the caller computing too (compare_table before "
+            f"it used threads), {_size(r['mb'])}",
+            "", f"{r['vs_helpers']:.2f}x ({r['gbs_helpers']:.3g} GB/s)",
+        )  # fmt: skip
     emit.report_follows()
     print(f"`{' '.join(['python bench/bench_compare.py', *(sys.argv[1:] if argv is None else argv)])}`, "
           f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.1f} at the end; pair metrics: {compare_backend()}; interleaved, "
           f"best of {a.repeat}; the page cache warm.\n")  # fmt: skip
     print("| tensor size | pairs | `compare_table`, 2 workers | per pair | naive loop | per pair | speed-up "
-          "| pair by pair (`compare_jobs`) | batched / pair by pair | CPU a pair | on idle cores "
-          "| worst disagreement |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| pair by pair (`compare_jobs`) | batched / pair by pair | tasks through helpers "
+          "| threads / helpers | CPU a pair | on idle cores | worst disagreement |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(f"| {_size(r['mb'])} | {r['pairs']:,} | {r['gbs']:.3g} GB/s | {r['per_pair_ms']:.3g} ms | "
               f"{r['gbs_naive']:.3g} GB/s | {r['naive_per_pair_ms']:.3g} ms | {r['ratio']:.1f}x | "
-              f"{r['gbs_pairs']:.3g} GB/s | {r['vs_pairs']:.2f}x | {r['cpu_pair_us']:.3g} µs | "
+              f"{r['gbs_pairs']:.3g} GB/s | {r['vs_pairs']:.2f}x | {r['gbs_helpers']:.3g} GB/s | "
+              f"{r['vs_helpers']:.2f}x | {r['cpu_pair_us']:.3g} µs | "
               f"{r['gbs_cpu']:.3g} GB/s | "
               f"{r['worst']:.1e} ({r['worst_field']}) |")  # fmt: skip
     return 0 if all(math.isfinite(r["worst"]) and r["worst"] < 1e-6 for r in results) else 1

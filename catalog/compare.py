@@ -2,7 +2,8 @@
 
 The pairs come from SQL (sql/queries/compare_pairs.sql: matched on rank, iteration, operator,
 io, slot and occurrence, through an optional name mapping; pairs already compared are left out).
-Their metrics are computed from the tensor data by `ingest.compare_metrics.compare_table` in helper
+Their metrics are computed from the tensor data by `ingest.compare_metrics.compare_table` in threads
+of this process (the C kernel without the GIL) and, for pairs the kernel does not read, helper
 processes, a task of a few MB of pairs as columns at a time (or, with `spark`, in Spark tasks:
 catalog/spark/jobs.py), and committed to the `comparisons` table in batches, so a killed compare keeps
 what it committed and a re-run continues from there.

@@ -77,11 +77,14 @@ more than the work. ``plan_batches`` therefore cuts the pairs table (sql/queries
 Arrow columns) into tasks of 4-64 MB of tensor data (``BATCH_TASK_BYTES``), deciding over whole columns which
 pairs the kernel can read itself (``_file_job``'s rule); a ``PairBatch`` carries those as numpy
 columns (paths end to end, offsets, kinds, counts) and only the others as ``PairJob`` objects.
-``compare_batch`` (the helper task) hands the columns to the kernel's ``columns()``, which reads,
-computes and finishes each pair into a status code and a row of metric columns (the same operations
-as ``_from_state`` / ``_result``, so the same bits as ``compare_jobs``: tests/ingest/
-test_compare_batches.py), and returns ``MetricColumns``, which ``catalog.compare`` turns into
-``comparisons`` rows with Arrow take/array calls.
+``compare_batch`` (the task) hands the columns to the kernel's ``columns()``, which reads (each file
+opened relative to its directory, kept open for the call), computes and finishes each pair into a
+status code and a row of metric columns (the same operations as ``_from_state`` / ``_result``, so the
+same bits as ``compare_jobs``: tests/ingest/test_compare_batches.py), and returns ``MetricColumns``,
+which ``catalog.compare`` turns into ``comparisons`` rows with Arrow take/array calls.
+``compare_table`` runs the tasks in threads of the calling process, since ``columns()`` holds no GIL:
+helper processes (a pickle each way, a queue of two tasks per helper that left one core idle at the
+end of a run) only take the tasks that have ``compare_jobs`` pairs.
 """
 
 from __future__ import annotations
@@ -880,7 +883,7 @@ def _kernel_files(by_kernel: list[tuple[int, tuple, int, bool]], out: list) -> N
 
 
 # --------------------------------------------------------------------------------------------------
-# Batches as columns: what `dumpcat compare` hands its helpers
+# Batches as columns: the tasks of `dumpcat compare`
 
 
 class MetricColumns(NamedTuple):
@@ -951,9 +954,10 @@ class PairBatch:
 
 
 def compare_batch(batch: PairBatch) -> MetricColumns:
-    """A ``PairBatch``'s metrics (a ``helper_pool`` task); never raises. Its kernel pairs go through
-    the C kernel in one call (reads, both passes and the final metrics, GIL released), the rest
-    through ``compare_jobs``: the same numbers as ``compare_jobs`` pair by pair, bit for bit."""
+    """A ``PairBatch``'s metrics (a ``compare_table`` thread's or a ``helper_pool`` task); never
+    raises. Its kernel pairs go through the C kernel in one call (reads, both passes and the final
+    metrics, GIL released), the rest through ``compare_jobs``: the same numbers as ``compare_jobs``
+    pair by pair, bit for bit."""
     parts: list[MetricColumns] = []
     m = len(batch.key)
     if m:
@@ -1030,16 +1034,37 @@ def plan_batches(
 ) -> Iterator[PairBatch]:
     """``compare_batch`` tasks for the rows of ``pairs`` (sql/queries/compare_pairs.sql's columns;
     a pair's key is its row number), cut in row order at ``task_bytes`` of tensor data (default:
-    from the total and ``workers``, see BATCH_TASK_BYTES) or ``task_pairs`` pairs (a pair bigger
-    than ``task_bytes`` is a task of its own). Which pairs the
-    kernel reads is decided over whole columns (Arrow and numpy), as ``_file_job`` decides it pair by
-    pair; only the other pairs become ``PairJob`` objects."""
+    from the total, estimated from the first slice of rows, and ``workers``, see BATCH_TASK_BYTES)
+    or ``task_pairs`` pairs (a pair bigger than ``task_bytes`` is a task of its own). Which pairs the
+    kernel reads is decided over the columns of a slice of rows at a time (Arrow and numpy), as
+    ``_file_job`` decides it pair by pair; only the other pairs become ``PairJob`` objects."""
+    n = pairs.num_rows
+    start, rows = 0, _PLAN_FIRST_ROWS
+    while start < n:  # in slices, the first one small: the first task is out before all are planned
+        part = pairs.slice(start, rows)
+        task_bytes, tasks = _plan_part(part, pairs, start, n, task_bytes, task_pairs, workers)
+        yield from tasks
+        start += part.num_rows
+        rows = min(4 * rows, _PLAN_ROWS)
+
+
+# plan_batches plans this many rows first, then four times as many each time up to _PLAN_ROWS: the
+# columns of 40,000 pairs take ~16 ms to plan, while the first task's threads would be idle.
+_PLAN_FIRST_ROWS = 1024
+_PLAN_ROWS = 65536
+
+
+def _plan_part(
+    pairs: pa.Table, whole: pa.Table, base: int, total_rows: int, task_bytes: int | None, task_pairs: int,
+    workers: int,
+) -> tuple[int, Iterator[PairBatch]]:  # fmt: skip
+    """The tasks of the rows of ``pairs``, a slice of ``whole`` from its row ``base`` (keys are rows of
+    ``whole``), and the task size (a default one estimated from this slice's bytes a pair and
+    ``total_rows``: the slices after the first keep it)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     n = pairs.num_rows
-    if n == 0:
-        return
     present = {}
     for s, prefix in (("run", ""), ("baseline", "baseline_")):
         present[s] = pc.is_valid(pairs.column(prefix + "path")).to_numpy(zero_copy_only=False)
@@ -1063,7 +1088,7 @@ def plan_batches(
     )
     nbytes = np.where(both, numel["run"] * sizes[:, 0] + numel["baseline"] * sizes[:, 1], 0)
     if task_bytes is None:
-        share = int(nbytes.sum()) // (8 * max(1, workers))
+        share = int(nbytes.sum()) * total_rows // n // (8 * max(1, workers))
         task_bytes = min(BATCH_TASK_MAX_BYTES, max(BATCH_TASK_BYTES, share))
     nbytes[both & ((sizes[:, 0] == 0) | (sizes[:, 1] == 0))] = task_bytes  # raw bytes: size unknown here
     kernel = both & same_shape & (kinds[:, 0] >= 0) & (kinds[:, 1] >= 0)
@@ -1092,18 +1117,25 @@ def plan_batches(
         axis=1,
     ).astype(np.int64)
     zero_d = (ndim["run"] == 0).astype(np.uint8)
-    for a, b in _cuts(nbytes, task_bytes, task_pairs):
-        rows = np.arange(a, b)
-        k_rows = rows[kernel[a:b]]
-        fixed_rows = rows[~both[a:b]]
-        job_rows = rows[both[a:b] & ~kernel[a:b]]
-        (rp, re_), (bp, be) = (_gather(data, ends, k_rows) for data, ends in blobs)
-        yield PairBatch(
-            key=k_rows.astype(np.int64), run_paths=rp, run_ends=re_, baseline_paths=bp, baseline_ends=be,
-            offsets=offsets[k_rows], kinds=kinds[k_rows], numel=n_el[k_rows], zero_d=zero_d[k_rows],
-            jobs=pair_jobs(pairs, job_rows) if len(job_rows) else [],
-            fixed=(fixed_rows.astype(np.int64), fixed_code[fixed_rows]) if len(fixed_rows) else None,
-        )  # fmt: skip
+
+    def tasks(task_bytes: int) -> Iterator[PairBatch]:
+        for a, b in _cuts(nbytes, task_bytes, task_pairs):
+            rows = np.arange(a, b)
+            k_rows = rows[kernel[a:b]]
+            fixed_rows = rows[~both[a:b]]
+            job_rows = rows[both[a:b] & ~kernel[a:b]]
+            (rp, re_), (bp, be) = (_gather(data, ends, k_rows) for data, ends in blobs)
+            fixed = None
+            if len(fixed_rows):
+                fixed = ((fixed_rows + base).astype(np.int64), fixed_code[fixed_rows])
+            yield PairBatch(
+                key=(k_rows + base).astype(np.int64), run_paths=rp, run_ends=re_, baseline_paths=bp,
+                baseline_ends=be, offsets=offsets[k_rows], kinds=kinds[k_rows], numel=n_el[k_rows],
+                zero_d=zero_d[k_rows], jobs=pair_jobs(whole, job_rows + base) if len(job_rows) else [],
+                fixed=fixed,
+            )  # fmt: skip
+
+    return task_bytes, tasks(task_bytes)
 
 
 def _paths(column, pa) -> tuple[np.ndarray, np.ndarray]:
@@ -1208,13 +1240,41 @@ def pair_jobs(pairs: pa.Table, rows: np.ndarray) -> list[PairJob]:
 
 def compare_table(pairs: pa.Table, workers: int = 1, **plan: int) -> Iterator[MetricColumns]:
     """The metrics of every row of ``pairs`` (``plan_batches``' columns), a ``MetricColumns`` per task
-    in task order: computed here and, with ``workers`` > 1, in ``workers - 1`` helper processes.
-    ``plan`` passes ``task_bytes`` / ``task_pairs`` on to ``plan_batches``."""
+    in task order. With ``workers`` > 1, ``workers`` threads of this process take the tasks as they
+    come (the kernel's ``columns()`` runs without the GIL, so the threads share nothing but the task
+    queue: no pickling, no pipe, and no core idles at the end while another still holds two queued
+    tasks); a task with pairs for ``compare_jobs`` (the numpy path holds the GIL) goes on to a helper
+    process from its thread. ``plan`` passes ``task_bytes`` / ``task_pairs`` on to ``plan_batches``."""
     batches = plan_batches(pairs, workers=workers, **plan)
-    if workers > 1:
-        from ingest.helper_pool import run_ordered
-
-        yield from run_ordered("ingest.compare_metrics:compare_batch", batches, workers - 1)
-    else:
+    if workers <= 1:
         for batch in batches:
             yield compare_batch(batch)
+        return
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    # Tasks submitted ahead of the one the caller waits for: the threads keep computing while it
+    # commits; results are small (about 100 bytes a pair), so this bounds memory too.
+    ahead = 4 * workers + 4
+    with ThreadPoolExecutor(workers, thread_name_prefix="dumpcat-compare") as pool:
+        window: deque = deque()
+        try:
+            for batch in batches:
+                window.append(pool.submit(_thread_task, batch))
+                if len(window) >= ahead:
+                    yield window.popleft().result()
+            while window:
+                yield window.popleft().result()
+        finally:
+            for future in window:  # the caller stopped early: drop what has not started
+                future.cancel()
+
+
+def _thread_task(batch: PairBatch) -> MetricColumns:
+    """A ``compare_table`` thread's task: the kernel's pairs here, without the GIL; a task that also has
+    ``compare_jobs`` pairs in a helper process (computed here while none is ready)."""
+    if not batch.jobs:
+        return compare_batch(batch)
+    from ingest.helper_pool import run_ordered
+
+    return next(iter(list(run_ordered("ingest.compare_metrics:compare_batch", iter([batch]), 1))))

@@ -34,7 +34,7 @@ def test_the_naive_loop_computes_dumpcats_metrics(tmp_path, shape):
 
 def test_the_timed_path_is_dumpcat_compares_and_agrees_with_the_naive_loop(tmp_path):
     """What the benchmark times (its pairs as `dumpcat compare` gets them, through compare_table with a
-    helper process) gives the naive loop's metrics on its own generated pairs."""
+    thread each for 2 workers) gives the naive loop's metrics on its own generated pairs."""
     files = bench_compare.write_pairs(tmp_path, 6, 0.004)
     parts = list(compare_table(bench_compare.pairs_table(files), 2, task_bytes=16_000))
     assert len(parts) == 3  # 8 KB a pair: two pairs a task

@@ -193,3 +193,109 @@ def test_columns_rejects_inconsistent_columns() -> None:
         with pytest.raises(ValueError, match=message):
             k.columns(*{**good, name: bad}.values())
     assert math.isnan(good["metrics"][0, 0])
+
+
+def test_files_opened_through_directories_give_the_pair_by_pair_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """columns() opens a file relative to its directory, kept open for the rest of the call (a few at a
+    time): pairs spread over more directories than it keeps, in an order that goes back to evicted
+    ones, symlinks (to a file, to a directory, dangling), a file replaced by a directory, paths with
+    '//', '.' and '..', a relative path, a path ending in '/', files shorter and longer than the catalog
+    says — the same answers as compare_jobs pair by pair (which opens the whole path), in one thread
+    and in several."""
+    rng = np.random.default_rng(7)
+    jobs: list[PairJob] = []
+
+    def add(run, baseline):
+        jobs.append(PairJob(len(jobs), run, baseline))
+
+    dirs = [tmp_path / f"d{i:02d}" / "nested" for i in range(20)]
+    for d in dirs:
+        d.mkdir(parents=True)
+    sides = []
+    for i in range(60):  # directory of pair i: 0, 7, 14, ... (mod 20): back to evicted ones
+        d = dirs[(7 * i) % len(dirs)]
+        y = rng.standard_normal(300).astype(np.float32)
+        sides.append((write(d, f"r{i}", y + np.float32(1e-3)), write(d, f"b{i}", y)))
+    for run, baseline in sides:
+        add(run, baseline)
+    run0, base0 = sides[0]
+    r0 = Path(run0[0])
+
+    def at(path: Path | str, side: tuple = run0) -> tuple:
+        return (str(path), *side[1:])
+
+    (tmp_path / "link_file.npy").symlink_to(r0)
+    (tmp_path / "link_dir").symlink_to(r0.parent, target_is_directory=True)
+    (tmp_path / "dangling.npy").symlink_to(tmp_path / "nowhere.npy")
+    (tmp_path / "a_dir.npy").mkdir()  # a file replaced by a directory
+    short, long_ = tmp_path / "short.npy", tmp_path / "long.npy"
+    short.write_bytes(r0.read_bytes()[:-1])
+    long_.write_bytes(r0.read_bytes() + b"\0" * 4096)
+    monkeypatch.chdir(r0.parent)
+    for odd in (
+        tmp_path / "link_file.npy",
+        tmp_path / "link_dir" / r0.name,
+        tmp_path / "dangling.npy",
+        tmp_path / "a_dir.npy",
+        short,
+        long_,
+        f"{r0.parent}//{r0.name}",
+        f"{r0.parent}/./{r0.name}",
+        f"{r0.parent}/../nested/{r0.name}",
+        f"{r0.parent}/../missing/{r0.name}",
+        r0.name,  # relative: to the working directory
+        f"{r0}/",
+        f"{tmp_path}/",
+    ):
+        add(at(odd), base0)
+        add(base0, at(odd))
+    table = table_of(jobs)
+    assert cm.use_c_kernel(True)
+    want = one_by_one(jobs)
+    statuses = [w[0] for w in want]
+    assert statuses.count("ok") == 60 + 2 * 7  # link_file, link_dir, long, //, /./, /../nested, relative
+    assert statuses.count("unreadable_run") == statuses.count("unreadable_baseline") == 6
+    tasks = list(cm.plan_batches(table, task_bytes=1 << 30))
+    assert len(tasks) == 1 and len(tasks[0].key) == len(jobs)  # every pair through columns(), one call
+    assert batched(table, task_bytes=1 << 30) == want
+    assert batched(table, workers=3, task_bytes=16_000) == want  # several threads, several calls
+
+
+def test_threads_stop_when_the_caller_stops_early(tmp_path: Path) -> None:
+    """compare_table with workers > 1 computes tasks ahead in threads; a caller that stops after the
+    first result (a failed commit, Ctrl-C) gets its generator closed without waiting for the rest, and
+    the next call starts afresh with the same answers."""
+    small = write(tmp_path, "small", np.arange(500, dtype=np.float32))
+    other = write(tmp_path, "other", np.arange(500, dtype=np.float32) + 1)
+    jobs = [PairJob(i, small, other) for i in range(400)]
+    table = table_of(jobs)
+    results = compare_table(table, 2, task_pairs=4)
+    first = next(results)
+    assert first.key.tolist() == [0, 1, 2, 3]
+    results.close()
+    assert batched(table, workers=2, task_pairs=4) == one_by_one(jobs)
+
+
+def test_planning_in_slices_keeps_keys_and_answers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan_batches plans a small first slice of rows, then bigger ones (so that the first task starts
+    before the whole table is planned): with slices of a few rows, every kind of pair (the kernel's,
+    compare_jobs', absent sides) keeps its row's key and its answer."""
+    jobs = real_jobs(tmp_path)
+    table = table_of(jobs)
+    assert cm.use_c_kernel(True)
+    want = one_by_one(jobs)
+    whole = [(t.key.tolist(), [j.key for j in t.jobs]) for t in cm.plan_batches(table, task_pairs=64)]
+    monkeypatch.setattr(cm, "_PLAN_FIRST_ROWS", 7)
+    monkeypatch.setattr(cm, "_PLAN_ROWS", 20)
+    tasks = list(cm.plan_batches(table, task_pairs=64))
+    assert len(tasks) > len(jobs) // 20  # no task crosses a slice
+    keys = sorted(k for t in tasks for k in [*t.key.tolist(), *(j.key for j in t.jobs)])
+    keys += [k for t in tasks if t.fixed is not None for k in t.fixed[0].tolist()]
+    assert sorted(keys) == list(range(len(jobs)))
+    assert sorted(k for ks, js in whole for k in ks + js) == sorted(
+        k for t in tasks for k in [*t.key.tolist(), *(j.key for j in t.jobs)]
+    )
+    assert batched(table, task_pairs=64) == want
+    assert batched(table, workers=2, task_pairs=64) == want
