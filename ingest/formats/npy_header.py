@@ -224,7 +224,9 @@ def read_npy_header(path: str | os.PathLike) -> tuple[NpyHeader, int]:
     header = parse_header_block(block)
     expected = header.data_offset + header.nbytes
     if size < expected:
-        raise NpyHeaderError(f"truncated: header promises {expected} bytes, file has {size}")
+        # (a product of thousands of dims has more digits than str(int) converts: no ValueError here)
+        promised = expected if expected < 1 << 64 else "over 2**64"
+        raise NpyHeaderError(f"truncated: header promises {promised} bytes, file has {size}")
     return header, size
 
 
