@@ -142,7 +142,12 @@ def header_scan_cpu(root: str, rounds: int = 3) -> tuple[float, float, int]:
 
     batches = leaf_batches(root)
     files = sum(len(chunk[3]) for b in batches for chunk in b)
-    c_reader, times = npy_header._npy_scan, {True: [], False: []}
+    saved = os.environ.pop("DUMPCAT_PURE_PYTHON_HEADERS", None)  # (set: only the ingest rows use Python)
+    try:
+        c_reader, times = npy_header._npy_scan or npy_header._c_scanner(), {True: [], False: []}
+    finally:
+        if saved is not None:
+            os.environ["DUMPCAT_PURE_PYTHON_HEADERS"] = saved
     if c_reader is None:
         raise SystemExit("the C header reader (ingest.formats._npy_scan) is not built")
     try:
