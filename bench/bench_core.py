@@ -135,8 +135,8 @@ def leaf_batches(root: str, size: int = 1024) -> list[list]:
 
 def header_scan_cpu(root: str, rounds: int = 3) -> tuple[float, float, int]:
     """CPU seconds a file of `leaf_scan.scan_tensor_columns` (names parsed, headers read, columns
-    built: a metadata ingest's per-file loop, as a helper runs it), headers read in C and in Python
-    (`read_npy_header`), in alternating rounds; the best round of each."""
+    built: a metadata ingest's per-file loop, as a helper runs it), with ingest/formats/_npy_scan.c and
+    with the Python (`parse_tensor_name`, `read_npy_header`), in alternating rounds; the best of each."""
     from ingest.formats import npy_header
     from ingest.readers.leaf_scan import scan_tensor_columns
 
@@ -288,13 +288,13 @@ def bench_metadata(rep: Report, tree: Path, work: Path, repeat: int) -> Path:
     c_s, py_s, n_scan = header_scan_cpu(str(tree))
     rep.add(
         "a",
-        "header scan, C path, µs of CPU a file",
+        "per-file loop (names, headers) in C, µs of CPU a file",
         c_s * 1e6,
         "µs/file",
         py_s * 1e6,
         c_s / py_s,
         note=f"leaf_scan.scan_tensor_columns on {n_scan:,} npy (names, headers, columns), as helpers run it; "
-        f"baseline: headers read in Python; walk {walk_s / n_walk * 1e6:.2f} µs a file",
+        f"baseline: names and headers read in Python; walk {walk_s / n_walk * 1e6:.2f} µs a file",
     )
     rep.add(
         "a",

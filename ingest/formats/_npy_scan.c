@@ -1,5 +1,6 @@
 /*
- * _npy_scan: the npy headers of many files of one directory, read in C with the GIL released.
+ * _npy_scan: the npy headers of many files of one directory, read in C with the GIL released, and
+ * their tensor file names parsed.
  *
  * A metadata ingest reads one small block of every tensor file (ingest/readers/leaf_scan.py); in Python
  * that is ~9 µs of CPU a file (os.open/fstat/read/fstat/close and the parse), here ~2 µs (the system
@@ -18,7 +19,9 @@
  *                     OSError), DEFER (2: ask the Python)
  *       the rest      for the OK files only, in order, as the buffers of Arrow arrays: stored dtype
  *                     index (int32), data offset, data bytes (stored_as), file size (int64), the shape
- *                     as a list<int64> column (int32 offsets, int64 values).
+ *                     as a list<int64> column (int32 offsets, int64 values). *
+ * It also parses tensor file names (names(), further down) as npy_name.parse_tensor_name does, leaving
+ * to it every name it is not sure of, for the same per-file loop.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -417,10 +420,169 @@ done:
     return result;
 }
 
+/* -- tensor file names ----------------------------------------------------------------------------
+ * names(keys) -> list: per key, the fields ingest.formats.mindspore.npy_name.parse_tensor_name gives,
+ * as a plain tuple in TensorName's order, or None where it is not sure to (a non-ASCII name, a name
+ * that fails, a number too long for the quick check): the caller asks parse_tensor_name then, which
+ * also says why a name fails. tokens(seq) gives it DTYPE_TOKENS (lowercase). */
+
+#define MAX_TOKENS 64
+static PyObject *tokens[MAX_TOKENS];
+static int n_tokens = -1;
+static PyObject *s_input, *s_output, *s_era24, *s_era23, *s_era13;
+
+static PyObject *npy_tokens(PyObject *self, PyObject *arg) {
+    (void)self;
+    PyObject *seq = PySequence_Fast(arg, "tokens() takes a sequence of str");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > MAX_TOKENS) {
+        Py_DECREF(seq);
+        return PyErr_Format(PyExc_ValueError, "at most %d tokens", MAX_TOKENS);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyUnicode_Check(t) || !PyUnicode_IS_ASCII(t) || PyUnicode_GET_LENGTH(t) == 0) {
+            Py_DECREF(seq);
+            return PyErr_Format(PyExc_ValueError, "bad token %zd", i);
+        }
+    }
+    for (int i = 0; i < n_tokens; i++) Py_CLEAR(tokens[i]);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        tokens[i] = PySequence_Fast_GET_ITEM(seq, i);
+        Py_INCREF(tokens[i]);
+    }
+    n_tokens = (int)n;
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+}
+
+/* The lowercase token `t` (ASCII, any case) is, or NULL. */
+static PyObject *token_of(const char *t, size_t len) {
+    for (int i = 0; i < n_tokens; i++) {
+        if ((size_t)PyUnicode_GET_LENGTH(tokens[i]) != len) continue;
+        const char *k = (const char *)PyUnicode_DATA(tokens[i]);
+        size_t j = 0;
+        while (j < len && (t[j] >= 'A' && t[j] <= 'Z' ? t[j] + 32 : t[j]) == k[j]) j++;
+        if (j == len) return tokens[i];
+    }
+    return NULL;
+}
+
+static int all_digits(const char *p, size_t n) {
+    if (n == 0) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (p[i] < '0' || p[i] > '9') return 0;
+    return 1;
+}
+
+static long long digits_value(const char *p, size_t n) { /* n <= 18 */
+    long long v = 0;
+    for (size_t i = 0; i < n; i++) v = v * 10 + (p[i] - '0');
+    return v;
+}
+
+static int starts_with(const char *p, size_t n, const char *lit) {
+    size_t k = strlen(lit);
+    return n >= k && memcmp(p, lit, k) == 0;
+}
+
+/* One name: a new tuple, Py_None (new reference) where parse_tensor_name must decide, NULL on error. */
+static PyObject *parse_name(PyObject *key) {
+    if (!PyUnicode_Check(key) || !PyUnicode_IS_ASCII(key)) Py_RETURN_NONE;
+    const char *name = (const char *)PyUnicode_DATA(key);
+    size_t len = (size_t)PyUnicode_GET_LENGTH(key);
+    if (len < 4 || memcmp(name + len - 4, ".npy", 4) != 0) Py_RETURN_NONE;
+    size_t end = len - 4;
+    /* the fields from the right: up to 7 dots (dtype, fmt, slot, io, ts, stream, task) */
+    const char *f[7];
+    size_t flen[7];
+    int nf = 0;
+    size_t stop = end;
+    for (size_t i = end; i > 0 && nf < 7; i--) {
+        if (name[i - 1] == '.') {
+            f[nf] = name + i;
+            flen[nf] = stop - i;
+            nf++;
+            stop = i - 1;
+        }
+    }
+    /* parts[-1..-7] are f[0..6]; `stop` ends what is left of them. Count all the dots of the stem. */
+    size_t dots = 0;
+    for (size_t i = 0; i < end; i++) dots += name[i] == '.';
+    size_t parts = dots + 1;
+    PyObject *dtype = NULL;
+    int k = 0; /* f[k] is the format */
+    if (parts >= 9) {
+        dtype = token_of(f[0], flen[0]);
+        if (dtype) {
+            k = 1;
+            parts--;
+        }
+    }
+    if (parts < 8) Py_RETURN_NONE;
+    const char *fmt = f[k], *slot = f[k + 1], *io = f[k + 2], *ts = f[k + 3], *stream = f[k + 4],
+               *task = f[k + 5];
+    size_t lfmt = flen[k], lslot = flen[k + 1], lio = flen[k + 2], lts = flen[k + 3], lstream = flen[k + 4],
+           ltask = flen[k + 5];
+    PyObject *io_obj;
+    if (lio == 6 && memcmp(io, "output", 6) == 0)
+        io_obj = s_output;
+    else if (lio == 5 && memcmp(io, "input", 5) == 0)
+        io_obj = s_input;
+    else
+        Py_RETURN_NONE;
+    if (!lfmt || !all_digits(slot, lslot) || !all_digits(ts, lts) || !all_digits(stream, lstream) ||
+        !all_digits(task, ltask))
+        Py_RETURN_NONE;
+    if (lslot > 9 || lts > 18 || lstream > 18 || ltask > 18) Py_RETURN_NONE; /* _check_ranges decides */
+    /* op_type = parts[0]; op_name = parts[1 : -6] joined: from after the first dot to before `task` */
+    const char *first_dot = memchr(name, '.', end);
+    const char *op_type = name;
+    size_t lop_type = (size_t)(first_dot - name);
+    const char *op_name = first_dot + 1;
+    if (task - 1 < op_name) Py_RETURN_NONE; /* (not reached: at least 8 parts) */
+    size_t lop_name = (size_t)(task - 1 - op_name);
+    if (!lop_type || !lop_name) Py_RETURN_NONE;
+    PyObject *era;
+    if (dtype)
+        era = s_era24;
+    else if (starts_with(op_name, lop_name, "Default_") || starts_with(op_name, lop_name, "Gradients_") ||
+             starts_with(op_name, lop_name, "Expand_") || starts_with(op_name, lop_name, "recompute_Default_") ||
+             starts_with(op_name, lop_name, "Inference_") || starts_with(op_name, lop_name, "Parallel_"))
+        era = s_era23;
+    else
+        era = s_era13;
+    return Py_BuildValue("(s#s#LLLOis#OO)", op_type, (Py_ssize_t)lop_type, op_name, (Py_ssize_t)lop_name,
+                         digits_value(task, ltask), digits_value(stream, lstream), digits_value(ts, lts), io_obj,
+                         (int)digits_value(slot, lslot), fmt, (Py_ssize_t)lfmt, dtype ? dtype : Py_None, era);
+}
+
+static PyObject *npy_names(PyObject *self, PyObject *arg) {
+    (void)self;
+    if (n_tokens < 0) {
+        PyErr_SetString(PyExc_RuntimeError, "_npy_scan.tokens() was not called");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(arg, "names() takes a sequence of str");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        PyObject *t = parse_name(PySequence_Fast_GET_ITEM(seq, i));
+        if (!t) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, i, t);
+    }
+    Py_DECREF(seq);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"table", npy_table, METH_O, "Set the plain descrs: a sequence of (descr: bytes, itemsize, is_float16)."},
     {"scan", npy_scan, METH_VARARGS,
      "scan(dir, names) -> (status, stored, data_offset, nbytes, file_size, shape_offsets, dims)"},
+    {"tokens", npy_tokens, METH_O, "Set the dtype tokens of file names (lowercase str)."},
+    {"names", npy_names, METH_O, "names(keys) -> [parse_tensor_name's fields as a tuple, or None]"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -431,6 +593,17 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__npy_scan(void) {
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
+    if (!s_input) {
+        s_input = PyUnicode_InternFromString("input");
+        s_output = PyUnicode_InternFromString("output");
+        s_era24 = PyUnicode_InternFromString("v2.4+");
+        s_era23 = PyUnicode_InternFromString("v2.3");
+        s_era13 = PyUnicode_InternFromString("v1.3-2.2");
+        if (!s_input || !s_output || !s_era24 || !s_era23 || !s_era13) {
+            Py_DECREF(m);
+            return NULL;
+        }
+    }
     if (PyModule_AddIntConstant(m, "OK", ST_OK) || PyModule_AddIntConstant(m, "IRREGULAR", ST_IRREGULAR) ||
         PyModule_AddIntConstant(m, "DEFER", ST_DEFER) ||
         PyModule_AddIntConstant(m, "MAX_HEADER_BYTES", MAX_HEADER_BYTES) ||

@@ -19,7 +19,12 @@ from array import array
 from itertools import accumulate, chain
 from typing import TYPE_CHECKING
 
-from ingest.formats.mindspore.npy_name import TensorNameError, parse_tensor_name, without_op_index
+from ingest.formats.mindspore.npy_name import (
+    TensorNameError,
+    parse_tensor_name,
+    parse_tensor_names,
+    without_op_index,
+)
 from ingest.formats.npy_header import (
     SCAN_DEFER,
     SCAN_OK,
@@ -133,7 +138,8 @@ def _scan_chunk_c(
     hasher,
     scan,
 ) -> ScannedColumns:
-    """`_scan_chunk` with the headers read in C (`scan_npy_headers`): the same columns. When the
+    """`_scan_chunk` with the headers read and the names parsed in C (`scan_npy_headers`,
+    `parse_tensor_names`; what either leaves undecided goes to the Python): the same columns. When the
     rows are exactly the files the C reader accepted (nearly always) its buffers are the header
     columns as they are; a file it leaves to Python (DEFER), or one it read whose name is bad, makes
     the header columns be built per row as `_scan_chunk` does."""
@@ -145,16 +151,23 @@ def _scan_chunk_c(
     dir_prefix = dir_path + os.sep
     rel_prefix = rel_dir + "/"
     k = -1
+    # names parsed in C too, where it is sure to give parse_tensor_name's fields (else None)
+    fields = parse_tensor_names(
+        [o or n for n, o in zip(names, originals, strict=True)] if any(originals) else names
+    )
     for i, (name, original) in enumerate(zip(names, originals, strict=True)):
         st = status[i]
         if st == SCAN_OK:
             k += 1
-        try:
-            tn = parse_tensor_name(original or name)
-        except TensorNameError:
-            irregular.append(name)
-            exact = exact and st != SCAN_OK
-            continue
+        tn = fields[i]
+        if tn is None:
+            try:
+                tn = parse_tensor_name(original or name)
+            except TensorNameError:
+                irregular.append(name)
+                exact = exact and st != SCAN_OK
+                continue
+        op_type, op_name, task_id, stream_id, timestamp_us, io, slot, fmt, dtype, era = tn
         if st == SCAN_OK:
             stored = STORED_NAMES[stored_idx[k]]
             headers.append(k)
@@ -170,7 +183,6 @@ def _scan_chunk_c(
         else:
             irregular.append(name)
             continue
-        op_name = tn.op_name
         base = _op_base.get(op_name)
         if base is None:
             if len(_op_base) > 100_000:
@@ -179,8 +191,8 @@ def _scan_chunk_c(
         rel = rel_prefix + name
         rows.append(
             (
-                hasher(rel), rel, name, original, tn.op_type, op_name, base, tn.task_id,
-                tn.stream_id, tn.timestamp_us, tn.io, tn.slot, tn.format, tn.dtype or stored, tn.era,
+                hasher(rel), rel, name, original, op_type, op_name, base, task_id,
+                stream_id, timestamp_us, io, slot, fmt, dtype or stored, era,
             )
         )  # fmt: skip
     if not rows:

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ingest.formats import npy_header
+from ingest.formats.mindspore.npy_name import TensorNameError, parse_tensor_name, parse_tensor_names
 from ingest.formats.npy_header import (
     SCAN_DEFER,
     SCAN_IRREGULAR,
@@ -541,3 +542,93 @@ def test_leaf_scan_with_deferred_and_bad_files_gives_the_same_columns(tmp_path: 
     # a well-formed file under a bad name alone also takes the per-row path: the same columns
     with_c, with_python = _both(leaf, [*names, "not a tensor name.npy"], monkeypatch)
     assert with_c == with_python
+
+
+# -- tensor file names parsed in C -------------------------------------------------------------------
+
+
+def assert_names_agree(keys: list[str]) -> list:
+    """The C name parser gives parse_tensor_name's fields wherever it answers (None: it leaves the
+    name to parse_tensor_name)."""
+    got = parse_tensor_names(keys)
+    assert len(got) == len(keys)
+    for key, fields in zip(keys, got, strict=True):
+        try:
+            want = tuple(parse_tensor_name(key))
+        except TensorNameError:
+            want = None
+        if fields is not None:
+            assert fields == want, (key, fields, want)
+            assert [type(v) for v in fields] == [type(v) for v in want], key
+    return got
+
+
+def test_every_committed_tensor_name_is_parsed_in_c() -> None:
+    keys = sorted({p.name for p in DATA.rglob("*.npy")})
+    got = assert_names_agree(keys)
+    assert sum(g is not None for g in got) >= 0.9 * len(keys) and len(keys) > 1000
+    for key, fields in zip(keys, got, strict=True):
+        if fields is None and key.isascii():  # only names parse_tensor_name refuses are left to it
+            with pytest.raises(TensorNameError):
+                parse_tensor_name(key)
+
+
+_FIELD = st.one_of(
+    st.sampled_from(
+        ["", "0", "7", "00012", "123456789", "1234567890", "9" * 18, "9" * 19, "x1", "1x", "٣", "²"]
+    ),
+    st.sampled_from(["input", "output", "Output", "in put", "DefaultFormat", "NCHW", "FRACTAL_NZ", "ü"]),
+    st.sampled_from(
+        ["float32", "Float32", "FLOAT16", "bfloat16", "BFloat16", "int4", "Int4", "flöat32", "K"]
+    ),
+    st.sampled_from(
+        [
+            "Default_Add-op1",
+            "Gradients_x",
+            "recompute_Default_y",
+            "Expand_",
+            "Inference_z",
+            "Parallel_q",
+            "Default",
+            "default_x",
+            "conv1.weight",
+            "Add",
+            "a.b.c",
+        ]
+    ),
+    st.text(alphabet=st.sampled_from("aZ09._-/ éİK\x00"), max_size=6),
+)
+
+
+@st.composite
+def tensor_names(draw) -> str:
+    fields = [draw(_FIELD) for _ in range(draw(st.integers(0, 11)))]
+    if draw(st.booleans()):  # the real layout with some fields drawn
+        choices = [
+            ["0", "12"],
+            ["0", "3"],
+            ["1795302834568971"],
+            ["input", "output"],
+            ["0", "2"],
+            ["DefaultFormat"],
+        ]
+        fields = [draw(_FIELD), draw(_FIELD)] + [draw(st.sampled_from([*c, draw(_FIELD)])) for c in choices]
+        if draw(st.booleans()):
+            fields.append(draw(st.sampled_from(["float32", "Int64", "BOOL", "string", draw(_FIELD)])))
+    return ".".join(fields) + draw(st.sampled_from([".npy", ".npy", ".NPY", "npy", ""]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(keys=st.lists(tensor_names(), min_size=1, max_size=20))
+def test_generated_tensor_names_agree(keys: list[str]) -> None:
+    assert_names_agree(keys)
+
+
+def test_name_parser_bad_arguments_are_clear_errors() -> None:
+    from ingest.formats import _npy_scan
+
+    assert _npy_scan.names([3, b"x", None]) == [None, None, None]  # parse_tensor_name decides
+    with pytest.raises(TypeError):
+        _npy_scan.names(5)
+    with pytest.raises(ValueError, match="bad token"):
+        _npy_scan.tokens(["ü"])
