@@ -217,7 +217,7 @@ static int scan_one(int dfd, const char *name, Out *o, int *last) {
     size_t len = 0;
     int64_t size = 0;
     if (fstat_once(fd, &st) < 0 || !S_ISREG(st.st_mode)) goto close;
-    if (buf_reserve(&o->block, READ_SIZE)) goto oom;
+    if (buf_reserve(&o->block, READ_SIZE)) goto oom_open;
     ssize_t got = read_once(fd, o->block.data, READ_SIZE);
     if (got < 0) goto close;
     len = (size_t)got;
@@ -233,7 +233,7 @@ static int scan_one(int dfd, const char *name, Out *o, int *last) {
         if (end > len) {
             uint64_t rest = end - len;
             if (rest > MAX_HEADER_BYTES) goto close; /* implausible */
-            if (buf_reserve(&o->block, len + (size_t)rest)) goto oom;
+            if (buf_reserve(&o->block, len + (size_t)rest)) goto oom_open;
             got = read_once(fd, o->block.data + len, (size_t)rest);
             if (got < 0) goto close;
             len += (size_t)got;
@@ -285,13 +285,18 @@ close:
         nbytes *= 2;
     }
     int64_t offset = (int64_t)end;
-    int32_t shape_end = (int32_t)((o->dims.len) / sizeof(int64_t));
-    if ((o->dims.len / sizeof(int64_t)) > INT32_MAX) return ST_DEFER;
+    if (o->dims.len / sizeof(int64_t) > INT32_MAX) { /* past Arrow's int32 list offsets */
+        o->dims.len = first_dim;
+        return ST_DEFER;
+    }
+    int32_t shape_end = (int32_t)(o->dims.len / sizeof(int64_t));
     if (buf_put(&o->stored, &stored, sizeof stored) || buf_put(&o->offset, &offset, sizeof offset) ||
         buf_put(&o->nbytes, &nbytes, sizeof nbytes) || buf_put(&o->size, &size, sizeof size) ||
         buf_put(&o->shape_offsets, &shape_end, sizeof shape_end))
         goto oom;
     return ST_OK;
+oom_open:
+    close(fd);
 oom:
     return -1;
 }
