@@ -7,6 +7,7 @@ the files it accepts are the Python's."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import stat
@@ -632,3 +633,32 @@ def test_name_parser_bad_arguments_are_clear_errors() -> None:
         _npy_scan.names(5)
     with pytest.raises(ValueError, match="bad token"):
         _npy_scan.tokens(["ü"])
+
+
+def test_without_the_extension_the_python_reads_quietly(tmp_path: Path) -> None:
+    """As after an install without a C compiler: no traceback, no warning, the same columns."""
+    leaf, names = _leaf(tmp_path)
+    chunk = [(("run1", 0, "Net", 0, 0, "iteration"), str(leaf), "rank_0/Net/0/0", names, [None] * len(names))]
+    want = leaf_scan.scan_tensor_columns(chunk)
+    code = (
+        "import sys, json; sys.modules['ingest.formats._npy_scan'] = None\n"  # `import` now fails
+        "from ingest.formats import npy_header\n"
+        "from ingest.formats.mindspore import npy_name\n"
+        "from ingest.readers import leaf_scan\n"
+        "assert npy_header._npy_scan is None and npy_name._c_module is None\n"
+        "assert npy_header.scan_npy_headers('.', ['x']) is None\n"
+        "assert npy_name.parse_tensor_names(['x']) == [None]\n"
+        "chunk = json.loads(sys.stdin.read())\n"
+        "[(ctx, columns, irregular)] = leaf_scan.scan_tensor_columns([tuple(c) for c in chunk])\n"
+        "hexed = [[c[0], c[1], *(None if b is None else b.hex() for b in c[2:])] for c in columns]\n"
+        "print(json.dumps(hexed))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code],
+        input=json.dumps(chunk), capture_output=True, text=True, cwd=REPO,
+        env={k: v for k, v in os.environ.items() if k != "DUMPCAT_PURE_PYTHON_HEADERS"},
+    )  # fmt: skip
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    [(_, columns, _)] = want
+    hexed = [[c[0], c[1], *(None if b is None else b.hex() for b in c[2:])] for c in columns]
+    assert json.loads(out.stdout) == hexed and len(hexed) == 20
