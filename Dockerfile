@@ -46,10 +46,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 COPY --from=build /wheels /wheels
-# The import fails the build if the wheel came out without the C kernel.
+# The import fails the build if the wheel came out without the C kernels.
 RUN pip install --constraint /wheels/constraints.txt /wheels/*.whl && rm -rf /wheels \
     && pip check \
-    && python -c "from ingest.statistics import _fused_stats, kernel; print(kernel.stats_backend())"
+    && python -c "from ingest.formats import _npy_scan; from ingest.statistics import _fused_stats, kernel; print(kernel.stats_backend())"
 
 # A fixed uid/gid, so that a bind-mounted /catalog can be given to it on the host
 # (chown 10001:10001); its home holds the user's dumpcat cache (ingest/storage/definitions_cache.py).

@@ -1,10 +1,12 @@
 """Build hook for the optional C kernels; pyproject.toml holds the configuration.
 
 - ingest.statistics._fused_stats, for ingest.statistics.kernel;
-- ingest._compare_kernel, for ingest.compare_metrics (dumpcat compare's pair metrics).
+- ingest._compare_kernel, for ingest.compare_metrics (dumpcat compare's pair metrics);
+- ingest.formats._npy_scan, for ingest.formats.npy_header.scan_npy_headers (a metadata ingest's headers).
 
-Both are optional: without a C compiler (or Python headers) the install still succeeds and each module
-uses its pure-numpy path instead (bit-identical statistics; pair metrics within a few ulps), only slower.
+All are optional: without a C compiler (or Python headers) the install still succeeds and each module
+uses its pure-Python/numpy path instead (bit-identical statistics; pair metrics within a few ulps; the same
+headers), only slower.
 """
 
 import sys
@@ -37,8 +39,8 @@ class _BuildExt(build_ext):
 def _skipped(exc: BaseException, name: str = "the optional C kernels") -> None:
     print(
         f"NOTE: {name} (optional C kernel) was not built ({type(exc).__name__}: {exc}); "
-        "dumpcat works without it and computes statistics and comparison metrics with numpy, "
-        "only slower.",
+        "dumpcat works without it and computes statistics and comparison metrics with numpy "
+        "and reads npy headers in Python, only slower.",
         file=sys.stderr,
     )
 
@@ -61,6 +63,12 @@ setup(
             # no traps on float flags: lets the compiler compute both sides of a select (vectorising),
             # without changing any result
             extra_compile_args=_FLAGS + ([] if sys.platform == "win32" else ["-fno-trapping-math"]),
+            optional=True,
+        ),
+        Extension(
+            "ingest.formats._npy_scan",
+            ["ingest/formats/_npy_scan.c"],
+            extra_compile_args=_FLAGS,
             optional=True,
         ),
     ],

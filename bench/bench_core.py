@@ -106,6 +106,63 @@ def walk_read_headers(root: str) -> int:
     return n
 
 
+def leaf_batches(root: str, size: int = 1024) -> list[list]:
+    """The tree's npy files as `leaf_scan.scan_tensor_columns` batches: whole leaves or slices of
+    them, ~`size` files a batch (as ingest/readers/mindspore_npy.py makes them)."""
+    batches: list[list] = []
+    batch: list = []
+    n = 0
+    stack = [root]
+    while stack:
+        top = stack.pop()
+        with os.scandir(top) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        stack += [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+        names = [e.name for e in entries if e.name.endswith(".npy")]
+        ctx = ("bench", 0, "Net", 0, 0, "iteration")
+        rel = os.path.relpath(top, root)
+        start = 0
+        while start < len(names):
+            part = names[start : start + size - n]
+            start += len(part)
+            batch.append((ctx, top, rel, part, [None] * len(part)))
+            n += len(part)
+            if n >= size:
+                batches.append(batch)
+                batch, n = [], 0
+    return [*batches, batch] if batch else batches
+
+
+def header_scan_cpu(root: str, rounds: int = 3) -> tuple[float, float, int]:
+    """CPU seconds a file of `leaf_scan.scan_tensor_columns` (names parsed, headers read, columns
+    built: a metadata ingest's per-file loop, as a helper runs it), with ingest/formats/_npy_scan.c and
+    with the Python (`parse_tensor_name`, `read_npy_header`), in alternating rounds; the best of each."""
+    from ingest.formats import npy_header
+    from ingest.readers.leaf_scan import scan_tensor_columns
+
+    batches = leaf_batches(root)
+    files = sum(len(chunk[3]) for b in batches for chunk in b)
+    saved = os.environ.pop("DUMPCAT_PURE_PYTHON_HEADERS", None)  # (set: only the ingest rows use Python)
+    try:
+        c_reader, times = npy_header._npy_scan or npy_header._c_scanner(), {True: [], False: []}
+    finally:
+        if saved is not None:
+            os.environ["DUMPCAT_PURE_PYTHON_HEADERS"] = saved
+    if c_reader is None:
+        raise SystemExit("the C header reader (ingest.formats._npy_scan) is not built")
+    try:
+        for _ in range(rounds):
+            for c in (True, False):
+                npy_header._npy_scan = c_reader if c else None
+                t = time.process_time()
+                for b in batches:
+                    scan_tensor_columns(b)
+                times[c].append(time.process_time() - t)
+    finally:
+        npy_header._npy_scan = c_reader
+    return min(times[True]) / files, min(times[False]) / files, files
+
+
 def best(fn, repeat: int) -> tuple[float, object]:
     times, out = [], None
     for _ in range(repeat):
@@ -227,6 +284,17 @@ def bench_metadata(rep: Report, tree: Path, work: Path, repeat: int) -> Path:
         n_walk / walk_s,
         (hdr_s / n_hdr) / (walk_s / n_walk),
         note="syscall floor of header reading; ratio = time/walk",
+    )
+    c_s, py_s, n_scan = header_scan_cpu(str(tree))
+    rep.add(
+        "a",
+        "per-file loop (names, headers) in C, µs of CPU a file",
+        c_s * 1e6,
+        "µs/file",
+        py_s * 1e6,
+        c_s / py_s,
+        note=f"leaf_scan.scan_tensor_columns on {n_scan:,} npy (names, headers, columns), as helpers run it; "
+        f"baseline: names and headers read in Python; walk {walk_s / n_walk * 1e6:.2f} µs a file",
     )
     rep.add(
         "a",

@@ -82,6 +82,30 @@ def test_the_bare_walk_counts_every_file_and_the_header_walk_every_npy(tmp_path)
     assert bench_core.walk_read_headers(str(tree)) == sum(f.endswith(".npy") for f in files) >= 300
 
 
+def test_the_per_file_loops_batches_cover_every_npy_and_both_sides_give_the_same_columns(
+    tmp_path, monkeypatch
+):
+    """bench_core (a)'s per-file loop row: its batches hold every npy of the tree once, and the C
+    side (ingest/formats/_npy_scan.c) gives the columns its baseline (the Python) gives."""
+    from ingest.formats import npy_header
+    from ingest.readers.leaf_scan import scan_tensor_columns
+
+    tree = tmp_path / "tree"
+    synth.generate(tree, 300, ranks=2, iterations=3, workers=1)
+    batches = bench_core.leaf_batches(str(tree), size=64)
+    paths = [os.path.join(chunk[1], name) for b in batches for chunk in b for name in chunk[3]]
+    npys = sorted(os.path.join(d, f) for d, _, names in os.walk(tree) for f in names if f.endswith(".npy"))
+    assert sorted(paths) == npys and len(set(paths)) == len(paths) >= 300
+    assert all(sum(len(chunk[3]) for chunk in b) <= 64 for b in batches)
+    with_c = [scan_tensor_columns(b) for b in batches]
+    monkeypatch.setattr(npy_header, "_npy_scan", None)
+    assert with_c == [scan_tensor_columns(b) for b in batches]
+    assert all(not irregular for scanned in with_c for _, _, irregular in scanned)
+    monkeypatch.undo()
+    c_s, py_s, n = bench_core.header_scan_cpu(str(tree), rounds=1)
+    assert n == len(npys) and c_s > 0 and py_s > 0
+
+
 def test_the_two_sides_of_the_contained_scan_give_the_same_rows():
     """The script checks it before it times anything, and stops when they differ."""
     proc = subprocess.run(

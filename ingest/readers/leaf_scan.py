@@ -25,8 +25,21 @@ from array import array
 from itertools import accumulate, chain
 from typing import TYPE_CHECKING
 
-from ingest.formats.mindspore.npy_name import TensorNameError, parse_tensor_name, without_op_index
-from ingest.formats.npy_header import NpyHeaderError, read_npy_header, stored_as
+from ingest.formats.mindspore.npy_name import (
+    TensorNameError,
+    parse_tensor_name,
+    parse_tensor_names,
+    without_op_index,
+)
+from ingest.formats.npy_header import (
+    SCAN_DEFER,
+    SCAN_OK,
+    STORED_NAMES,
+    NpyHeaderError,
+    read_npy_header,
+    scan_npy_headers,
+    stored_as,
+)
 from ingest.ids import TensorIdHasher
 
 if TYPE_CHECKING:
@@ -41,6 +54,8 @@ LeafChunk = tuple[LeafContext, str, str, list[str], list[str | None]]
 # when there are none), the names of the other files, and the statistics of the well-formed ones
 # when they were computed (`ScannedStats`), else None.
 ScannedColumns = tuple[LeafContext, list[tuple], list[str], "ScannedStats | None"]
+# A chunk's rows before their statistics: context, columns, irregular names.
+_ChunkColumns = tuple[LeafContext, list["EncodedColumn"], list[str]]
 # Statistics of a chunk's rows: for each row whether it has them, their values per column of
 # STAT_VALUE_FIELDS for the rows that do (encoded as the row columns are), and (row index, reason)
 # of the rows whose data could not be read.
@@ -79,42 +94,166 @@ def scan_tensor_columns(batch: list[LeafChunk], stats_md5: bool | None = None) -
     statistic.csv (whose rows would be its tensors' statistics)."""
     out: list[ScannedColumns] = []
     for ctx, dir_path, rel_dir, names, originals in batch:
-        rows = []
-        irregular: list[str] = []
         hasher = _hashers.get(ctx[0])
         if hasher is None:
             hasher = _hashers[ctx[0]] = TensorIdHasher(ctx[0])
+        scan = scan_npy_headers(dir_path, names)
+        if scan is None:
+            _, columns, irregular = _scan_chunk(ctx, dir_path, rel_dir, names, originals, hasher)
+        else:
+            _, columns, irregular = _scan_chunk_c(ctx, dir_path, rel_dir, names, originals, hasher, scan)
+        stats = None
         dir_prefix = dir_path + os.sep
-        rel_prefix = rel_dir + "/"
-        for name, original in zip(names, originals, strict=True):
+        if columns and stats_md5 is not None and not os.path.exists(dir_prefix + "statistic.csv"):
+            stats = _scanned_stats(columns, dir_prefix, stats_md5)
+        out.append((ctx, columns, irregular, stats))
+    return out
+
+
+def _scan_chunk(
+    ctx: LeafContext, dir_path: str, rel_dir: str, names: list[str], originals: list[str | None], hasher
+) -> _ChunkColumns:
+    """One chunk, headers read by read_npy_header (without the C reader; the reference of the C path)."""
+    rows = []
+    irregular: list[str] = []
+    dir_prefix = dir_path + os.sep
+    rel_prefix = rel_dir + "/"
+    for name, original in zip(names, originals, strict=True):
+        try:
+            tn = parse_tensor_name(original or name)
+            header, size = read_npy_header(dir_prefix + name)
+        except (TensorNameError, NpyHeaderError, OSError):
+            irregular.append(name)
+            continue
+        op_name = tn.op_name
+        base = _op_base.get(op_name)
+        if base is None:
+            if len(_op_base) > 100_000:
+                _op_base.clear()
+            base = _op_base[op_name] = without_op_index(op_name)
+        rel = rel_prefix + name
+        stored, nbytes = stored_as(header, size)
+        rows.append(
+            (
+                hasher(rel), rel, name, original, tn.op_type, op_name, base, tn.task_id,
+                tn.stream_id, tn.timestamp_us, tn.io, tn.slot, tn.format, tn.dtype or stored,
+                stored, header.shape, header.data_offset, nbytes, size, tn.era,
+            )
+        )  # fmt: skip
+    columns = zip(_FILE_KINDS, zip(*rows, strict=True), strict=True) if rows else ()
+    return ctx, [_encode(kind, values) for kind, values in columns], irregular
+
+
+# The header columns of _FILE_COLUMNS (stored_dtype, shape, data_offset, nbytes, file_size): where
+# they start, and how many.
+_HEADER_AT, _HEADER_N = _FILE_COLUMNS.index("stored_dtype"), 5
+
+
+def _scan_chunk_c(
+    ctx: LeafContext,
+    dir_path: str,
+    rel_dir: str,
+    names: list[str],
+    originals: list[str | None],
+    hasher,
+    scan,
+) -> _ChunkColumns:
+    """`_scan_chunk` with the headers read and the names parsed in C (`scan_npy_headers`,
+    `parse_tensor_names`; what either leaves undecided goes to the Python): the same columns. When the
+    rows are exactly the files the C reader accepted (nearly always) its buffers are the header
+    columns as they are; a file it leaves to Python (DEFER), or one it read whose name is bad, makes
+    the header columns be built per row as `_scan_chunk` does."""
+    status, stored_idx = scan.status, memoryview(scan.stored).cast("i")
+    rows = []
+    headers: list = []  # per row: its index among the C reader's files, or the Python-read values
+    irregular: list[str] = []
+    exact = True  # the rows are the C reader's files, all of them
+    dir_prefix = dir_path + os.sep
+    rel_prefix = rel_dir + "/"
+    k = -1
+    # names parsed in C too, where it is sure to give parse_tensor_name's fields (else None)
+    fields = parse_tensor_names(
+        [o or n for n, o in zip(names, originals, strict=True)] if any(originals) else names
+    )
+    for i, (name, original) in enumerate(zip(names, originals, strict=True)):
+        st = status[i]
+        if st == SCAN_OK:
+            k += 1
+        tn = fields[i]
+        if tn is None:
             try:
                 tn = parse_tensor_name(original or name)
+            except TensorNameError:
+                irregular.append(name)
+                exact = exact and st != SCAN_OK
+                continue
+        op_type, op_name, task_id, stream_id, timestamp_us, io, slot, fmt, dtype, era = tn
+        if st == SCAN_OK:
+            stored = STORED_NAMES[stored_idx[k]]
+            headers.append(k)
+        elif st == SCAN_DEFER:
+            try:
                 header, size = read_npy_header(dir_prefix + name)
-            except (TensorNameError, NpyHeaderError, OSError):
+            except (NpyHeaderError, OSError):
                 irregular.append(name)
                 continue
-            op_name = tn.op_name
-            base = _op_base.get(op_name)
-            if base is None:
-                if len(_op_base) > 100_000:
-                    _op_base.clear()
-                base = _op_base[op_name] = without_op_index(op_name)
-            rel = rel_prefix + name
             stored, nbytes = stored_as(header, size)
-            rows.append(
-                (
-                    hasher(rel), rel, name, original, tn.op_type, op_name, base, tn.task_id,
-                    tn.stream_id, tn.timestamp_us, tn.io, tn.slot, tn.format, tn.dtype or stored,
-                    stored, header.shape, header.data_offset, nbytes, size, tn.era,
-                )
-            )  # fmt: skip
-        columns = zip(_FILE_KINDS, zip(*rows, strict=True), strict=True) if rows else ()
-        encoded = [_encode(kind, values) for kind, values in columns]
-        stats = None
-        if encoded and stats_md5 is not None and not os.path.exists(dir_prefix + "statistic.csv"):
-            stats = _scanned_stats(encoded, dir_prefix, stats_md5)
-        out.append((ctx, encoded, irregular, stats))
-    return out
+            headers.append((stored, header.shape, header.data_offset, nbytes, size))
+            exact = False
+        else:
+            irregular.append(name)
+            continue
+        base = _op_base.get(op_name)
+        if base is None:
+            if len(_op_base) > 100_000:
+                _op_base.clear()
+            base = _op_base[op_name] = without_op_index(op_name)
+        rel = rel_prefix + name
+        rows.append(
+            (
+                hasher(rel), rel, name, original, op_type, op_name, base, task_id,
+                stream_id, timestamp_us, io, slot, fmt, dtype or stored, era,
+            )
+        )  # fmt: skip
+    if not rows:
+        return ctx, [], irregular
+    kinds = _FILE_KINDS[:_HEADER_AT] + _FILE_KINDS[_HEADER_AT + _HEADER_N :]
+    columns = [_encode(kind, values) for kind, values in zip(kinds, zip(*rows, strict=True), strict=True)]
+    n = len(rows)
+    if exact:
+        header_columns = [
+            _encode("s", tuple(map(STORED_NAMES.__getitem__, stored_idx))),
+            ("l", n, None, scan.shape_offsets, scan.dims),
+            ("q", n, None, None, scan.data_offset),
+            ("q", n, None, None, scan.nbytes),
+            ("q", n, None, None, scan.file_size),
+        ]
+    else:
+        header_columns = [
+            _encode(kind, values)
+            for kind, values in zip(
+                _FILE_KINDS[_HEADER_AT : _HEADER_AT + _HEADER_N],
+                zip(*_header_values(headers, scan), strict=True),
+                strict=True,
+            )
+        ]
+    columns[_HEADER_AT:_HEADER_AT] = header_columns
+    return ctx, columns, irregular
+
+
+def _header_values(headers: list, scan) -> list[tuple]:
+    """(stored, shape, data_offset, nbytes, file_size) per row, from the C reader's buffers (an
+    index) or as read_npy_header read them (a tuple)."""
+    stored = memoryview(scan.stored).cast("i")
+    offset, nbytes, size = (memoryview(b).cast("q") for b in (scan.data_offset, scan.nbytes, scan.file_size))
+    ends = memoryview(scan.shape_offsets).cast("i")
+    dims = memoryview(scan.dims).cast("q")
+    return [
+        h
+        if type(h) is tuple
+        else (STORED_NAMES[stored[h]], tuple(dims[ends[h] : ends[h + 1]]), offset[h], nbytes[h], size[h])
+        for h in headers
+    ]
 
 
 def _scanned_stats(columns: list[EncodedColumn], dir_prefix: str, md5: bool) -> ScannedStats:

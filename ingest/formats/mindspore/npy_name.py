@@ -12,6 +12,7 @@ against the execution order (see sql/).
 
 from __future__ import annotations
 
+import os
 import re
 from typing import NamedTuple
 
@@ -116,6 +117,33 @@ def parse_tensor_name(name: str) -> TensorName:
     else:
         era = "v1.3-2.2"
     return TensorName(op_type, op_name, int(task), int(stream), int(ts), io, int(slot), fmt, dtype, era)
+
+
+def _c_names():  # -> the extension module, or None
+    """ingest/formats/_npy_scan.c's `names` (optional, like its header reader; the same switch)."""
+    if os.environ.get("DUMPCAT_PURE_PYTHON_HEADERS", "").strip() not in ("", "0"):
+        return None
+    try:
+        from ingest.formats import _npy_scan
+    except ImportError:
+        return None
+    if not hasattr(_npy_scan, "names"):
+        return None  # built from an older version: reinstall to rebuild it
+    _npy_scan.tokens(sorted(DTYPE_TOKENS))
+    return _npy_scan
+
+
+_c_module = _c_names()
+
+
+def parse_tensor_names(names: list[str]) -> list[tuple | None]:
+    """`parse_tensor_name`'s fields of many names in one C call (a metadata ingest parses a million):
+    per name a plain tuple in TensorName's order, or None where `parse_tensor_name` must decide (a
+    name that fails, a non-ASCII name, a number past the quick range check; every name when the
+    extension is not built)."""
+    if _c_module is None:
+        return [None] * len(names)
+    return _c_module.names(names)
 
 
 def _check_ranges(slot: str, ts: str, stream: str, task: str) -> None:
