@@ -447,9 +447,8 @@ def mutated(draw) -> bytes:
             wide = content[6] in (2, 3)
             field = draw(st.integers(0, 2**32 - 1 if wide else 2**16 - 1))
             if draw(st.booleans()):  # near the real length
-                field = max(
-                    0, int.from_bytes(content[8 : 12 if wide else 10], "little") + draw(st.integers(-3, 3))
-                )
+                near = int.from_bytes(content[8 : 12 if wide else 10], "little") + draw(st.integers(-3, 3))
+                field = min(max(0, near), 2**32 - 1 if wide else 2**16 - 1)  # (a length field's range)
             content[8 : 12 if wide else 10] = field.to_bytes(4 if wide else 2, "little")
         elif how in ("descr", "shape", "word"):
             old = {
@@ -513,7 +512,7 @@ def test_leaf_scan_gives_the_same_columns_with_either_reader(tmp_path: Path, mon
     leaf, names = _leaf(tmp_path)
     with_c, with_python = _both(leaf, names, monkeypatch)
     assert with_c == with_python
-    [(_, columns, irregular)] = with_c
+    [(_, columns, irregular, _)] = with_c
     assert not irregular and columns[0][1] == 4
     table, _ = leaf_scan.columns_table(with_c[0])
     assert table.column("shape").to_pylist() == [[2, 3], [4], [], [0, 3]]
