@@ -260,8 +260,7 @@ def _scanned_stats(columns: list[EncodedColumn], dir_prefix: str, md5: bool) -> 
     """Statistics of a chunk's scanned rows (`columns`, encoded as they travel), as
     `compute_stats_many` computes those of the same `tensors` rows: the same job of each (an npy
     file's data is in host layout, so no device format or host shape), the same batch function."""
-    from ingest.statistics.kernel import compute_stats_batch
-    from ingest.storage.schema import STAT_VALUE_FIELDS
+    from ingest.statistics.kernel import STAT_KEYS, compute_stats_batch
 
     at = _FILE_COLUMNS.index
     row_ids, names, offsets, stored, shapes, formats = (
@@ -282,9 +281,9 @@ def _scanned_stats(columns: list[EncodedColumn], dir_prefix: str, md5: bool) -> 
             errors.append((i, error))
             continue
         ok[i] = 1
-        values.append(tuple(stats.get(name) for name, _ in STAT_VALUE_FIELDS))
-    kinds = [_STAT_KINDS[str(type_)] for _, type_ in STAT_VALUE_FIELDS]
-    encoded = [_encode(kind, column) for kind, column in zip(kinds, zip(*values, strict=True), strict=True)]
+        values.append(tuple(stats.get(name) for name in STAT_KEYS))
+    columns = zip(_STAT_KINDS, zip(*values, strict=True), strict=True)
+    encoded = [_encode(kind, column) for kind, column in columns]
     return bytes(ok), encoded if values else [], errors
 
 
@@ -320,7 +319,9 @@ _FILE_KINDS = (
     "q", "q", "s", "i", "s", "s", "s", "l",
     "q", "q", "q", "s",
 )  # fmt: skip
-_STAT_KINDS = {"double": "d", "int64": "q", "string": "s"}  # STAT_VALUE_FIELDS' types
+# How each statistic (kernel.STAT_KEYS, in the order of STAT_VALUE_FIELDS) travels: the helper that
+# computes them imports numpy for the kernel, but not pyarrow (~25 MiB more each), so not the schema.
+_STAT_KINDS = ("d", "d", "d", "q", "q", "q", "q", "q", "q", "q", "d", "s")
 # An encoded column: (kind, rows, validity bitmap or None, offsets or None, data), buffers as bytes.
 EncodedColumn = tuple[str, int, "bytes | None", "bytes | None", bytes]
 

@@ -339,6 +339,9 @@ def test_helpers_scan_without_pyarrow_or_numpy(tmp_path):
         "from ingest.readers.leaf_scan import scan_tensor_columns\n"
         f"out = scan_tensor_columns([{chunk!r}])\n"
         "print(before, heavy(), out[0][1][0][1])\n"  # (row_id column: its kind, its rows, ...)
+        # statistics computed in the scan: numpy for the kernel, still no pyarrow
+        f"out = scan_tensor_columns([{chunk!r}], False)\n"
+        "print(heavy(), len(out[0][3][1]), sum(out[0][3][0]))\n"
     )
     from ingest.storage.memory import helper_environment
 
@@ -347,7 +350,7 @@ def test_helpers_scan_without_pyarrow_or_numpy(tmp_path):
         cwd=REPO,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["[]", "[]", str(len(names))]
+    assert done.stdout.split() == ["[]", "[]", str(len(names)), "['numpy']", "12", str(len(names))]
     from ingest.readers.leaf_scan import columns_table, scan_tensor_columns
 
     [(table, irregular)] = scan_tensor_files([chunk])
@@ -443,6 +446,17 @@ _SHAPES = st.one_of(st.none(), st.tuples(), st.lists(st.integers(0, 2**40), max_
 
 
 _FLOATS = st.one_of(st.none(), st.floats(allow_nan=False), st.sampled_from([float("inf"), -0.0, 5e-324]))
+
+
+def test_statistics_travel_in_the_schema_s_columns():
+    """A helper encodes the statistics it computes by kernel.STAT_KEYS and kinds of its own (it
+    imports no pyarrow, so not the schema): the same names, order and types as STAT_VALUE_FIELDS."""
+    from ingest.readers.leaf_scan import _STAT_KINDS
+    from ingest.statistics.kernel import STAT_KEYS
+    from ingest.storage.schema import STAT_VALUE_FIELDS
+
+    kinds = {"d": pa.float64(), "q": pa.int64(), "s": pa.string()}
+    assert [(k, kinds[t]) for k, t in zip(STAT_KEYS, _STAT_KINDS, strict=True)] == STAT_VALUE_FIELDS
 
 
 @settings(max_examples=200, deadline=None)
