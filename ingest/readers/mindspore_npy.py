@@ -327,16 +327,9 @@ class LeafEngine:
         if workers > 1 and len(batches) > 1:
             # `workers` helpers scan; this process finishes leaves meanwhile (measured: faster than
             # scanning here too, which delays the finishing and starves the helpers).
-            import os as _os
-
-            if _os.environ.get("XMODE") == "1" and args and args[0] is not None:
-                results = run_ordered(
-                    self.files.scan_function, iter(batches), workers - 1, *args, caller_helps=True, slots=6
-                )
-            else:
-                results = run_ordered(
-                    self.files.scan_function, iter(batches), workers, *args, caller_helps=False, slots=6
-                )
+            results = run_ordered(
+                self.files.scan_function, iter(batches), workers, *args, caller_helps=False, slots=6
+            )
         else:
             scan = resolve_task(self.files.scan_function)
             results = (scan(b, *args) for b in batches)
