@@ -81,6 +81,14 @@ _op_base: dict[str, str] = {}  # file op name -> without its -opN (op names repe
 _hashers: dict[str, TensorIdHasher] = {}
 
 
+def _new_op_base(op_name: str) -> str:
+    """`op_name` without its -opN, remembered (the cache is cleared past 100,000 names)."""
+    if len(_op_base) > 100_000:
+        _op_base.clear()
+    base = _op_base[op_name] = without_op_index(op_name)
+    return base
+
+
 def scan_tensor_files(batch: list[LeafChunk]) -> list[tuple[pa.Table, list[str]]]:
     """For each chunk of `batch`: `tensors` rows of its well-formed complete files, and the names
     of the others."""
@@ -126,11 +134,7 @@ def _scan_chunk(
             irregular.append(name)
             continue
         op_name = tn.op_name
-        base = _op_base.get(op_name)
-        if base is None:
-            if len(_op_base) > 100_000:
-                _op_base.clear()
-            base = _op_base[op_name] = without_op_index(op_name)
+        base = _op_base.get(op_name) or _new_op_base(op_name)
         rel = rel_prefix + name
         stored, nbytes = stored_as(header, size)
         rows.append(
@@ -203,11 +207,7 @@ def _scan_chunk_c(
         else:
             irregular.append(name)
             continue
-        base = _op_base.get(op_name)
-        if base is None:
-            if len(_op_base) > 100_000:
-                _op_base.clear()
-            base = _op_base[op_name] = without_op_index(op_name)
+        base = _op_base.get(op_name) or _new_op_base(op_name)
         rel = rel_prefix + name
         rows.append(
             (
