@@ -72,6 +72,12 @@ def test_bench_cores_naive_loop_reads_every_file_through_the_same_values(tmp_pat
         paths.append(str(tmp_path / f"{name}.npy"))
         np.save(paths[-1], a)
     assert bench_core.naive_stats(paths) == sum(a.nbytes for a in ARRAYS.values())
+    # (b)'s other baseline reads every byte of the same files, headers included (one 2 MiB file
+    # takes more than one read of its buffer)
+    big = tmp_path / "big.npy"
+    np.save(big, np.arange(1 << 18, dtype=np.float64))
+    paths.append(str(big))
+    assert bench_core.read_every_byte(paths) == sum(os.path.getsize(p) for p in paths)
 
 
 def test_the_bare_walk_counts_every_file_and_the_header_walk_every_npy(tmp_path):
@@ -100,7 +106,7 @@ def test_the_per_file_loops_batches_cover_every_npy_and_both_sides_give_the_same
     with_c = [scan_tensor_columns(b) for b in batches]
     monkeypatch.setattr(npy_header, "_npy_scan", None)
     assert with_c == [scan_tensor_columns(b) for b in batches]
-    assert all(not irregular for scanned in with_c for _, _, irregular in scanned)
+    assert all(not irregular for scanned in with_c for _, _, irregular, _ in scanned)
     monkeypatch.undo()
     c_s, py_s, n = bench_core.header_scan_cpu(str(tree), rounds=1)
     assert n == len(npys) and c_s > 0 and py_s > 0
