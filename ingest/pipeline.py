@@ -656,12 +656,11 @@ class Ingester:
         tensors = self._pending_table("tensors")
         if tensors is not None:
             tables["tensors"] = tensors
-            stats = self._computed_stats_table(tensors)  # may add ingest_errors rows
-            scanned = self._pending_table("tensor_stats")  # computed by the scan (add_computed_stats)
-            if stats is not None and scanned is not None:
-                stats = concat_pending([scanned, stats])
-            if stats is not None or scanned is not None:
-                tables["tensor_stats"] = stats if stats is not None else scanned
+            # computed by the scan (add_computed_stats), and now (may add ingest_errors rows)
+            parts = [self._pending_table("tensor_stats"), self._computed_stats_table(tensors)]
+            parts = [t for t in parts if t is not None]
+            if parts:
+                tables["tensor_stats"] = parts[0] if len(parts) == 1 else concat_pending(parts)
         for name in TABLES:
             if name not in ("tensors", "tensor_stats") and (table := self._pending_table(name)) is not None:
                 tables[name] = table

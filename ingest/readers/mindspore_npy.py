@@ -21,6 +21,7 @@ import operator
 import os
 import re
 import time
+from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -153,8 +154,8 @@ class LeafFiles:
         self,
         table: pa.Table,
         matched: set[int],
-        computed: list[tuple[pa.Table, list[tuple[str, str]]]] = (),  # type: ignore[assignment]
-        computed_ids: set[int] = frozenset(),  # type: ignore[assignment]
+        computed: Sequence[tuple[pa.Table, list[tuple[str, str]]]] = (),
+        computed_ids: Set[int] = frozenset(),
     ) -> None:
         """Queue a leaf's scanned rows as they are (one file each); only the bookkeeping is per
         row. Tensors `matched` by a statistic.csv row get no computed statistics; those of
@@ -166,7 +167,7 @@ class LeafFiles:
         sink = self.sink
         needs_stats = None
         if (matched or computed_ids) and sink.options.compute_stats:
-            done = matched | computed_ids if matched else computed_ids
+            done = matched | set(computed_ids) if matched else computed_ids
             needs_stats = [r for r in table.column("row_id").to_pylist() if r not in done]
         sink.add_tensor_table(table, needs_stats, new_files=n)
         for stats, failed in computed:

@@ -18,7 +18,7 @@ import pyarrow as pa
 from ingest.statistics.kernel import StatJob, compute_stats_many
 from ingest.storage.schema import ARROW_CHUNK_ROWS, STAT_VALUE_FIELDS, TABLES, rows_to_table
 
-__all__ = ["STATS_INPUT_COLUMNS", "STAT_VALUES", "computed_stats_rows", "stats_rows_of"]
+__all__ = ["STATS_INPUT_COLUMNS", "STAT_VALUES", "computed_stats_rows", "stats_error_rows", "stats_rows_of"]
 
 # `tensor_stats` = a tensor's keys (from its `tensors` row) + the statistics computed from its data.
 _KEY_COLUMNS = TABLES["tensor_stats"].names[: -len(STAT_VALUE_FIELDS)]

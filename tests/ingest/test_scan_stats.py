@@ -88,3 +88,36 @@ def test_helpers_compute_them_with_md5_on_a_tree_where_statistic_csv_misses_rows
             .as_py()
         )
     assert md5s == s1.computed_stats
+
+
+def test_statistic_csv_rows_win_over_the_scans_statistics_of_the_same_tensors(tmp_path):
+    """A statistic.csv that the ingest reads after the scan found none (a folder being written to)
+    matches some of the tensors the scan computed statistics for: those keep the csv's rows only,
+    the others keep the scan's. Real scan, real ingester, real catalog."""
+    from ingest.pipeline import Ingester, ReaderSink, detect_dump
+    from ingest.readers.leaf_scan import scan_tensor_columns
+    from ingest.storage.store import CatalogStore
+
+    root = DATA / "ms210" / "nan_log" / "dump"
+    leaf = root / "rank_0" / "Net" / "0" / "0"
+    names = sorted(p.name for p in leaf.glob("*.npy"))
+    store = CatalogStore(tmp_path / "cat", create=True).shard("r", None)
+    ing = Ingester(store, "r", root, detect_dump(root), workers=1)
+    files = mindspore_npy.LeafFiles(ReaderSink(ing))
+    ctx = ("r", 0, "Net", 0, 0, "iteration")
+    [scanned] = scan_tensor_columns([(ctx, str(leaf), "rank_0/Net/0/0", names, [None] * len(names))], False)
+    table, irregular = files.scanned_table(scanned)
+    computed = files.scanned_stats(scanned, table)
+    assert computed is not None and not irregular and computed[0].num_rows == len(names) > 3
+    ids = table.column("row_id").to_pylist()
+    matched = set(ids[:3])
+    with store.writer_lock():
+        ing.begin()
+        store.start_run()
+        files.add_scanned_tensors(table, matched, [computed], set(ids))
+        ing.flush(last=True)
+        store.finish_run("r")
+    assert ing.summary.computed_stats == len(ids) - 3
+    with Catalog.open(tmp_path / "cat") as cat:
+        got = cat.sql("SELECT row_id FROM stats WHERE stat_source = 'computed'").column(0).to_pylist()
+    assert sorted(got) == sorted(set(ids) - matched)
