@@ -20,7 +20,7 @@ import stat
 import struct
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from ingest.formats.numbers import INT64_MAX, parse_uint
 
@@ -255,12 +255,21 @@ STORED_NAMES: tuple[str, ...] = (*(name for _, name in _SCAN_DESCRS.values()), "
 SCAN_OK, SCAN_IRREGULAR, SCAN_DEFER = 0, 1, 2
 
 
-def _c_scanner():  # -> the extension module, or None
+def npy_scan_extension():  # -> the extension module, or None
+    """ingest/formats/_npy_scan.c (its header reader, and the tensor-name parser of npy_name), or
+    None: not built, or DUMPCAT_PURE_PYTHON_HEADERS set (one switch for both)."""
     if os.environ.get("DUMPCAT_PURE_PYTHON_HEADERS", "").strip() not in ("", "0"):
         return None
     try:
         from ingest.formats import _npy_scan
     except ImportError:
+        return None
+    return _npy_scan
+
+
+def _c_scanner():  # -> the extension module, or None
+    _npy_scan = npy_scan_extension()
+    if _npy_scan is None:
         return None
     if (_npy_scan.OK, _npy_scan.IRREGULAR, _npy_scan.DEFER) != (SCAN_OK, SCAN_IRREGULAR, SCAN_DEFER) or (
         _npy_scan.MAX_HEADER_BYTES,
@@ -274,22 +283,21 @@ def _c_scanner():  # -> the extension module, or None
 _npy_scan = _c_scanner()
 
 
-class HeaderScan(tuple):
-    """What `scan_npy_headers` returns (a plain tuple: no per-file object).
+class HeaderScan(NamedTuple):
+    """What `scan_npy_headers` returns: no per-file object.
 
     status: bytes, one a name: SCAN_OK, SCAN_IRREGULAR (read_npy_header raises NpyHeaderError or
     OSError), SCAN_DEFER (ask read_npy_header). The rest hold the SCAN_OK files only, in order, as
     Arrow buffers: stored (int32, an index into STORED_NAMES), data_offset, nbytes (stored_as's),
     file_size (int64), shape_offsets (int32, one more than the files) and dims (int64)."""
 
-    __slots__ = ()
-    status = property(lambda self: self[0])
-    stored = property(lambda self: self[1])
-    data_offset = property(lambda self: self[2])
-    nbytes = property(lambda self: self[3])
-    file_size = property(lambda self: self[4])
-    shape_offsets = property(lambda self: self[5])
-    dims = property(lambda self: self[6])
+    status: bytes
+    stored: bytes
+    data_offset: bytes
+    nbytes: bytes
+    file_size: bytes
+    shape_offsets: bytes
+    dims: bytes
 
 
 def scan_npy_headers(dir_path: str, names: list[str]) -> HeaderScan | None:
@@ -297,4 +305,4 @@ def scan_npy_headers(dir_path: str, names: list[str]) -> HeaderScan | None:
     not built (or DUMPCAT_PURE_PYTHON_HEADERS is set): then read_npy_header is the way."""
     if _npy_scan is None:
         return None
-    return HeaderScan(_npy_scan.scan(dir_path, names))
+    return HeaderScan._make(_npy_scan.scan(dir_path, names))

@@ -12,10 +12,10 @@ against the execution order (see sql/).
 
 from __future__ import annotations
 
-import os
 import re
 from typing import NamedTuple
 
+from ingest.formats.npy_header import npy_scan_extension
 from ingest.formats.numbers import INT32_MAX, INT64_MAX, parse_uint
 
 # dtype tokens MindSpore writes into file names (compared case-insensitively).
@@ -121,11 +121,8 @@ def parse_tensor_name(name: str) -> TensorName:
 
 def _c_names():  # -> the extension module, or None
     """ingest/formats/_npy_scan.c's `names` (optional, like its header reader; the same switch)."""
-    if os.environ.get("DUMPCAT_PURE_PYTHON_HEADERS", "").strip() not in ("", "0"):
-        return None
-    try:
-        from ingest.formats import _npy_scan
-    except ImportError:
+    _npy_scan = npy_scan_extension()
+    if _npy_scan is None:
         return None
     if not hasattr(_npy_scan, "names"):
         return None  # built from an older version: reinstall to rebuild it
