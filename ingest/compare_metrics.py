@@ -1277,4 +1277,5 @@ def _thread_task(batch: PairBatch) -> MetricColumns:
         return compare_batch(batch)
     from ingest.helper_pool import run_ordered
 
-    return next(iter(list(run_ordered("ingest.compare_metrics:compare_batch", iter([batch]), 1))))
+    [metrics] = run_ordered("ingest.compare_metrics:compare_batch", iter([batch]), 1)
+    return metrics
