@@ -37,7 +37,7 @@ STEPS = [
     (pipeline.Ingester, "_batch_tables", "batch tables"),
     (store_mod.CatalogStore, "commit_batch", "commit"),
     (flat_mod.FlatWriter, "after_batch", "flat: resolve a batch"),
-    (flat_mod.FlatWriter, "after_last_batch", "flat: the run's final files"),
+    (flat_mod.FlatWriter, "resolve_run", "flat: the run's final files"),
     (flat_mod.FlatWriter, "consolidate", "flat: last merge"),
 ]
 

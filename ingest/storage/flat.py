@@ -31,8 +31,10 @@ the text columns of few values as ENUMs, under a cap of its own (`_merge`): the 
 the same.
 
 Layout: data/flat/<table>/<id>/{data.parquet,index.arrow}; snapshot.json's "flat" holds, per
-table, entries {"id", "path", "run", "rows", "sources": [batch ids], "keys": [[run, rank], ...]},
-and "interim": true on a file a one-shot ingest wrote while walking (see FlatWriter.interim).
+table, entries {"id", "path", "run", "rows", "sources": [batch ids], "keys": [[run, rank], ...]}
+("interim": true on a file an earlier dumpcat's one-shot ingest wrote while walking, unsorted:
+`consolidate` rewrites it). A one-shot ingest writes none while it walks: its run is pending
+(store.PENDING, CatalogStore.start_run) until `resolve_run` writes its files at its end.
 
 Each shard of a catalog (ingest/storage/store.py) keeps its own flat files, under
 data/run=<run>/writer=<name>/flat/, resolved by its own writer against its own raw tables only:
@@ -49,7 +51,7 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -79,13 +81,8 @@ ORDER = {"tensors": "row_id", "stats": "row_id, stat_id, stat_source"}
 # merged four at a time, which bounds the files of a run at 3 per tier.
 MERGE_FANIN = 4
 TIER_BASE = 4096
-# A one-shot ingest merges its interim files once, at its end, after its helper processes have
-# stopped: a merge beside them was the ingest's peak (10^6 tensors: 499 MiB summed, 420 of them
-# the writer's). Only a run that has this many files of a table merges them on the way (so that
-# a crashed ingest's readers, and the last merge, read a bounded number of files).
-INTERIM_FANIN = 32
-# Rows from which the last merge of a one-shot ingest opens a new DuckDB (a small dump's merge is
-# quick, and opening one costs tens of milliseconds of its start-up budget).
+# Rows from which the last merge or resolution of a one-shot ingest opens a new DuckDB (a small
+# dump's is quick, and opening one costs tens of milliseconds of its start-up budget).
 _FRESH_MERGE_ROWS = 100_000
 # The location columns `Catalog.tensor` needs, in the sidecar index of a tensors file.
 INDEX_SCHEMA = pa.schema(
@@ -104,7 +101,7 @@ INDEX_SCHEMA = pa.schema(
 INDEX_FILE = "index.arrow"
 DATA_FILE = "data.parquet"
 _INDEX_BATCH_ROWS = 64 * 1024
-# A flat file's row group (DuckDB's default; an interim file's are smaller, `rows_per_part`).
+# A flat file's row group (DuckDB's default).
 _SORT_ROWS = 122_880
 # The writer's DuckDB: a cap, not a reservation (sorts and joins spill to the catalog's tmp/ directory;
 # rows are sorted in one statement that spills past it). A statement that still runs out of memory
@@ -180,15 +177,6 @@ def _memory_ceiling() -> int:
         return 4 << 30
 
 
-def rows_per_part(row_bytes: float, memory_limit: int) -> int:
-    """Rows of an interim file's row group (the parquet writer holds one row group's rows while
-    it writes): as many as fit in an eighth of the writer's memory limit, at most DuckDB's
-    default row group and at least 2,048 rows (one vector). Sized in bytes, not rows: LLM dumps
-    carry ~600 bytes of path per row."""
-    budget = memory_limit // 8
-    return max(2048, min(_SORT_ROWS, int(budget // max(row_bytes, 1.0))))
-
-
 def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
@@ -207,7 +195,6 @@ _SIDE_BY_SIDE_ROWS = 20_000
 # Resolved rows (op_name, the source line added) over their source rows, in bytes: 1.04 for the
 # tensors and stats of the synthetic 10^5 tree; the margin is for long source lines.
 _RESOLVED_WIDTH = 1.25
-_MIN_PART = 2048  # rows: DuckDB's vector; an interim file's smallest row group (no sample below it)
 
 
 def _sampled_row_bytes(
@@ -245,18 +232,16 @@ def seal_flat_dir(
     rows: int,
     sources: list[str],
     keys: list,
-    sort_index: bool = False,
     con: duckdb.DuckDBPyConnection | None = None,
 ) -> dict:
     """Finish a flat file whose data.parquet is written: its sidecar index (tensors) or of NaN/Inf
     rows (stats, on `con`: ingest/storage/nonfinite.py), everything fsynced, and its snapshot entry.
-    `sort_index`: the data is not in row-id order (an interim file), the index is sorted here. Also
-    used by bench/bench_scale.py, which writes flat files in this layout without resolving them."""
+    Also used by bench/bench_scale.py, which writes flat files in this layout without resolving them."""
     from ingest.storage.durable import fsync_path
     from ingest.storage.nonfinite import write_nonfinite
 
     if flat == "tensors":
-        write_index(fdir / DATA_FILE, fdir / INDEX_FILE, sort=sort_index)
+        write_index(fdir / DATA_FILE, fdir / INDEX_FILE)
     elif flat == "stats":
         write_nonfinite(fdir, con)
     for name in os.listdir(fdir):
@@ -273,10 +258,9 @@ def seal_flat_dir(
     }
 
 
-def write_index(data: Path, path: Path, *, sort: bool = False) -> None:
-    """The location columns of a tensors file as Arrow IPC batches, in its order (by row id);
-    `sort`: an interim file's rows are not in row-id order, so its few columns (one batch's,
-    ~50,000 rows) are read whole and sorted (a sidecar is searched by bisection)."""
+def write_index(data: Path, path: Path) -> None:
+    """The location columns of a tensors file as Arrow IPC batches, in its order (by row id: a
+    sidecar is searched by bisection)."""
     import pyarrow.parquet as pq
 
     source = pq.ParquetFile(str(data))
@@ -288,11 +272,6 @@ def write_index(data: Path, path: Path, *, sort: bool = False) -> None:
         )
         for batch in batches
     )
-    if sort:
-        table = pa.Table.from_batches(list(typed), schema=INDEX_SCHEMA)
-        typed = table.take(table.column("row_id").to_numpy().argsort(kind="stable")).to_batches(
-            max_chunksize=_INDEX_BATCH_ROWS
-        )
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, INDEX_SCHEMA) as out:
         for batch in typed:
             out.write_batch(batch)
@@ -435,11 +414,6 @@ class FlatWriter:
         self._files: dict[str, list[str]] | None = None
         self.memory_limit = writer_memory_limit()
         self._ordered = False  # inside _insertion_order
-        # A one-shot ingest is running (the store says so): every file written now is merged into
-        # one at its end (`consolidate`), so it is written in row groups of `rows_per_part`, which
-        # need a fraction of the memory of DuckDB's 122,880-row groups (the parquet writer holds a
-        # row group's rows: ~100 MB of tensors rows). Its entry says `interim` until then.
-        self.interim = False
         self._final = False  # inside consolidate: the file that stays
         self._merge_cap = min(_MERGE_MEMORY_START, self.memory_limit)  # where the next merge starts
         self._merging = False  # inside _merge_memory
@@ -532,18 +506,10 @@ class FlatWriter:
         ids: str,
         run: str,
         sources: list[str],
-        *,
-        sample: str | None = None,
-        widen: float = 1.0,
-        dictionaries: frozenset[str] = frozenset(),
     ) -> dict | None:
-        """Write `query`'s rows, sorted (an interim file: as resolved, `_write_unsorted`), as a new
-        flat file of `flat` (not yet visible); its entry,
+        """Write `query`'s rows, sorted, as a new flat file of `flat` (not yet visible); its entry,
         or None when there are no rows. `ids` selects (row_id, stat_id) of the rows `query` reads
-        (a cheap scan of the source files: it counts them, the rows are not resolved twice);
-        `sample`, the same rows as plain text columns (or the rows they are resolved from, `widen`
-        times as wide), sizes an interim file's row groups when `query` holds the columns
-        `dictionaries` as ENUMs.
+        (a cheap scan of the source files: it counts them, the rows are not resolved twice).
 
         Memory stays bounded whatever the row count and width: the rows are resolved and sorted
         in one statement into a table (DuckDB's sort and the table spill to tmp/ past the memory
@@ -564,33 +530,19 @@ class FlatWriter:
         total = con.execute(f"SELECT count(*) FROM ({ids})").fetchall()[0][0]
         if not total:
             return None
-        # Only an interim file's row groups are sized (a final file has DuckDB's): sampling the
-        # resolution costs it its joins (~50 ms a batch), so a batch is sized by its source rows
-        # (`sample`), which the resolved rows are within a few per cent of (_RESOLVED_WIDTH).
-        sized = self.interim and not self._final and total > _MIN_PART
-        group = (
-            rows_per_part(widen * _sampled_row_bytes(con, sample or query, dictionaries), self.memory_limit)
-            if sized
-            else _MIN_PART
-        )
         fid, rel, fdir = new_flat_dir(self.store, flat)
         data = fdir / DATA_FILE
-        # (rows that fit one such group are one row group either way: such a file is final as written)
-        interim = self.interim and not self._final and total > group
-        copy_options = f"FORMAT parquet, ROW_GROUP_SIZE {group if interim else _SORT_ROWS}"
         try:
-            if interim:
-                rows, keys = self._write_unsorted(con, query, data, copy_options)
-            else:
-                with self._insertion_order(con):
-                    rows, keys = self._write_sorted(con, flat, query, data, copy_options)
+            with self._insertion_order(con):
+                options = f"FORMAT parquet, ROW_GROUP_SIZE {_SORT_ROWS}"
+                rows, keys = self._write_sorted(con, flat, query, data, options)
         except BaseException:
             shutil.rmtree(fdir, ignore_errors=True)
             raise
         if not rows:
             shutil.rmtree(fdir, ignore_errors=True)
             return None
-        entry = seal_flat_dir(
+        return seal_flat_dir(
             fdir,
             flat,
             fid=fid,
@@ -599,12 +551,8 @@ class FlatWriter:
             rows=rows,
             sources=sources,
             keys=keys,
-            sort_index=interim,
             con=con,
         )
-        if interim:
-            entry["interim"] = True
-        return entry
 
     def _write_sorted(
         self,
@@ -643,20 +591,6 @@ class FlatWriter:
             # before the sidecar index is read back with pyarrow: not both at their peak at once
             self.release_buffers(con)
 
-    def _write_unsorted(
-        self, con: duckdb.DuckDBPyConnection, query: str, data: Path, copy_options: str
-    ) -> tuple[int, list[tuple]]:
-        """Write `query`'s rows as they come (an interim file of a one-shot ingest): its row count
-        and distinct (run, rank). The run's final file is sorted at the ingest's end
-        (`after_last_batch`, or `consolidate`'s merge): sorting each batch's rows as well cost a
-        second sort of every row (10^5 tensors: ~0.9 s of the ingest's ~5.5 s). Readers meanwhile
-        get the same rows; a point lookup reads more row groups of such a file until then."""
-        count = con.execute(f"COPY ({query}) TO {_quote(str(data))} ({copy_options})").fetchall()[0][0]
-        if not count:
-            return 0, []
-        source = f"read_parquet({_quote(str(data))})"
-        return int(count), con.execute(f"SELECT DISTINCT run, rank FROM {source}").fetchall()
-
     def _resolve(
         self,
         snap: dict,
@@ -683,7 +617,7 @@ class FlatWriter:
         stored = f"SELECT {FLAT_STORED_COLUMNS[flat]} FROM {flat}_resolved"
         # the widest source's rows, widened by what resolution adds (op_name, the source line)
         sample = " UNION ALL BY NAME ".join(f"SELECT * FROM src_{t}" for t in FLAT_SOURCES[flat])
-        # A run's final file (after_last_batch) holds its few-valued text columns as dictionaries
+        # A run's final file (resolve_run) holds its few-valued text columns as dictionaries
         # while it sorts, as a merge does (_DICTIONARY_MIN_ROWS), when its rows would not fit in
         # half the writer's memory as plain text (the sort would spill): 10^5 tensors and statistic
         # rows of the synthetic tree, 3.4 s of CPU with plain text, 2.3-2.6 s with them (listing the
@@ -705,7 +639,6 @@ class FlatWriter:
                 con,
                 partial(
                     self._write, con, flat, query, ids, run, sources,
-                    sample=sample, widen=_RESOLVED_WIDTH, dictionaries=frozenset(types),
                 ),
             )  # fmt: skip
         finally:
@@ -726,10 +659,7 @@ class FlatWriter:
         query = f"SELECT * REPLACE ({casts}) FROM {source}" if types else plain
         try:
             with self._merge_memory(con):
-                write = partial(
-                    self._write, con, flat, query, ids, entries[0]["run"], sources,
-                    sample=plain, dictionaries=frozenset(types),
-                )  # fmt: skip
+                write = partial(self._write, con, flat, query, ids, entries[0]["run"], sources)
                 return self._retrying(con, write)
         finally:
             for type_name in types.values():  # (the table that used them is dropped)
@@ -808,35 +738,33 @@ class FlatWriter:
             if fresh.get(flat) is not None:
                 entries.append(fresh[flat])
             retired += self._merge_tiers(snap, flat, entry["run"])
-        if self.interim:
-            # A one-shot ingest walks on for a while before the next batch: its DuckDB, even with
-            # its buffers given back, kept ~28 MiB of the walk's memory (10^6 tensors); a new one
-            # costs tens of milliseconds a batch.
-            self.close()
-        else:
-            self.release_buffers()  # each write released its own; this, the queries of a batch with none
+        self.release_buffers()  # each write released its own; this, the queries of a batch with none
         return retired
 
-    def after_last_batch(self, snap: dict, entry: dict) -> list[str]:
-        """`snap` just gained the last batch of a one-shot ingest (`entry`): each flat table of
-        its run becomes one final file, resolved from the run's raw batches in one statement, in
-        the place of the interim files written while it walked. Edits snap["flat"]; returns the
-        paths of flat files to retire.
+    def resolve_run(self, snap: dict, run: str, flats: Iterable[str] = tuple(FLAT_SOURCES)) -> list[str]:
+        """Each flat table of `flats` of `run` becomes one final file, resolved from all the run's
+        raw batches in one statement, in the place of the run's files of that table: how a
+        one-shot ingest, which commits its batches without flat files (the run is *pending*,
+        CatalogStore.start_run), writes them at its end. Edits snap["flat"]; returns the paths of
+        flat files to retire.
 
-        The last batch is not written as an interim file first, and the interim files are not
-        read back: resolving from the raw rows costs their joins over the small operator tables
-        (10^5 tensors: ~0.06 s), which reading them back did not save, and every earlier batch is
-        resolved against the run's final operators, so no interim file can be left stale."""
+        One statement over the raw rows, not a file per batch merged at the end: the batches'
+        resolution joins run once, over the run's final operators (no file is left stale by an
+        execution order committed after its tensors), and nothing is written twice (10^5
+        tensors in 5 batches: 0.65 s of the ingest's ~4 s went to files per batch)."""
         flat_state = snap.setdefault("flat", {name: [] for name in FLAT_SOURCES})
-        run = entry["run"]
         retired: list[str] = []
         plan = {}
-        for flat, tables in FLAT_SOURCES.items():
+        for flat in flats:
+            tables = FLAT_SOURCES[flat]
             sources = [
                 b["id"] for b in snap["batches"] if b["run"] == run and any(t in b["tables"] for t in tables)
             ]
             if sources:
                 plan[flat] = sources
+            else:  # (its rows are gone: the run has none of this table)
+                retired += [e["path"] for e in flat_state.get(flat, []) if e["run"] == run]
+                flat_state[flat] = [e for e in flat_state.get(flat, []) if e["run"] != run]
         rows = sum(b["tables"].get(t, 0) for b in snap["batches"] if b["run"] == run for t in _SOURCE_TABLES)
         if rows >= _FRESH_MERGE_ROWS:
             self.close()  # as consolidate: the walk's allocations are not carried into the peak
@@ -940,13 +868,9 @@ class FlatWriter:
         return stale
 
     def _merge_tiers(self, snap: dict, flat: str, run: str) -> list[str]:
-        """Merge four files of one size tier of `run` into one, as long as a tier has four (while
-        a one-shot ingest runs: all of them, once there are INTERIM_FANIN)."""
+        """Merge four files of one size tier of `run` into one, as long as a tier has four."""
         retired: list[str] = []
         entries = snap["flat"][flat]
-        if self.interim:
-            group = [e for e in entries if e["run"] == run]
-            return self._replace(snap, flat, group) if len(group) >= INTERIM_FANIN else []
         while True:
             by_tier: dict[int, list[dict]] = {}
             for e in entries:
@@ -978,8 +902,8 @@ class FlatWriter:
 
     def consolidate(self, snap: dict, run: str) -> list[str]:
         """Merge every flat file of `run` into one per table, in DuckDB's row groups (the end of a
-        one-shot ingest whose last batch did not: `after_last_batch`; a single interim file is
-        rewritten so)."""
+        one-shot ingest of a run a watcher wrote files of, or `dumpcat stats`; a single interim
+        file of an earlier dumpcat is rewritten so)."""
         retired: list[str] = []
         groups = self.to_consolidate(snap, run)
         if sum(e["rows"] for g in groups.values() for e in g) >= _FRESH_MERGE_ROWS:

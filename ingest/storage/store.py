@@ -64,6 +64,10 @@ MARKER = "dumpcat.json"
 SNAPSHOT = "snapshot.json"
 SHARDS = "shards.json"
 LOCK = "writer.lock"
+# Snapshot key: run -> the flat tables (ingest/storage/flat.py) whose files do not hold that run's
+# committed rows yet: a one-shot ingest under way, or one stopped before its end (start_run).
+# While any run is pending, readers resolve names at query time (the same rows, slower).
+PENDING = "flat_pending"
 # A writer name is a directory name on any file system and object store: no separators.
 _WRITER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 ROW_GROUP_SIZE = 64 * 1024
@@ -107,6 +111,7 @@ class CatalogStore:
     def __init__(self, root: str | os.PathLike, *, create: bool = False) -> None:
         self.root = Path(root).absolute()
         self._flat: flat.FlatWriter | None = None
+        self._defer_flat = False  # a one-shot ingest's batches commit without flat files (start_run)
         # The shard this store writes: the default one ("" = the catalog root), or a named one.
         self.writer: str | None = None
         self.shard_run: str | None = None
@@ -308,7 +313,7 @@ class CatalogStore:
             "shards": shards,
             "unreadable": left_out,
         }
-        has_flat = all("flat" in part for _, part in parts)
+        has_flat = all("flat" in part and not part.get(PENDING) for _, part in parts)
         if has_flat:
             union["flat"] = empty_flat()
         for rel, part in parts:
@@ -345,9 +350,10 @@ class CatalogStore:
 
     def flat_files(self, snapshot: dict | None = None) -> dict[str, list[str]] | None:
         """Absolute paths of the flat `tensors`/`stats` files (ingest/storage/flat.py), or None for a
-        catalog written before they existed (its views resolve names at query time)."""
+        catalog written before they existed, or while a run's are pending (see `start_run`): its
+        views then resolve names at query time."""
         snap = snapshot if snapshot is not None else self.snapshot()
-        if "flat" not in snap:
+        if "flat" not in snap or snap.get(PENDING):
             return None
         return {
             name: [str(self.root / e["path"] / flat.DATA_FILE) for e in entries]
@@ -355,9 +361,10 @@ class CatalogStore:
         }
 
     def flat_index_files(self, snapshot: dict | None = None) -> list[str] | None:
-        """The location sidecars of the flat tensors files (for `Catalog.tensor`), or None."""
+        """The location sidecars of the flat tensors files (for `Catalog.tensor`), or None (as
+        `flat_files`)."""
         snap = snapshot if snapshot is not None else self.snapshot()
-        if "flat" not in snap:
+        if "flat" not in snap or snap.get(PENDING):
             return None
         return [str(self.root / e["path"] / flat.INDEX_FILE) for e in snap["flat"].get("tensors", [])]
 
@@ -415,6 +422,9 @@ class CatalogStore:
             if "flat" not in snap:  # a catalog from before flat files: give it them once
                 self._retire(snap, self._flat_writer().build_all(snap))
                 self._commit_snapshot(snap)
+            elif snap.get(PENDING):  # a one-shot ingest stopped before its end: its flat files now
+                self._finish_pending(snap, list(snap[PENDING]))
+                self._commit_snapshot(snap)
             yield
         finally:
             if self._flat is not None:
@@ -423,16 +433,17 @@ class CatalogStore:
             os.close(fd)
 
     def upgrade(self) -> bool:
-        """Give a catalog from before flat files its flat files now, if no other process is writing
-        and the directory is writable; True when the catalog has them."""
-        if "flat" in self.snapshot():
+        """Give a catalog from before flat files its flat files now (or write those a stopped
+        one-shot ingest left pending), if no other process is writing and the directory is
+        writable; True when the catalog has them."""
+        if _has_flat(self.snapshot()):
             return True
         try:
             with self.writer_lock(wait=False):
                 pass
         except (CatalogError, OSError):
             return False
-        return "flat" in self.snapshot()
+        return _has_flat(self.snapshot())
 
     def _flat_writer(self) -> flat.FlatWriter:
         if self._flat is None:
@@ -447,31 +458,46 @@ class CatalogStore:
             snap.setdefault("retired", []).extend({"path": p, "at": now} for p in paths)
 
     def start_run(self) -> None:
-        """A one-shot ingest starts: the flat files it writes are interim, merged by `finish_run`
-        (see FlatWriter.interim). Caller holds writer_lock."""
-        self._flat_writer().interim = True
+        """A one-shot ingest starts: its batches commit without flat files. Its run is *pending*
+        (the snapshot's PENDING names it and the flat tables its batches change) and readers
+        resolve names at query time, the same rows, until its last batch (or `finish_run`)
+        writes each flat table of the run once, from all its batches (FlatWriter.resolve_run).
+        Killed before that, it leaves the run pending: the next writer of the shard writes the
+        files when it takes the lock. Caller holds writer_lock."""
+        self._defer_flat = True
 
     def finish_run(self, run: str, *, on_phase: Callable[[str], None] | None = None) -> None:
-        """A one-shot ingest of `run` ended: merge its flat files into one per table, so queries
-        read one file (the watcher never calls this; its files stay merged by size tiers).
-        Caller holds writer_lock. `on_phase` hears the phase names (ingest/progress.py)."""
-        if self._flat is not None:
-            self._flat.interim = False
+        """A one-shot ingest of `run` ended: write its pending flat files, and merge the run's
+        files into one per table, so queries read one file (the watcher never calls this; its
+        files stay merged by size tiers). Caller holds writer_lock. `on_phase` hears the phase
+        names (ingest/progress.py)."""
+        self._defer_flat = False
+        phase = on_phase or _no_phase
         snap = self.snapshot()
         if "flat" not in snap:
             return
+        pending = run in snap.get(PENDING, {})
+        if pending:  # (no batch was the last: its rows were none)
+            phase("resolving names")
+            self._finish_pending(snap, [run])
         writer = self._flat_writer()
-        if not writer.to_consolidate(snap, run):
-            return  # (the last batch made the run's files final: ingest/storage/flat.py after_last_batch)
-        release_free_memory()
-        if on_phase is not None:
-            on_phase("merging flat files")
-        retired = writer.consolidate(snap, run)
-        if retired:
-            if on_phase is not None:
-                on_phase("committing")
+        retired = []
+        if writer.to_consolidate(snap, run):
+            release_free_memory()
+            phase("merging flat files")
+            retired = writer.consolidate(snap, run)
+        if pending or retired:
+            phase("committing")
             self._retire(snap, retired)
             self._commit_snapshot(snap)
+
+    def _finish_pending(self, snap: dict, runs: list[str]) -> None:
+        """Write the pending flat files of `runs` into `snap` (not yet committed)."""
+        writer = self._flat_writer()
+        for run in runs:
+            self._retire(snap, writer.resolve_run(snap, run, snap[PENDING].pop(run)))
+        if not snap[PENDING]:
+            del snap[PENDING]
 
     def _remove_uncommitted(self) -> None:
         """Delete batch directories the snapshot does not know: what a crashed writer wrote but
@@ -516,9 +542,9 @@ class CatalogStore:
     ) -> str | None:
         """Write one batch of tables and commit it. Caller holds writer_lock. Returns the batch id.
         `on_phase` hears the phase names (ingest/progress.py): a big batch takes seconds to write.
-        `last`: the last batch of a one-shot ingest (`start_run`): its run's flat files become
-        final in the same commit (FlatWriter.after_last_batch), and `finish_run` has nothing left
-        to merge.
+        `last`: the last batch of a one-shot ingest (`start_run`): its run's pending flat files
+        are written in the same commit (FlatWriter.resolve_run), and `finish_run` has nothing
+        left to do.
 
         Takes the tables: `tables` is emptied, and the rows are let go once their files are
         written, so that a batch's rows and the flat writer's DuckDB (which reads the files) are
@@ -540,12 +566,14 @@ class CatalogStore:
         release_free_memory()
         snap["batches"].append(entry)
         if "flat" in snap:
-            phase("resolving names")  # the flat files: operator names, statistics joined to tensors
-            writer = self._flat_writer()
-            if last and writer.interim:
-                self._retire(snap, writer.after_last_batch(snap, entry))
-            else:
-                self._retire(snap, writer.after_batch(snap, entry))
+            if self._defer_flat:
+                _pend(snap, entry)
+            if not self._defer_flat or (last and run in snap.get(PENDING, {})):
+                phase("resolving names")  # the flat files: operator names, statistics joined to tensors
+                if self._defer_flat:
+                    self._finish_pending(snap, [run])
+                else:
+                    self._retire(snap, self._flat_writer().after_batch(snap, entry))
         phase("committing")
         self._commit_snapshot(snap)
         # the allocators keep freed blocks for reuse; an ingest idles between batches, so give
@@ -783,6 +811,25 @@ def _lock_holder(fd: int) -> str:
 
 def _no_phase(name: str) -> None:
     pass
+
+
+def _pend(snap: dict, entry: dict) -> None:
+    """Batch `entry` of a one-shot ingest commits without flat files: mark the flat tables it
+    changes pending for its run (all of them when it brings operators, source lines or the run's
+    row, which every row of the run resolves against)."""
+    tables = entry["tables"]
+    if any(t in tables for t in flat.RESOLUTION_INPUTS):
+        changed = list(flat.FLAT_SOURCES)
+    else:
+        changed = [f for f, sources in flat.FLAT_SOURCES.items() if any(t in tables for t in sources)]
+    if changed:
+        pending = snap.setdefault(PENDING, {})
+        pending[entry["run"]] = sorted({*pending.get(entry["run"], []), *changed})
+
+
+def _has_flat(snap: dict) -> bool:
+    """Whether readers of `snap` read flat files (it has them and none is pending)."""
+    return "flat" in snap and not snap.get(PENDING)
 
 
 def empty_flat() -> dict:

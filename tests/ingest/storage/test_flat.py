@@ -7,8 +7,11 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 import re
 import shutil
+import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -191,10 +194,11 @@ def _one_step_of_ge_stats(folder: Path) -> Path:
 )
 def test_every_committed_dump_flat_equals_query_time(tmp_path, monkeypatch, batch_rows, roots, dictionaries):
     """Committed trees in one catalog, each a run: the flat views equal the query-time ones. With
-    `dictionaries`, every merge holds its text columns as ENUMs from a 1 MiB cap, and every pending
+    `dictionaries`, every run's final resolution holds its text columns as ENUMs, and every pending
     chunk its repetitive text dictionary-encoded (at their defaults only big dumps do)."""
     if dictionaries:
         monkeypatch.setattr(flat, "_DICTIONARY_MIN_ROWS", 0)
+        monkeypatch.setattr(flat, "_DICTIONARY_MEMORY_SHARE", 0)
         monkeypatch.setattr(flat, "_MERGE_MEMORY_START", 1 << 20)
         monkeypatch.setattr(pipeline, "_DICTIONARY_MIN_ROWS", 1)
     held: list[str] = []
@@ -229,8 +233,9 @@ def test_every_committed_dump_flat_equals_query_time(tmp_path, monkeypatch, batc
         ).to_pylist()[0]
         ms210 = any(r.is_relative_to(DATA / "ms210") for r in roots)
         assert (exact["n"] > 0) == ms210 and (exact["e"] > 0.5 * exact["n"] or not ms210)
-        if batch_rows < 1000:
-            assert len(snap["batches"]) > 12 and snap.get("retired"), "no merge or re-resolution happened"
+        if batch_rows < 1000:  # many batches, each run's flat files written once from all of them
+            assert len(snap["batches"]) > 12
+            assert not [r for r in snap.get("retired", []) if "/flat/" in r["path"]]
         assert ("op_name" in held) == dictionaries
 
 
@@ -444,58 +449,32 @@ def _row_groups(path: Path, entry: dict) -> list[int]:
     return [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
 
 
-def test_one_shot_ingest_writes_interim_files_then_one_file_in_duckdbs_row_groups(tmp_path, monkeypatch):
-    """While a one-shot ingest walks, its flat files are interim: row groups of `rows_per_part`
-    (less memory in the parquet writer). When it ends they are merged into one file per table in
-    DuckDB's 122,880-row groups, the file queries read."""
-    import synth
-
-    root = tmp_path / "tree"
-    # (5,000 tensors: batches of more than one such group; 10,000 proved nothing more)
-    synth.generate(root, 5_000, ranks=1, iterations=2, statistic_csv=False, workers=1)
-    # interim row groups of DuckDB's smallest: one vector of 2,048 rows
-    monkeypatch.setattr(flat, "rows_per_part", lambda row_bytes, limit: 2048)
-    path = tmp_path / "cat"
-    with _walked_one_shot(root, path, batch_rows=2_000) as store:
-        walked = store.snapshot()["flat"]
-        assert all(e.get("interim") for es in walked.values() for e in es)
-        assert max(e["rows"] for e in walked["tensors"]) > 2048
-        for entry in walked["tensors"]:
-            assert max(_row_groups(path, entry)) <= 2048
-        store.finish_run("r")
-    with Catalog.open(path) as cat:
-        done = cat.store.snapshot()["flat"]
-        _assert_flat_exact(cat)
-    for view in flat.FLAT_SOURCES:
-        (entry,) = done[view]
-        assert "interim" not in entry and _row_groups(path, entry) == [5_000]  # one (< 122,880)
-
-
-@pytest.mark.parametrize("fanin", [32, 4])
-def test_a_one_shot_ingest_merges_its_interim_files_at_its_end(tmp_path, monkeypatch, fanin):
-    """While it walks (its helpers running), a one-shot ingest leaves its interim files unmerged
-    (a merge there was its memory peak) unless a table has INTERIM_FANIN of them; its end merges
-    them into one file per table.
-
-    Eight batches of 100 rows: more than MERGE_FANIN (tier merges would have merged), twice the
-    small INTERIM_FANIN (it merges twice), fewer than the default. (Each batch costs ~1.5 s of
-    resolving whatever its size: 12 batches of 500 rows proved the same in twice the time.)"""
+def test_a_one_shot_ingest_commits_its_batches_pending_then_writes_one_file_per_table(tmp_path, monkeypatch):
+    """While a one-shot ingest walks, its batches commit without flat files and without opening
+    the writer's DuckDB: its run is pending, and a reader meanwhile resolves names at query time,
+    the rows committed so far. Its last batch writes each flat table of the run once, from all
+    its batches, in DuckDB's row groups: no file was written before it, none is retired."""
     import synth
 
     from ingest.pipeline import Ingester, detect_dump
+    from ingest.readers import mindspore_npy
+    from ingest.storage.store import PENDING
 
     root = tmp_path / "tree"
-    from ingest.readers import mindspore_npy
-
     synth.generate(root, 800, ranks=1, iterations=8, statistic_csv=False, workers=1)
     monkeypatch.setattr(mindspore_npy, "_SCAN_GROUP_FILES", 100)  # a batch per 100-file iteration
-    monkeypatch.setattr(flat, "rows_per_part", lambda row_bytes, limit: 64)  # 100 rows: interim
-    monkeypatch.setattr(flat, "_MIN_PART", 32)
-    monkeypatch.setattr(flat, "INTERIM_FANIN", fanin)
+    opened = []
+    original_connect = flat.FlatWriter._connect
+
+    def connect(self, snap, run=None):
+        opened.append(self._con is None)
+        return original_connect(self, snap, run)
+
+    monkeypatch.setattr(flat.FlatWriter, "_connect", connect)
     path = tmp_path / "cat"
     store = CatalogStore(path, create=True).shard("r", None)
     ing = Ingester(store, "r", root, detect_dump(root), workers=1, batch_rows=80)
-    counts: list[int] = []
+    seen: list[tuple[int, int]] = []
     with store.writer_lock():
         ing.begin()
         store.start_run()
@@ -503,93 +482,143 @@ def test_a_one_shot_ingest_merges_its_interim_files_at_its_end(tmp_path, monkeyp
 
         def commit_batch(run, tables, **kwargs):
             batch = original(run, tables, **kwargs)
-            counts.append(len(store.snapshot()["flat"]["tensors"]))
+            snap = store.snapshot()
+            if not kwargs.get("last"):
+                assert snap["flat"] == {"tensors": [], "stats": []}
+                assert snap[PENDING] == {"r": ["stats", "tensors"]}
+                assert not opened, "the writer's DuckDB was opened while walking"
+                committed = sum(b["tables"].get("tensors", 0) for b in snap["batches"])
+                with Catalog.open(path) as cat:  # a reader meanwhile
+                    assert cat.store.flat_files() is None
+                    seen.append((cat.sql("SELECT count(*) FROM tensors").column(0)[0].as_py(), committed))
             return batch
 
         monkeypatch.setattr(store, "commit_batch", commit_batch)
         ing.scan_all()
-        ing.flush()
-        walked = store.snapshot()
-        tensor_batches = sum("tensors" in b["tables"] for b in walked["batches"])
-        assert tensor_batches >= 2 * flat.MERGE_FANIN
-        if fanin > tensor_batches:  # (tier merges would have merged four 100-row files at once)
-            assert counts == list(range(1, len(counts) + 1))
-        else:
-            assert max(counts) < fanin and any(len(e["sources"]) >= fanin for e in walked["flat"]["tensors"])
-        assert all(e.get("interim") for es in walked["flat"].values() for e in es)
+        ing.flush(last=True)  # (as run_ingest: a last batch, if it has rows, writes them; else:)
         store.finish_run("r")
+    assert len(seen) >= 7 and all(rows == committed for rows, committed in seen), seen
+    assert seen[0][0] < 800  # (the rows so far)
+    assert sum(opened) == 1  # the last batch's
+    snap = store.snapshot()
+    assert PENDING not in snap
+    assert not [r for r in snap.get("retired", []) if "/flat/" in r["path"]]
     with Catalog.open(path) as cat:
+        assert cat.store.flat_files() is not None
         _assert_flat_exact(cat)
-        done = cat.store.snapshot()["flat"]
-    assert [len(done[t]) for t in flat.FLAT_SOURCES] == [1, 1]
-    assert not any(e.get("interim") for es in done.values() for e in es)
+    for view in flat.FLAT_SOURCES:
+        (entry,) = snap["flat"][view]
+        assert _row_groups(path, entry) == [800]  # one (< 122,880)
 
 
-def test_an_interrupted_one_shot_ingest_leaves_interim_files_the_next_one_merges(tmp_path, monkeypatch):
-    """A one-shot ingest killed before its end leaves interim files (exact, only in small row
-    groups); the next one-shot ingest of the run rewrites them, even a single one."""
-    from ingest.pipeline import Ingester, detect_dump
+def _ingest_then_sigkill(root: Path, path: Path, run: str) -> None:
+    """A one-shot ingest of `root` in a process of its own, SIGKILLed once it has committed its
+    batches and before its end (the process says when, then waits to be killed)."""
+    script = f"""
+import sys, time
+from pathlib import Path
+from ingest.pipeline import Ingester, detect_dump
+from ingest.storage.store import CatalogStore
+root, path = Path({str(root)!r}), Path({str(path)!r})
+store = CatalogStore(path, create=True).shard({run!r}, None)
+ing = Ingester(store, {run!r}, root, detect_dump(root), workers=1)
+with store.writer_lock():
+    ing.begin()
+    store.start_run()
+    ing.scan_all()
+    ing.flush()
+    print("committed", flush=True)
+    time.sleep(600)
+"""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True, env=_child_env()
+    )
+    try:
+        assert proc.stdout.readline().strip() == "committed"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
 
-    # row groups of 64 rows: this dump's 180 tensors are more than one, so its files are interim
-    monkeypatch.setattr(flat, "_MIN_PART", 64)
-    monkeypatch.setattr(flat, "rows_per_part", lambda row_bytes, limit: 64)
+
+def test_an_ingest_killed_before_its_end_leaves_its_run_pending_the_next_writer_writes_it(tmp_path):
+    """A one-shot ingest SIGKILLed after committing its batches leaves its run pending: readers
+    get every committed row through the query-time views, and the next process that can take the
+    writer lock (a reader's upgrade, as the server's; a re-run ingest) writes the run's flat files
+    before anything else. The catalog then equals a one-shot ingest's."""
+    from ingest.storage.store import PENDING
+
     root = DATA / "ms210" / "nan_log" / "dump"
+    reference = tmp_path / "ref"
+    ingest_dump(reference, root, run="nan_log", workers=1)
+    with Catalog.open(reference) as cat:
+        want = {v: cat.sql(f"SELECT * FROM {v} ORDER BY ALL").to_pylist() for v in flat.FLAT_SOURCES}
+    for finisher in ("upgrade", "ingest"):
+        path = tmp_path / finisher
+        _ingest_then_sigkill(root, path, "nan_log")
+        snap = json.loads((path / "snapshot.json").read_text())
+        assert snap[PENDING] == {"nan_log": ["stats", "tensors"]} and not any(snap["flat"].values())
+        with Catalog.open(path) as cat:
+            assert cat.store.flat_files() is None
+            got = {v: cat.sql(f"SELECT * FROM {v} ORDER BY ALL").to_pylist() for v in flat.FLAT_SOURCES}
+        assert repr(got) == repr(want)
+        if finisher == "upgrade":
+            assert CatalogStore(path).upgrade()
+        else:
+            summary = ingest_dump(path, root, run="nan_log", workers=1)  # nothing new to read
+            assert summary.tensors == 0
+        snap = json.loads((path / "snapshot.json").read_text())
+        assert PENDING not in snap and [len(snap["flat"][v]) for v in flat.FLAT_SOURCES] == [1, 1]
+        with Catalog.open(path) as cat:
+            assert cat.store.flat_files() is not None
+            _assert_flat_exact(cat)
+            got = {v: cat.sql(f"SELECT * FROM {v} ORDER BY ALL").to_pylist() for v in flat.FLAT_SOURCES}
+        assert repr(got) == repr(want)
+
+
+def test_a_pending_run_is_left_to_the_writer_that_holds_the_lock(tmp_path):
+    """While another process holds the writer lock (an ingest under way), a reader's upgrade does
+    not wait for it nor write anything: it reads the pending run at query time. Once the lock is
+    free, the upgrade writes the files."""
+    from ingest.storage.store import PENDING
+
     path = tmp_path / "cat"
-    store = CatalogStore(path, create=True).shard("nan_log", None)
-    ing = Ingester(store, "nan_log", root, detect_dump(root), workers=1)
-    with store.writer_lock():
-        ing.begin()
-        store.start_run()
-        ing.scan_all()
-        ing.flush()  # ... and the process dies here
-    with Catalog.open(path) as cat:
-        _assert_flat_exact(cat)
-        assert all(e.get("interim") for es in cat.store.snapshot()["flat"].values() for e in es)
-    ingest_dump(path, root, workers=1)  # nothing new to read: it only finishes the run
-    with Catalog.open(path) as cat:
-        _assert_flat_exact(cat)
-        assert not any(e.get("interim") for es in cat.store.snapshot()["flat"].values() for e in es)
+    _ingest_then_sigkill(DATA / "ms210" / "nan_log" / "dump", path, "nan_log")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK.format(path=str(path))],
+        cwd=REPO, stdout=subprocess.PIPE, text=True, env=_child_env(),
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert not CatalogStore(path).upgrade()
+        assert PENDING in json.loads((path / "snapshot.json").read_text())
+    finally:
+        holder.kill()
+        holder.wait()
+    assert CatalogStore(path).upgrade()
+    assert PENDING not in json.loads((path / "snapshot.json").read_text())
 
 
-def test_a_dump_that_fits_one_interim_row_group_is_written_once(nan_log_catalog):
-    """Rows that fit one interim row group are one row group either way: such a flat file is final as written,
-    and the end of the ingest rewrites nothing (a small ingest's start-up)."""
+# Holds a catalog's writer lock without taking it through CatalogStore (which would write the
+# pending flat files as it takes it), then waits to be killed.
+_HOLD_LOCK = """
+import fcntl, os, time
+fd = os.open(os.path.join({path!r}, "writer.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(600)
+"""
+
+
+def _child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+
+
+def test_a_small_dumps_flat_files_are_written_once(nan_log_catalog):
+    """A one-shot ingest writes each flat file of its run once: the end of the ingest rewrites
+    nothing (a small ingest's start-up)."""
     snap = json.loads((nan_log_catalog / "snapshot.json").read_text())
     assert all("interim" not in e for es in snap["flat"].values() for e in es)
     assert not [r for r in snap.get("retired", []) if "/flat/" in r["path"]]
-
-
-def test_a_one_shot_ingest_gives_back_its_writer_duckdb_after_each_batch(tmp_path, monkeypatch):
-    """What a batch's statements left allocated in the writer's DuckDB (~28 MiB at 10^6 tensors)
-    is not carried through the walk that follows: a one-shot ingest closes it after each batch,
-    and its last merge runs on a new one. The catalog is exact."""
-    import synth
-
-    from ingest.readers import mindspore_npy
-
-    root = tmp_path / "tree"
-    synth.generate(root, 3_000, ranks=1, iterations=3, statistic_csv=False, workers=1)
-    monkeypatch.setattr(mindspore_npy, "_SCAN_GROUP_FILES", 1000)  # a batch per iteration
-    path = tmp_path / "cat"
-    opened = []
-    original = flat.FlatWriter._connect
-
-    def connect(self, snap, run=None):
-        opened.append(self._con is None)
-        return original(self, snap, run)
-
-    monkeypatch.setattr(flat.FlatWriter, "_connect", connect)
-    with _walked_one_shot(root, path, batch_rows=1000) as store:
-        walked = store.snapshot()["flat"]
-        assert len(walked["tensors"]) >= 3 and sum(e["rows"] for e in walked["tensors"]) == 3_000
-        assert store._flat_writer()._con is None
-        news = sum(opened)
-        assert news >= 3  # one per batch
-        store.finish_run("r")
-        assert sum(opened) == news + 1  # the last merge's
-    with Catalog.open(path) as cat:
-        assert [len(es) for es in cat.store.snapshot()["flat"].values()] == [1, 1]
-        _assert_flat_exact(cat)
 
 
 @contextlib.contextmanager
@@ -742,25 +771,30 @@ def test_a_runs_final_file_resolved_with_dictionaries_is_the_plain_one(tmp_path,
 def test_merges_hold_text_columns_as_dictionaries_and_write_the_same_files(tmp_path, monkeypatch, caplog):
     """A merge holds its low-cardinality text columns as ENUMs (a byte or two a value in the rows
     it sorts and the row group it writes) and starts under a low cap of its own, raised quietly
-    until its write fits; so does the run's final file, resolved from its raw rows, when they are
-    many: the files written are the ones plain text gives, byte for byte in every value, type and
-    row order, and the views stay exact."""
+    until its write fits: the files written are the ones plain text gives, byte for byte in every
+    value, type and row order, and the views stay exact. The merges are a watcher's (a flat file
+    per batch, merged by size tiers) and the end of a run (`finish_run` merges its files)."""
     import logging
 
     import synth
 
+    from ingest.pipeline import Ingester, detect_dump
     from ingest.readers import mindspore_npy
 
     root = tmp_path / "tree"
     synth.generate(root, 3_000, ranks=2, iterations=3, workers=1)
-    monkeypatch.setattr(flat, "rows_per_part", lambda row_bytes, limit: 512)  # interim files
-    monkeypatch.setattr(flat, "_MIN_PART", 256)
-    monkeypatch.setattr(flat, "INTERIM_FANIN", 2)  # interim files merged while the walk goes on
     monkeypatch.setattr(mindspore_npy, "_SCAN_GROUP_FILES", 500)  # in batches of a few hundred tensors
 
     def ingest(name: str) -> tuple[Path, dict]:
         path = tmp_path / name
-        ingest_dump(path, root, run="r", workers=1, batch_rows=1000)
+        store = CatalogStore(path, create=True).shard("r", None)
+        ing = Ingester(store, "r", root, detect_dump(root), workers=1, batch_rows=1000)
+        with store.writer_lock():  # as a watcher commits: a flat file per batch (no start_run)
+            ing.begin()
+            ing.scan_all()
+            ing.flush()
+            assert len(store.snapshot()["flat"]["tensors"]) > 1
+            store.finish_run("r")
         with Catalog.open(path) as cat:
             _assert_flat_exact(cat)
             snap = cat.store.snapshot()
