@@ -642,10 +642,11 @@ class Ingester:
             # the walk and the statistics are done: idle helpers give their memory back before the
             # run's flat files are resolved (the ingest's peak)
             stop_idle_helpers()
-        elif full and self._helpers_started:
+        elif full and self._helpers_started and not self.store.defers_flat_files:
             # A full batch keeps the writer's DuckDB busy for a while, the helpers idle beside it:
             # they give their memory back (~40 MiB each) and the walk starts new ones when it
-            # needs them (ingest/helper_pool.py: the caller computes while they start).
+            # needs them (ingest/helper_pool.py: the caller computes while they start). A one-shot
+            # ingest's batch only writes its files (its flat files wait for its end): they stay.
             stop_idle_helpers()
         if tables and self.store.commit_batch(self.run, tables, on_phase=self.on_phase, last=last):
             self.summary.batches += 1

@@ -466,6 +466,11 @@ class CatalogStore:
         files when it takes the lock. Caller holds writer_lock."""
         self._defer_flat = True
 
+    @property
+    def defers_flat_files(self) -> bool:
+        """Whether a batch committed now leaves its flat files to the end of the run (`start_run`)."""
+        return self._defer_flat
+
     def finish_run(self, run: str, *, on_phase: Callable[[str], None] | None = None) -> None:
         """A one-shot ingest of `run` ended: write its pending flat files, and merge the run's
         files into one per table, so queries read one file (the watcher never calls this; its
@@ -774,6 +779,13 @@ def _checked_snapshot(snap: dict, rel: str, path: Path) -> dict:
     )  # fmt: skip
     if not ok:
         raise CatalogError(f"cannot read {path}: it names a file outside its shard's directory")
+    pending = snap.get(PENDING, {})
+    if not (
+        isinstance(pending, dict)
+        and all(isinstance(r, str) and isinstance(t, list) and set(t) <= set(flat.FLAT_SOURCES)
+                for r, t in pending.items())
+    ):  # fmt: skip
+        raise CatalogError(f"cannot read {path}: its {PENDING!r} is not a map of runs to flat tables")
     return snap
 
 

@@ -836,3 +836,22 @@ def test_merges_hold_text_columns_as_dictionaries_and_write_the_same_files(tmp_p
     with Catalog.open(path) as cat:
         assert cat.sql("SELECT count(*) FROM tensors").column(0)[0].as_py() == 3_000
         assert cat.sql("SELECT count(DISTINCT path) FROM tensors").column(0)[0].as_py() == 3_000
+
+
+def test_a_damaged_pending_map_is_a_clear_error(nan_log_catalog, tmp_path):
+    """A snapshot whose pending map is not runs to flat tables (damaged by hand): readers resolve
+    names at query time (the same rows); the writer is refused with a message naming it, not a
+    traceback from deep in the writer."""
+    from ingest.storage.store import CatalogError
+
+    for bad in (["nan_log"], {"nan_log": "tensors"}, {"nan_log": ["tensors", "ops"]}, {"7": [7]}):
+        path = tmp_path / f"cat{len(list(tmp_path.iterdir()))}"
+        shutil.copytree(nan_log_catalog, path)
+        snap = json.loads((path / "snapshot.json").read_text())
+        (path / "snapshot.json").write_text(json.dumps({**snap, "flat_pending": bad}))
+        with Catalog.open(path) as cat:
+            assert cat.store.flat_files(cat.store.union_snapshot()) is None
+            assert cat.sql("SELECT count(*) FROM tensors").column(0)[0].as_py() == 180
+        refused = pytest.raises(CatalogError, match="'flat_pending' is not a map of runs to flat tables")
+        with refused, CatalogStore(path).writer_lock():
+            pass

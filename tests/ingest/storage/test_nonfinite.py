@@ -139,14 +139,23 @@ def test_every_committed_dump_answers_the_same_with_and_without_sidecars(tmp_pat
 
 
 def test_small_batches_merges_and_re_resolution_keep_the_sidecars_exact(tmp_path):
-    """One-row batches: a commit each, flat files merged by tier; each new file gets its own
-    sidecar, and a retired file's goes with it."""
+    """One-row batches committed as a watcher commits them (a flat file each, merged by tier),
+    then the run's end merges them: each new file gets its own sidecar, and a retired file's goes
+    with it."""
+    from ingest.pipeline import Ingester, detect_dump
+
     path = tmp_path / "cat"
     CatalogStore(path, create=True)
-    for root in SMALL_BATCH_ROOTS[
-        1:3
-    ]:  # (a MindSpore npy tree is one batch per leaf group whatever the size)
-        ingest_dump(path, root, run=_run_name(root), batch_rows=1, workers=1)
+    # (a MindSpore npy tree is one batch per leaf group whatever the size)
+    for root in SMALL_BATCH_ROOTS[1:3]:
+        run = _run_name(root)
+        store = CatalogStore(path).shard(run, None)
+        ing = Ingester(store, run, root, detect_dump(root), workers=1, batch_rows=1)
+        with store.writer_lock():  # (no start_run: every batch writes its flat files)
+            ing.begin()
+            ing.scan_all()
+            ing.flush()
+            store.finish_run(run)
     store = CatalogStore(path)
     snap = store.snapshot()
     live = {e["path"] for e in snap["flat"]["stats"]}
