@@ -423,10 +423,16 @@ class CatalogStore:
                 self._retire(snap, self._flat_writer().build_all(snap))
                 self._commit_snapshot(snap)
             elif snap.get(PENDING):  # a one-shot ingest stopped before its end: its flat files now
+                flat.log.warning(
+                    "dumpcat: writing the flat files of run %s, which an ingest that stopped before its "
+                    "end left pending (queries resolved its names themselves meanwhile)",
+                    ", ".join(repr(run) for run in snap[PENDING]),
+                )
                 self._finish_pending(snap, list(snap[PENDING]))
                 self._commit_snapshot(snap)
             yield
         finally:
+            self._defer_flat = False  # (an ingest that raised leaves its run pending, not this)
             if self._flat is not None:
                 self._flat.close()
                 self._flat = None

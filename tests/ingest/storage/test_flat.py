@@ -540,7 +540,7 @@ with store.writer_lock():
         proc.wait()
 
 
-def test_an_ingest_killed_before_its_end_leaves_its_run_pending_the_next_writer_writes_it(tmp_path):
+def test_an_ingest_killed_before_its_end_leaves_its_run_pending_the_next_writer_writes_it(tmp_path, caplog):
     """A one-shot ingest SIGKILLed after committing its batches leaves its run pending: readers
     get every committed row through the query-time views, and the next process that can take the
     writer lock (a reader's upgrade, as the server's; a re-run ingest) writes the run's flat files
@@ -566,6 +566,11 @@ def test_an_ingest_killed_before_its_end_leaves_its_run_pending_the_next_writer_
         else:
             summary = ingest_dump(path, root, run="nan_log", workers=1)  # nothing new to read
             assert summary.tensors == 0
+            said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+            assert said == [
+                "dumpcat: writing the flat files of run 'nan_log', which an ingest that stopped before its "
+                "end left pending (queries resolved its names themselves meanwhile)"
+            ]
         snap = json.loads((path / "snapshot.json").read_text())
         assert PENDING not in snap and [len(snap["flat"][v]) for v in flat.FLAT_SOURCES] == [1, 1]
         with Catalog.open(path) as cat:
