@@ -564,6 +564,7 @@ def test_an_ingest_killed_before_its_end_leaves_its_run_pending_the_next_writer_
         if finisher == "upgrade":
             assert CatalogStore(path).upgrade()
         else:
+            caplog.clear()
             summary = ingest_dump(path, root, run="nan_log", workers=1)  # nothing new to read
             assert summary.tensors == 0
             said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]

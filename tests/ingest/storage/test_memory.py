@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 
 ROOT = REPO
@@ -126,15 +128,20 @@ def test_an_ingest_tunes_its_process(tmp_path):
     assert out.stdout.split() == ["True"]
 
 
-def test_a_full_batch_commits_with_no_idle_helper_beside_it(tmp_path, monkeypatch):
-    """The writer's DuckDB works on a full batch while the walk waits: the helpers, idle then, are
-    stopped first (their memory back), and the walk starts new ones when it scans on."""
+@pytest.mark.parametrize("one_shot", [False, True], ids=["flat-per-batch", "one-shot"])
+def test_helpers_beside_a_full_batch_commit(tmp_path, monkeypatch, one_shot):
+    """Where the writer's DuckDB works on a full batch while the walk waits (a watcher's commit: a
+    flat file per batch), the helpers, idle then, are stopped first (their memory back), and the
+    walk starts new ones when it scans on. A one-shot ingest's batches only write their files (its
+    flat files wait for its end): its helpers stay up across them, and are stopped before the run's
+    flat files are resolved at its end."""
     import psutil
     import synth
 
     from ingest import helper_pool
-    from ingest.pipeline import ingest_dump
+    from ingest.pipeline import Ingester, detect_dump
     from ingest.readers import mindspore_npy
+    from ingest.storage import flat
     from ingest.storage.store import CatalogStore
 
     root = tmp_path / "tree"
@@ -145,31 +152,43 @@ def test_a_full_batch_commits_with_no_idle_helper_beside_it(tmp_path, monkeypatc
     def helpers_alive() -> int:
         return sum("_serve" in " ".join(p.cmdline()) for p in me.children() if p.is_running())
 
-    at_commits: list[tuple[int, int]] = []  # (tensors in the batch, helpers alive)
+    at_commits: list[tuple[int, int, bool]] = []  # (tensors in the batch, helpers alive, last)
     commit = CatalogStore.commit_batch
 
     def observed_commit(self, run, tables, **kwargs):
-        at_commits.append((tables["tensors"].num_rows if "tensors" in tables else 0, helpers_alive()))
+        rows = tables["tensors"].num_rows if "tensors" in tables else 0
+        at_commits.append((rows, helpers_alive(), kwargs.get("last", False)))
         return commit(self, run, tables, **kwargs)
 
-    started: list[int] = []
-    checkout = helper_pool._checkout_helpers
+    at_resolve: list[int] = []  # helpers alive as the run's flat files are resolved (one-shot)
+    resolve_run = flat.FlatWriter.resolve_run
 
-    def observed_checkout(n, task=None):
-        helpers = checkout(n, task)
-        started.append(len(helpers))
-        return helpers
+    def observed_resolve_run(self, *args, **kwargs):
+        at_resolve.append(helpers_alive())
+        return resolve_run(self, *args, **kwargs)
 
     # scan groups of a directory each (16,384 files by default), so that a batch fills per group
     monkeypatch.setattr(mindspore_npy, "_SCAN_GROUP_FILES", 4000)
     monkeypatch.setattr(CatalogStore, "commit_batch", observed_commit)
-    monkeypatch.setattr(helper_pool, "_checkout_helpers", observed_checkout)
-    summary = ingest_dump(tmp_path / "cat", root, workers=2, batch_rows=4000)
-    assert summary.tensors == 12_000 and summary.errors == 0
-    full = [alive for rows, alive in at_commits if rows >= 2000]
-    assert len(full) >= 3 and full == [0] * len(full), at_commits
-    assert max(started) >= 1  # helpers did scan: they were started again after each full batch
-    assert sum(n >= 1 for n in started) > len(full) // 2
+    monkeypatch.setattr(flat.FlatWriter, "resolve_run", observed_resolve_run)
+    store = CatalogStore(tmp_path / "cat", create=True).shard("r", None)
+    ing = Ingester(store, "r", root, detect_dump(root), workers=2, batch_rows=4000)
+    with store.writer_lock():
+        ing.begin()
+        if one_shot:
+            store.start_run()
+        ing.scan_all()
+        ing.flush(last=one_shot)
+        store.finish_run("r")
+    assert ing.summary.tensors == 12_000 and ing.summary.errors == 0
+    full = [(alive, last) for rows, alive, last in at_commits if rows >= 2000]
+    assert len(full) >= 3, at_commits
+    if one_shot:
+        assert all(alive >= 1 for alive, last in full if not last), at_commits
+        assert at_resolve == [0]
+    else:
+        assert [alive for alive, _ in full] == [0] * len(full), at_commits
+        assert not at_resolve
 
 
 # -- pandas, which pyarrow would import for nothing -------------------------------------------------
