@@ -413,21 +413,35 @@ def save_chart(api: Api, dataset_id: int) -> int:
 
 def browser_login(driver, superset: Superset, timeout: float = 60) -> None:
     """Log in through Superset's login page as a person does: type the name and the password."""
+    from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    driver.get(f"{superset.base}/login/")
-    wait = WebDriverWait(driver, timeout)
-    user = wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "input#username, input[name=username]")))
-    user.send_keys(ADMIN)
-    password = driver.find_element(By.CSS_SELECTOR, "input#password, input[name=password]")
-    password.send_keys(superset.password, Keys.ENTER)
-    try:
-        wait.until(lambda d: "/login" not in d.current_url)
-    except Exception:
-        raise superset.fail(f"the login form did not log in: still at {driver.current_url}") from None
+    deadline = time.monotonic() + timeout
+    # The page is a React form: a field can take keys before the form's handlers are attached, and
+    # then Enter submits nothing (seen once in a full run under load). A person types again; so
+    # does this, on a freshly loaded page, until the deadline.
+    while True:
+        driver.get(f"{superset.base}/login/")
+        left = max(1.0, deadline - time.monotonic())
+        user = WebDriverWait(driver, left).until(
+            ec.element_to_be_clickable((By.CSS_SELECTOR, "input#username, input[name=username]"))
+        )
+        user.clear()
+        user.send_keys(ADMIN)
+        password = driver.find_element(By.CSS_SELECTOR, "input#password, input[name=password]")
+        password.clear()
+        password.send_keys(superset.password, Keys.ENTER)
+        try:
+            WebDriverWait(driver, min(15.0, max(1.0, deadline - time.monotonic()))).until(
+                lambda d: "/login" not in d.current_url
+            )
+            return
+        except TimeoutException:
+            if time.monotonic() >= deadline:
+                raise superset.fail(f"the login form did not log in: still at {driver.current_url}") from None
 
 
 # What the explore page shows: a drawn ECharts chart with its row count, or an error.
