@@ -287,7 +287,7 @@ class CatalogStore:
         Without named shards a damaged snapshot is a CatalogError."""
         shards = self.shards()
         if not shards and not self.shard_problems():
-            return _read_snapshot(self.root / SNAPSHOT)
+            return _checked_snapshot(_read_snapshot(self.root / SNAPSHOT), "", self.root / SNAPSHOT)
         parts, left_out = [], []
         for rel, e in [("", None), *((e["path"], e) for e in shards)]:
             path = self.root / rel / SNAPSHOT

@@ -845,9 +845,9 @@ def test_merges_hold_text_columns_as_dictionaries_and_write_the_same_files(tmp_p
 
 
 def test_a_damaged_pending_map_is_a_clear_error(nan_log_catalog, tmp_path):
-    """A snapshot whose pending map is not runs to flat tables (damaged by hand): readers resolve
-    names at query time (the same rows); the writer is refused with a message naming it, not a
-    traceback from deep in the writer."""
+    """A snapshot whose pending map is not runs to flat tables (damaged by hand) is refused with a
+    message naming it, by readers and the writer alike (as a snapshot naming files outside its
+    catalog is), not a traceback from deep in the writer."""
     from ingest.storage.store import CatalogError
 
     for bad in (["nan_log"], {"nan_log": "tensors"}, {"nan_log": ["tensors", "ops"]}, {"7": [7]}):
@@ -855,9 +855,25 @@ def test_a_damaged_pending_map_is_a_clear_error(nan_log_catalog, tmp_path):
         shutil.copytree(nan_log_catalog, path)
         snap = json.loads((path / "snapshot.json").read_text())
         (path / "snapshot.json").write_text(json.dumps({**snap, "flat_pending": bad}))
-        with Catalog.open(path) as cat:
-            assert cat.store.flat_files(cat.store.union_snapshot()) is None
-            assert cat.sql("SELECT count(*) FROM tensors").column(0)[0].as_py() == 180
         refused = pytest.raises(CatalogError, match="'flat_pending' is not a map of runs to flat tables")
+        with refused, Catalog.open(path) as cat:
+            cat.sql("SELECT count(*) FROM tensors")
         with refused, CatalogStore(path).writer_lock():
             pass
+
+
+def test_a_snapshot_naming_files_outside_its_catalog_is_refused_by_readers(nan_log_catalog, tmp_path):
+    """A one-shard catalog's readers check its snapshot as the writer does: a batch or flat file
+    path outside the catalog's data folder is an error naming the file, and nothing is read there."""
+    from ingest.storage.store import CatalogError
+
+    for where in ("batches", "flat"):
+        path = tmp_path / where
+        shutil.copytree(nan_log_catalog, path)
+        snap = json.loads((path / "snapshot.json").read_text())
+        entry = snap["batches"][0] if where == "batches" else snap["flat"]["tensors"][0]
+        entry["path"] = "../elsewhere"
+        (path / "snapshot.json").write_text(json.dumps(snap))
+        refused = pytest.raises(CatalogError, match="names a file outside its shard's directory")
+        with refused, Catalog.open(path) as cat:
+            cat.sql("SELECT count(*) FROM tensors")
