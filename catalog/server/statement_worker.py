@@ -320,6 +320,11 @@ class Worker:
         except BaseException as exc:  # every failure is the client's error message, never a drop
             raise self.error_of(exc) from exc
 
+    def _asked_to_stop(self) -> bool:
+        """Whether the current job was interrupted (a cancel request or its deadline)."""
+        with self._lock:
+            return self.job != 0 and (self.timed_out or self.stopping == self.job)
+
     def _stopped(self) -> StatementError:
         if self.timed_out:
             return StatementError(
@@ -333,7 +338,10 @@ class Worker:
 
         if isinstance(exc, self.guard.Refused):
             return StatementError(str(exc), exc.sqlstate)
-        if isinstance(exc, duckdb.InterruptException):
+        if isinstance(exc, duckdb.InterruptException) or self._asked_to_stop():
+            # (an interrupt that reaches DuckDB while it streams a result comes back through the
+            # Arrow stream as an OSError, "INTERRUPT Error: Interrupted!": whatever failed once
+            # the job was asked to stop, the client hears that it was cancelled)
             return self._stopped()
         from pyarrow import ArrowMemoryError
 
