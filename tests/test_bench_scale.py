@@ -104,7 +104,7 @@ def test_lookup_gives_the_row_its_ids_hash(generated):
 
 def test_flat_files_are_what_the_catalogs_own_writer_builds(generated, tmp_path):
     """The same raw batches given flat files by ingest/storage/flat.py (the upgrade of a catalog from
-    before flat files: every batch resolved, then merged into one file per table): the same
+    before flat files: each run resolved from all its batches, one file per table): the same
     columns, types, nullability, rows in the same order, index and snapshot entries."""
     path, _ = generated
     ref = tmp_path / "ref"

@@ -932,18 +932,10 @@ class FlatWriter:
         return retired
 
     def build_all(self, snap: dict) -> list[str]:
-        """Give a catalog written before flat files existed its flat files (one per batch, merged)."""
+        """Give a catalog written before flat files existed its flat files: each run's, once, from
+        all its batches (`resolve_run`, as a one-shot ingest's end)."""
         snap["flat"] = {name: [] for name in FLAT_SOURCES}
-        runs: list[str] = []
-        for batch in snap["batches"]:
-            for flat, sources in FLAT_SOURCES.items():
-                if any(t in batch["tables"] for t in sources):
-                    new = self._resolve(snap, flat, batch["run"], [batch["id"]])
-                    if new is not None:
-                        snap["flat"][flat].append(new)
-            if batch["run"] not in runs:
-                runs.append(batch["run"])
         retired: list[str] = []
-        for run in runs:
-            retired += self.consolidate(snap, run)
+        for run in dict.fromkeys(b["run"] for b in snap["batches"]):
+            retired += self.resolve_run(snap, run)
         return retired
