@@ -121,9 +121,10 @@ def test_resource_attacks_fail_alone(serve):
     within(max(watch.latencies), BYSTANDER_BOUND, outcomes)
 
 
-def _wait(pg) -> list:
+def _wait(pg, each=None) -> list:
     """Results of what was sent on a libpq connection, waiting in select() (the blocking libpq calls
-    would hold this test's GIL and stall its other client threads, not the server)."""
+    would hold this test's GIL and stall its other client threads, not the server); `each` is
+    called with each result as it comes (a row of its own in single-row mode)."""
     results = []
     while True:
         pg.flush()
@@ -133,6 +134,8 @@ def _wait(pg) -> list:
             if r is None:
                 return results
             results.append(r)
+            if each is not None:
+                each(r)
         select.select([pg.socket], [], [], 0.5)
 
 
@@ -472,23 +475,15 @@ def test_a_statement_stopped_while_its_rows_stream_is_cancelled_57014(cat, how):
             pg = c.pgconn
             pg.send_query(SLOW_STREAM.encode())
             pg.set_single_row_mode()
-            rows, last, cancelled = 0, None, False
-            while True:
-                pg.flush()
-                pg.consume_input()
-                while not pg.is_busy():
-                    r = pg.get_result()
-                    if r is None:
-                        break
-                    last = r
-                    rows += r.ntuples
-                    if rows and how == "cancel" and not cancelled:
-                        c.cancel_safe()
-                        cancelled = True
-                else:
-                    select.select([pg.socket], [], [], 0.5)
-                    continue
-                break
+            cancelled: list[bool] = []
+
+            def cancel_after_the_first_row(r) -> None:
+                if r.ntuples and how == "cancel" and not cancelled:
+                    c.cancel_safe()
+                    cancelled.append(True)
+
+            results = _wait(pg, cancel_after_the_first_row)
+            rows, last = sum(r.ntuples for r in results), results[-1]
             # (a deadline's moment against the first row's is load's to decide: not asserted)
             assert rows > 0 or how == "timeout", "no row streamed before the cancel request"
             assert last.error_field(psycopg.pq.DiagnosticField.SQLSTATE) == b"57014", last.error_message
