@@ -414,7 +414,7 @@ class FlatWriter:
         self._files: dict[str, list[str]] | None = None
         self.memory_limit = writer_memory_limit()
         self._ordered = False  # inside _insertion_order
-        self._final = False  # inside consolidate: the file that stays
+        self._final = False  # inside consolidate or resolve_run: the file that stays
         self._merge_cap = min(_MERGE_MEMORY_START, self.memory_limit)  # where the next merge starts
         self._merging = False  # inside _merge_memory
 
@@ -762,9 +762,6 @@ class FlatWriter:
             ]
             if sources:
                 plan[flat] = sources
-            else:  # (its rows are gone: the run has none of this table)
-                retired += [e["path"] for e in flat_state.get(flat, []) if e["run"] == run]
-                flat_state[flat] = [e for e in flat_state.get(flat, []) if e["run"] != run]
         rows = sum(b["tables"].get(t, 0) for b in snap["batches"] if b["run"] == run for t in _SOURCE_TABLES)
         if rows >= _FRESH_MERGE_ROWS:
             self.close()  # as consolidate: the walk's allocations are not carried into the peak

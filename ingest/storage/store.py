@@ -577,14 +577,15 @@ class CatalogStore:
         release_free_memory()
         snap["batches"].append(entry)
         if "flat" in snap:
-            if self._defer_flat:
+            # the flat files: operator names resolved, statistics joined to tensors
+            if not self._defer_flat:
+                phase("resolving names")
+                self._retire(snap, self._flat_writer().after_batch(snap, entry))
+            else:
                 _pend(snap, entry)
-            if not self._defer_flat or (last and run in snap.get(PENDING, {})):
-                phase("resolving names")  # the flat files: operator names, statistics joined to tensors
-                if self._defer_flat:
+                if last and run in snap.get(PENDING, {}):
+                    phase("resolving names")
                     self._finish_pending(snap, [run])
-                else:
-                    self._retire(snap, self._flat_writer().after_batch(snap, entry))
         phase("committing")
         self._commit_snapshot(snap)
         # the allocators keep freed blocks for reuse; an ingest idles between batches, so give
