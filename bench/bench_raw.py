@@ -194,37 +194,21 @@ def _cpu_children() -> float:
 def phase_breakdown(work: Path, tree: Path, stats: bool) -> dict[str, float]:
     """Wall seconds per pipeline phase of one ingest (phases nest: raw files run inside
     reader.finish), plus CPU seconds of the ingesting process and of its helper processes."""
-    import importlib
+    from phases import timed_methods
 
     from ingest.pipeline import ingest_dump
 
-    spent: dict[str, float] = {}
-    saved = []
-    for mod, cls_name, meth, label in _PHASES:
-        cls = getattr(importlib.import_module(mod), cls_name)
-        orig = cls.__dict__[meth]
-
-        def timed(*args, _orig=orig, _label=label, **kw):
-            t = time.perf_counter()
-            try:
-                return _orig(*args, **kw)
-            finally:
-                spent[_label] = spent.get(_label, 0.0) + time.perf_counter() - t
-
-        saved.append((cls, meth, orig))
-        setattr(cls, meth, timed)
     cat = work / "cat_phases"
     shutil.rmtree(cat, ignore_errors=True)
     try:
-        cpu0, helpers0 = time.process_time(), _cpu_children()
-        t = time.perf_counter()
-        ingest_dump(cat, tree, run="bench", compute_stats=stats)
-        spent["total (ingest_dump)"] = time.perf_counter() - t
-        spent["CPU, ingesting process"] = time.process_time() - cpu0
-        spent["CPU, helper processes"] = _cpu_children() - helpers0
+        with timed_methods(_PHASES) as spent:
+            cpu0, helpers0 = time.process_time(), _cpu_children()
+            t = time.perf_counter()
+            ingest_dump(cat, tree, run="bench", compute_stats=stats)
+            spent["total (ingest_dump)"] = time.perf_counter() - t
+            spent["CPU, ingesting process"] = time.process_time() - cpu0
+            spent["CPU, helper processes"] = _cpu_children() - helpers0
     finally:
-        for cls, meth, orig in saved:
-            setattr(cls, meth, orig)
         shutil.rmtree(cat, ignore_errors=True)
     return spent
 

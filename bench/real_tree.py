@@ -7,10 +7,13 @@ The tree is any dump dumpcat reads; ``bench/ms_resnet_tree.py`` writes a real Mi
      of the process, a new catalog each time) and by the ingest's own timer (``IngestSummary.seconds``
      of ``ingest_dump`` inside this process, imports already paid; once with the idle helper processes
      an earlier run left, once with helpers started cold), vs a bare recursive ``os.scandir`` walk of
-     the same tree. Ratio = ingest time / walk time (x slower).
+     the same tree. Ratio = ingest time / walk time (x slower). With it, the two floors that ratio is
+     made of: the walk plus opening and reading the first 512 bytes of every .npy (one thread), and
+     the part of the in-process ingest spent writing the run's flat files (``FlatWriter.resolve_run``).
   b. ingest with statistics computed from the data (the default): seconds and GB/s of ``.npy`` bytes,
      whole command and in-process, vs reading every byte of every file from the page cache (a plain
-     ``readinto`` loop in this process, one thread). Ratio = ingest time / read time.
+     ``readinto`` loop in this process, one thread). Ratio = ingest time / read time. Also the part
+     spent writing the run's flat files, against the same read.
   d. issue 14's part 2 on the tree: the statistics alone (``compute_stats_many`` as ingest calls it,
      over every tensor of the catalog (b) wrote) vs plain reads of the same tensors' data from the page
      cache (``bench_stats.read_files``), timed in turns. Ratio = statistics time / read time (the
@@ -42,7 +45,8 @@ import time
 from pathlib import Path
 
 import emit
-from bench_core import walk  # the bare os.scandir walk every walk ratio is taken against
+from bench_core import walk, walk_read_headers  # the bare os.scandir walk every walk ratio is taken against
+from phases import FLAT_FILES, timed_methods
 
 HERE = Path(__file__).resolve().parent
 if str(HERE.parent) not in sys.path:
@@ -130,6 +134,17 @@ def inproc_ingest(tree: Path, catalog: Path, stats: bool, workers: int | None):
     if s.errors:
         raise RuntimeError(f"ingest of {tree} reported {s.errors} errors: {s}")
     return dt, s
+
+
+def timed_ingests(tree: Path, catalog: Path, stats: bool, workers: int | None, repeat: int) -> list:
+    """`repeat` in-process ingests: (wall seconds, IngestSummary, seconds of the run's flat files)."""
+    runs = []
+    with timed_methods([FLAT_FILES]) as spent:
+        for _ in range(repeat):
+            spent.clear()
+            dt, summary = inproc_ingest(tree, catalog, stats, workers)
+            runs.append((dt, summary, spent.get(FLAT_FILES[3], 0.0)))
+    return runs
 
 
 def stop_helpers() -> None:
@@ -257,9 +272,9 @@ def measure_real_tree(
         f"{cli_s:.2f} s wall clock incl. interpreter start, new catalog",
     )
     inproc_ingest(tree, cat, False, workers)  # warm-up: imports, helper start-up code paths
-    runs = [inproc_ingest(tree, cat, False, workers) for _ in range(repeat)]
-    own_s = min(s.seconds for _, s in runs)
-    wall_s = min(dt for dt, _ in runs)
+    runs = timed_ingests(tree, cat, False, workers, repeat)
+    own_s, flat_s = min((s.seconds, flat) for _, s, flat in runs)
+    wall_s = min(dt for dt, _, _ in runs)
     summary = runs[-1][1]
     add(
         "(a) metadata-only ingest, its own timer (IngestSummary.seconds)",
@@ -268,6 +283,24 @@ def measure_real_tree(
         walk_rate,
         own_s / walk_s,
         f"{own_s:.2f} s; {summary.tensors:,} tensors, {summary.ops:,} ops, in-process ingest_dump",
+    )
+    # the floors (a)'s ratio is made of: opening every file, and resolving the run's rows once
+    hdr_s, _ = best(lambda: walk_read_headers(str(tree)), max(3, repeat))
+    add(
+        "(a) floor: walk + open/read(512)/close of every .npy, one thread",
+        n_files / hdr_s,
+        "files/s",
+        walk_rate,
+        hdr_s / walk_s,
+        f"{hdr_s:.2f} s; what the system calls that read the headers take (bench_core's baseline)",
+    )
+    add(
+        f"(a) of which {FLAT_FILES[3]}",
+        n_files / flat_s,
+        "files/s",
+        walk_rate,
+        flat_s / walk_s,
+        f"{flat_s:.2f} s of the {own_s:.2f} s above: resolution joins, sort, parquet write of the run",
     )
     cold = []
     for _ in range(repeat):
@@ -304,8 +337,8 @@ def measure_real_tree(
         f"{cli_s:.2f} s wall clock, GB/s of .npy bytes",
     )
     inproc_ingest(tree, cat, True, workers)  # warm-up
-    runs = [inproc_ingest(tree, cat, True, workers) for _ in range(repeat)]
-    own_s = min(s.seconds for _, s in runs)
+    runs = timed_ingests(tree, cat, True, workers, repeat)
+    own_s, flat_s = min((s.seconds, flat) for _, s, flat in runs)
     summary = runs[-1][1]
     add(
         "(b) ingest with computed stats, its own timer",
@@ -314,6 +347,14 @@ def measure_real_tree(
         read_rate,
         own_s / read_s,
         f"{own_s:.2f} s; {summary.computed_stats:,} statistics computed",
+    )
+    add(
+        f"(b) of which {FLAT_FILES[3]}",
+        npy_bytes / GB / flat_s,
+        "GB/s",
+        read_rate,
+        flat_s / read_s,
+        f"{flat_s:.2f} s of the {own_s:.2f} s above (tensors and stats)",
     )
 
     # (d) issue 14 part 2 on a real tree: the statistics alone vs reading the same tensors' data

@@ -293,6 +293,7 @@ HELPERS: dict[str, str] = {
     "synth": "writes synthetic MindSpore dump trees (benchmarks and tests)",
     "ms_resnet_tree": "writes the real MindSpore tree that real_tree.py measures (needs MindSpore)",
     "memory_phases": "a probe: which step of one ingest holds its memory peak",
+    "phases": "times the methods an ingest spends its time in (its flat files, its phases)",
     "report_screenshots": "makes the screenshots of docs/report/ (not a benchmark)",
 }
 
