@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -786,25 +787,49 @@ def test_kernel_rejects_bad_arguments() -> None:
     assert k.block(b"", 0, 0, lanes) == (0, 0, 0, 0, 0, -INF, INF)
 
 
-@pytest.mark.parametrize("dtype", ["int8", "uint8"])
-def test_byte_kinds_sum_exactly_and_hand_over_near_2_53(dtype: str) -> None:
-    """int8 and uint8 lanes are summed in integers (exact, so the lanes the float64 definition gives);
-    where a lane is near 2^53, where float64 additions start to round, the float64 kernel takes over.
-    Either way each lane's bits are the fallback's, from lanes that start anywhere."""
+def _np_blocks(a: np.ndarray, kind: int, phase: int, lanes: bytearray) -> list[float]:
+    """The fallback's `_np_block` over `a` in blocks of at most BLOCK_ELEMS elements (its limit), the
+    lanes carried from block to block as the C kernel carries them within one call: the five counts
+    (neg, zero, nan, -inf, +inf) summed, max and min of the blocks'."""
+    out = None
+    for at in range(0, max(len(a), 1), BLOCK_ELEMS):
+        block = a[at : at + BLOCK_ELEMS]
+        got = [float(v) for v in ts._np_block(block, kind, (phase + at) % LANES, lanes, True)]
+        if out is not None:
+            counts = [x + y for x, y in zip(out[:5], got[:5], strict=True)]
+            got = [*counts, max(out[5], got[5]), min(out[6], got[6])]
+        out = got
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "uint16"])
+def test_byte_and_word_kinds_sum_exactly_and_hand_over_near_2_53(dtype: str) -> None:
+    """int8, uint8, int16 and uint16 lanes are summed in integers (exact, so the lanes the float64
+    definition gives); where a lane is near 2^53, where float64 additions start to round, the float64
+    kernel takes over. Either way each lane's bits are the fallback's, from lanes that start anywhere,
+    also for tensors of the kind's extremes only (two int16 -32768 square to 2^31 in one int32 slot)
+    long enough to pass the kernels' counter flushes (240 rows of bytes, 8,192 pairs of rows of words)
+    and to overflow 16-bit counters that were not flushed (over 32,768 pairs of rows)."""
     rng = np.random.default_rng(4)
     kind = ts._KINDS.index(dtype)
     info = np.iinfo(dtype)
+    sizes = ((1, 0), (31, 5), (1000, 3), (7713, 7), (BLOCK_ELEMS - 3, 0), (1_100_007, 2))
     for start in (0.0, 12345.0, 2.0**52 - 1000, 2.0**53 - 7, 2.0**53 + 2, 2.0**60):
-        for n, phase in ((1, 0), (31, 5), (1000, 3), (7713, 7), (BLOCK_ELEMS - 3, 0)):
-            a = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+        for (n, phase), values in itertools.product(sizes, ("random", "extremes", "min", "max", "zero")):
+            if values == "random":
+                a = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+            elif values == "extremes":
+                a = rng.choice(np.array([info.min, info.max, 0], dtype), n)
+            else:  # every element counted (negative, zero) or squared at the kind's largest
+                a = np.full(n, {"min": info.min, "max": info.max, "zero": 0}[values], dtype)
             init = np.zeros(ts._STATE)
             init[: 2 * LANES] = start * rng.choice([-1.0, 1.0], 2 * LANES)  # sums S (and unused slots)
             init[16 : 16 + LANES] = start  # squares Q
             c_lanes, np_lanes = bytearray(init.tobytes()), bytearray(init.tobytes())
             c = ts._c_kernel.block(a.tobytes(), kind, phase, c_lanes)
-            f = ts._np_block(a, kind, phase, np_lanes, True)
-            assert c_lanes == np_lanes, (start, n, phase)
-            assert [float(v) for v in c] == [float(v) for v in f], (start, n, phase)
+            f = _np_blocks(a, kind, phase, np_lanes)
+            assert c_lanes == np_lanes, (start, n, phase, values)
+            assert [float(v) for v in c] == [float(v) for v in f], (start, n, phase, values)
             if start == 0.0:  # and they are the exact integer sums
                 lane = (np.arange(n) + phase) % LANES
                 got = np.frombuffer(c_lanes, np.float64)
