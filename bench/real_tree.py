@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 import emit
-from bench_core import walk, walk_read_headers  # the bare os.scandir walk every walk ratio is taken against
+from bench_core import walk, walk_read_headers  # the bare walk every ratio is taken against; its header floor
 from phases import FLAT_FILES, timed_methods
 
 HERE = Path(__file__).resolve().parent
