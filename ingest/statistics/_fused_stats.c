@@ -1384,41 +1384,105 @@ fold_pair_lanes(__m256i a, __m256i b, int64_t *acc)
     }
 }
 
+/*
+ * What the exact kernels (bytes_exact, words_exact) share: the guard that the lanes stay exact, the
+ * elements they take one by one (before a row starts at lane 0, and after the last whole row), and
+ * how they hand over their sums and tally.
+ */
+typedef struct {
+    int64_t neg, zero;
+    int mx, mn;
+    int have; /* any element seen (max/min of none stay -inf/+inf) */
+} exact_tally_t;
+
+/* Whether every lane's sums stay below 2^52 over n more elements of at most max_abs in magnitude and
+   max_sq squared: a float64 addition of integers is exact there. */
+static inline int
+lanes_stay_exact(const double *ls, const double *lq, Py_ssize_t n, double max_abs, double max_sq)
+{
+    const double big = 4503599627370496.0; /* 2^52 */
+    const double per = (double)(n / LANES + 2);
+    for (int j = 0; j < LANES; j++)
+        if (fabs(ls[j]) + per * max_abs > big || lq[j] + per * max_sq > big)
+            return 0;
+    return 1;
+}
+
+/* One element v of lane l, added as the float64 kernels add it. */
+static inline void
+exact_step(int v, unsigned l, double *restrict ls, double *restrict lq, exact_tally_t *e)
+{
+    double x = (double)v;
+    ls[l] += x;
+    lq[l] += x * x;
+    e->mx = v > e->mx ? v : e->mx;
+    e->mn = v < e->mn ? v : e->mn;
+    e->neg += v < 0;
+    e->zero += v == 0;
+    e->have = 1;
+}
+
+/* Each lane's exact integer sums S and Q into its float64 lanes. */
+static inline void
+exact_lanes_add(double *restrict ls, double *restrict lq, const int64_t *S, const int64_t *Q)
+{
+    for (int j = 0; j < LANES; j++) {
+        ls[j] += (double)S[j]; /* exact: both integers, the result below 2^53 */
+        lq[j] += (double)Q[j];
+    }
+}
+
+/* The max and min of the vectors vmx and vmn (of 8-bit or 16-bit elements, signed or not) into e. */
+AVX2 static inline void
+exact_extremes(exact_tally_t *e, __m256i vmx, __m256i vmn, int width, int sgn)
+{
+    unsigned char a[32], b[32];
+    _mm256_storeu_si256((__m256i *)a, vmx);
+    _mm256_storeu_si256((__m256i *)b, vmn);
+    for (int j = 0; j < 32 / width; j++) {
+        int x, y;
+        if (width == 1) {
+            x = sgn ? (int)(int8_t)a[j] : (int)a[j];
+            y = sgn ? (int)(int8_t)b[j] : (int)b[j];
+        }
+        else {
+            x = sgn ? (int)ld_i16(a, j) : (int)ld_u16(a, j);
+            y = sgn ? (int)ld_i16(b, j) : (int)ld_u16(b, j);
+        }
+        e->mx = x > e->mx ? x : e->mx;
+        e->mn = y < e->mn ? y : e->mn;
+    }
+    e->have = 1;
+}
+
+static inline void
+exact_tally_out(const exact_tally_t *e, tally_t *t)
+{
+    t->neg += e->neg;
+    t->zero += e->zero;
+    if (e->have) {
+        t->mx = (double)e->mx;
+        t->mn = (double)e->mn;
+    }
+}
+
 AVX2 static inline __attribute__((always_inline)) void
 bytes_exact(const unsigned char *restrict p, Py_ssize_t n, unsigned phase, double *restrict ls,
             double *restrict lq, tally_t *restrict t, const int sgn)
 {
     /* the largest |x| and x * x of the kind; a lane's sums grow by at most that per element */
-    const double big = 4503599627370496.0; /* 2^52 */
-    const double per = (double)(n / LANES + 2);
-    for (int j = 0; j < LANES; j++) {
-        if (fabs(ls[j]) + per * (sgn ? 128.0 : 255.0) > big || lq[j] + per * (sgn ? 16384.0 : 65025.0) > big) {
-            if (sgn)
-                d_i8(p, n, phase, ls, lq, t);
-            else
-                d_u8(p, n, phase, ls, lq, t);
-            return;
-        }
+    if (!lanes_stay_exact(ls, lq, n, sgn ? 128.0 : 255.0, sgn ? 16384.0 : 65025.0)) {
+        if (sgn)
+            d_i8(p, n, phase, ls, lq, t);
+        else
+            d_u8(p, n, phase, ls, lq, t);
+        return;
     }
     Py_ssize_t i = 0;
-    int64_t neg = 0, zero = 0;
-    int imx = sgn ? -128 : 0, imn = sgn ? 127 : 255;
-    int have = 0; /* any element seen (max/min of none stay -inf/+inf) */
+    exact_tally_t e = {0, 0, sgn ? -128 : 0, sgn ? 127 : 255, 0};
 #define BYTE_AT(k) (sgn ? (int)(int8_t)p[k] : (int)p[k])
-#define BYTE_STEP(k, l)                                                                                \
-    do {                                                                                               \
-        int v = BYTE_AT(k);                                                                            \
-        double x = (double)v;                                                                          \
-        ls[l] += x;                                                                                    \
-        lq[l] += x * x;                                                                                \
-        imx = v > imx ? v : imx;                                                                       \
-        imn = v < imn ? v : imn;                                                                       \
-        neg += v < 0;                                                                                  \
-        zero += v == 0;                                                                                \
-        have = 1;                                                                                      \
-    } while (0)
     for (; phase != 0 && i < n; i++, phase = (phase + 1) & (LANES - 1))
-        BYTE_STEP(i, phase);
+        exact_step(BYTE_AT(i), phase, ls, lq, &e);
     if (n - i >= 32) {
         int64_t S[LANES] = {0}, Q[LANES] = {0};
         const __m256i z = _mm256_setzero_si256(), one16 = _mm256_set1_epi16(1);
@@ -1453,33 +1517,16 @@ bytes_exact(const unsigned char *restrict p, Py_ssize_t n, unsigned phase, doubl
             /* an int32 slot takes two elements a row: sums within 240 * 2 * 255, squares 240 * 2 * 65025 */
             fold_pair_lanes(sa, sb, S);
             fold_pair_lanes(qa, qb, Q);
-            neg += hsum_epu8_counts(cn);
-            zero += hsum_epu8_counts(cz);
+            e.neg += hsum_epu8_counts(cn);
+            e.zero += hsum_epu8_counts(cz);
         }
-        for (int j = 0; j < LANES; j++) {
-            ls[j] += (double)S[j]; /* exact: both integers, the result below 2^53 */
-            lq[j] += (double)Q[j];
-        }
-        int8_t a[32], b[32];
-        _mm256_storeu_si256((__m256i *)a, vmx);
-        _mm256_storeu_si256((__m256i *)b, vmn);
-        for (int j = 0; j < 32; j++) {
-            int x = sgn ? a[j] : (uint8_t)a[j], y = sgn ? b[j] : (uint8_t)b[j];
-            imx = x > imx ? x : imx;
-            imn = y < imn ? y : imn;
-        }
-        have = 1;
+        exact_lanes_add(ls, lq, S, Q);
+        exact_extremes(&e, vmx, vmn, 1, sgn);
     }
     for (unsigned l = 0; i < n; i++, l = (l + 1) & (LANES - 1)) /* up to 31 elements: lanes wrap */
-        BYTE_STEP(i, l);
-#undef BYTE_STEP
+        exact_step(BYTE_AT(i), l, ls, lq, &e);
 #undef BYTE_AT
-    t->neg += neg;
-    t->zero += zero;
-    if (have) {
-        t->mx = (double)imx;
-        t->mn = (double)imn;
-    }
+    exact_tally_out(&e, t);
 }
 
 KERNEL_PAIR(a_i8, a_u8, bytes_exact)
@@ -1522,37 +1569,18 @@ AVX2 static inline __attribute__((always_inline)) void
 words_exact(const unsigned char *restrict p, Py_ssize_t n, unsigned phase, double *restrict ls,
             double *restrict lq, tally_t *restrict t, const int sgn)
 {
-    const double big = 4503599627370496.0; /* 2^52 */
-    const double per = (double)(n / LANES + 2);
-    for (int j = 0; j < LANES; j++) {
-        if (fabs(ls[j]) + per * (sgn ? 32768.0 : 65535.0) > big ||
-            lq[j] + per * (sgn ? 1073741824.0 : 4294836225.0) > big) {
-            if (sgn)
-                a_i16(p, n, phase, ls, lq, t);
-            else
-                a_u16(p, n, phase, ls, lq, t);
-            return;
-        }
+    if (!lanes_stay_exact(ls, lq, n, sgn ? 32768.0 : 65535.0, sgn ? 1073741824.0 : 4294836225.0)) {
+        if (sgn)
+            a_i16(p, n, phase, ls, lq, t);
+        else
+            a_u16(p, n, phase, ls, lq, t);
+        return;
     }
     Py_ssize_t i = 0;
-    int64_t neg = 0, zero = 0;
-    int imx = sgn ? -32768 : 0, imn = sgn ? 32767 : 65535;
-    int have = 0;
+    exact_tally_t e = {0, 0, sgn ? -32768 : 0, sgn ? 32767 : 65535, 0};
 #define WORD_AT(k) (sgn ? (int)ld_i16(p, k) : (int)ld_u16(p, k))
-#define WORD_STEP(k, l)                                                                                \
-    do {                                                                                               \
-        int v = WORD_AT(k);                                                                            \
-        double x = (double)v;                                                                          \
-        ls[l] += x;                                                                                    \
-        lq[l] += x * x;                                                                                \
-        imx = v > imx ? v : imx;                                                                       \
-        imn = v < imn ? v : imn;                                                                       \
-        neg += v < 0;                                                                                  \
-        zero += v == 0;                                                                                \
-        have = 1;                                                                                      \
-    } while (0)
     for (; phase != 0 && i < n; i++, phase = (phase + 1) & (LANES - 1))
-        WORD_STEP(i, phase);
+        exact_step(WORD_AT(i), phase, ls, lq, &e);
     if (n - i >= 32) {
         int64_t S[LANES] = {0}, Q[LANES] = {0}, per_lane = 0;
         const __m256i z = _mm256_setzero_si256(), one16 = _mm256_set1_epi16(1);
@@ -1591,40 +1619,24 @@ words_exact(const unsigned char *restrict p, Py_ssize_t n, unsigned phase, doubl
             }
             /* an int32 slot takes two elements a pair of rows: within 8192 * 2 * 32768 */
             fold_pair_lanes(sa, sb, S);
-            neg += hsum_epi32(_mm256_madd_epi16(cn, one16)); /* counts up to 16384: positive words */
-            zero += hsum_epi32(_mm256_madd_epi16(cz, one16));
+            e.neg += hsum_epi32(_mm256_madd_epi16(cn, one16)); /* counts up to 16384: positive words */
+            e.zero += hsum_epi32(_mm256_madd_epi16(cz, one16));
             per_lane += 4 * pairs; /* each lane: 2 elements a row, 2 rows a pair */
         }
         fold_u32_slots(qe_a, qo_a, Q);
         fold_u32_slots(qe_b, qo_b, Q + 4);
-        for (int j = 0; j < LANES; j++) {
-            if (!sgn) { /* x = y + 32768: sum x = sum y + 32768 m, sum x^2 = sum y^2 + 65536 sum y + 2^30 m */
-                Q[j] += 65536 * S[j] + ((int64_t)1 << 30) * per_lane;
-                S[j] += 32768 * per_lane;
-            }
-            ls[j] += (double)S[j]; /* exact: both integers, the result below 2^53 */
-            lq[j] += (double)Q[j];
+        for (int j = 0; j < LANES && !sgn; j++) {
+            /* x = y + 32768: sum x = sum y + 32768 m, sum x^2 = sum y^2 + 65536 sum y + 2^30 m */
+            Q[j] += 65536 * S[j] + ((int64_t)1 << 30) * per_lane;
+            S[j] += 32768 * per_lane;
         }
-        int16_t a[16], b[16];
-        _mm256_storeu_si256((__m256i *)a, vmx);
-        _mm256_storeu_si256((__m256i *)b, vmn);
-        for (int j = 0; j < 16; j++) {
-            int x = sgn ? a[j] : (uint16_t)a[j], y = sgn ? b[j] : (uint16_t)b[j];
-            imx = x > imx ? x : imx;
-            imn = y < imn ? y : imn;
-        }
-        have = 1;
+        exact_lanes_add(ls, lq, S, Q);
+        exact_extremes(&e, vmx, vmn, 2, sgn);
     }
     for (unsigned l = 0; i < n; i++, l = (l + 1) & (LANES - 1)) /* up to 31 elements: lanes wrap */
-        WORD_STEP(i, l);
-#undef WORD_STEP
+        exact_step(WORD_AT(i), l, ls, lq, &e);
 #undef WORD_AT
-    t->neg += neg;
-    t->zero += zero;
-    if (have) {
-        t->mx = (double)imx;
-        t->mn = (double)imn;
-    }
+    exact_tally_out(&e, t);
 }
 
 KERNEL_PAIR(w_i16, w_u16, words_exact)
